@@ -1,0 +1,4 @@
+//! Servers and tools built on `reload-lib`: the shared HTTPS accept loop, the
+//! Kubernetes-API-compatible `mini-apiserver`, and helpers used by the binaries in `src/bin/`.
+
+pub mod mini_apiserver;

@@ -1,0 +1,136 @@
+//! The crate's error type.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Errors from loading, validating and serving reloadable TLS material.
+///
+/// Every variant that comes from a file names the file. Messages are lowercase and do not repeat
+/// their cause: walk [`std::error::Error::source`] (or print with `{:#}` through `anyhow`) to see it.
+///
+/// Callers are only expected to branch on [`Error::InvalidMaterial`] (the files exist but what they
+/// hold cannot be served); every other variant is an I/O or set-up failure and should be reported
+/// as is. New variants may be added.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A file could not be read.
+    #[error("failed to read {path}")]
+    ReadFile {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A file was read but its content cannot be served; the last good material keeps serving.
+    #[error("invalid material in {path}: {reason}")]
+    InvalidMaterial {
+        /// The file whose content was rejected (for a pair, the certificate file unless the key
+        /// itself is at fault).
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: InvalidMaterial,
+    },
+    /// The TLS configuration could not be built from otherwise valid material.
+    #[error("failed to build the TLS configuration for {what}")]
+    BuildConfig {
+        /// Which part (e.g. `client CA bundle /etc/ca.crt`).
+        what: String,
+        /// The rustls error.
+        #[source]
+        source: rustls::Error,
+    },
+    /// The client-certificate verifier could not be built from the CA bundle.
+    #[error("failed to build the client certificate verifier from {path}")]
+    BuildVerifier {
+        /// The CA bundle.
+        path: PathBuf,
+        /// The rustls error.
+        #[source]
+        source: rustls::server::VerifierBuilderError,
+    },
+    /// The server certificate verifier could not be built from the root bundle.
+    #[error("failed to build the server certificate verifier from {path}")]
+    BuildServerVerifier {
+        /// The root bundle.
+        path: PathBuf,
+        /// The rustls error.
+        #[source]
+        source: rustls::client::VerifierBuilderError,
+    },
+    /// The background reload task is gone (its runtime shut down).
+    #[error("the reload task is not running")]
+    ReloaderGone,
+    /// A failure that was also published to subscribers (see [`Status::last_error`](crate::Status)).
+    #[error(transparent)]
+    Retained(Arc<Error>),
+}
+
+/// Why material was rejected. Part of [`Error::InvalidMaterial`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum InvalidMaterial {
+    /// The file is empty (often a writer caught mid-write).
+    #[error("the file is empty")]
+    Empty,
+    /// The PEM could not be decoded.
+    #[error("malformed PEM: {0}")]
+    Pem(String),
+    /// No `CERTIFICATE` block was found.
+    #[error("no certificate found")]
+    NoCertificate,
+    /// No private key block was found.
+    #[error("no private key found")]
+    NoPrivateKey,
+    /// A certificate could not be parsed as X.509.
+    #[error("certificate {index} cannot be parsed: {detail}")]
+    BadCertificate {
+        /// Position in the file, 0 for the first.
+        index: usize,
+        /// Parser message.
+        detail: String,
+    },
+    /// The private key is not usable (unsupported algorithm or corrupt).
+    #[error("the private key is not usable: {0}")]
+    BadKey(String),
+    /// The private key does not belong to the leaf certificate (often a torn write: the
+    /// certificate was replaced and the key not yet, or the other way round).
+    #[error("the private key does not match the certificate's public key")]
+    KeyMismatch,
+    /// A configured SNI name is not covered by the certificate's subject alternative names.
+    #[error("the certificate does not cover the configured name {0}")]
+    NameNotCovered(String),
+    /// The certificate has expired and the material it would replace has not.
+    #[error("the certificate expired at {not_after} and the served one is still valid")]
+    Expired {
+        /// The rejected certificate's notAfter, RFC 3339.
+        not_after: String,
+    },
+    /// A CRL could not be parsed.
+    #[error("CRL {index} cannot be parsed")]
+    BadCrl {
+        /// Position in the file, 0 for the first.
+        index: usize,
+    },
+}
+
+/// `Result` with [`Error`] as the default error.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// The rejection reason when this is [`Error::InvalidMaterial`].
+    pub fn invalid_material(&self) -> Option<&InvalidMaterial> {
+        match self {
+            Error::InvalidMaterial { reason, .. } => Some(reason),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn invalid(path: impl Into<PathBuf>, reason: InvalidMaterial) -> Self {
+        Error::InvalidMaterial {
+            path: path.into(),
+            reason,
+        }
+    }
+}

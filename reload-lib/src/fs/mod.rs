@@ -1,0 +1,1 @@
+//! Filesystem helpers: the atomic directory writer (kubelet `..data` protocol).

@@ -1,0 +1,55 @@
+//! Hot reload of TLS material for rustls servers and clients: serving certificates, SNI
+//! certificates and client-CA bundles are files; changes are seen through inotify and swapped in
+//! with `arc-swap`. A new handshake sees new material within milliseconds, open connections keep
+//! what they negotiated, and bad material (torn writes, a key that does not match, garbage PEM, an
+//! expired certificate replacing a valid one) never replaces good material.
+//!
+//! What it does not do: it does not fetch or issue certificates (see `cert-syncer`), does not
+//! do network I/O of its own, and watches only on Linux (elsewhere, and wherever inotify is
+//! unavailable, it polls).
+//!
+//! # Quick start
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use reload_lib::{CertKeyPaths, ClientAuth, ServingSet};
+//!
+//! let set = ServingSet::builder(CertKeyPaths::new("tls.crt", "tls.key"))
+//!     .sni("localhost-recovery", CertKeyPaths::new("recovery/tls.crt", "recovery/tls.key"))
+//!     .client_ca("client-ca.crt", ClientAuth::Optional)
+//!     .start()
+//!     .await?;
+//! let acceptor = set.acceptor();
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:8443").await?;
+//! let (tcp, _) = listener.accept().await?;
+//! let tls = acceptor.accept(tcp).await?; // hand `tls` to hyper
+//! # Ok(()) }
+//! ```
+//!
+//! # Features
+//! - `metrics` (default): Prometheus metrics through `prometheus-client` ([`metrics`]).
+//!
+//! # On-disk layouts understood
+//! Plain files replaced by rename, files rewritten in place (torn intermediate states are
+//! rejected and retried), and Kubernetes Secret/ConfigMap volumes (`..data` symlink swaps; a
+//! certificate and its key are read from one generation). See [`fs`] for the writer side.
+
+#![deny(missing_docs)]
+
+mod error;
+pub mod fs;
+mod material;
+#[cfg(feature = "metrics")]
+pub mod metrics;
+mod reload;
+mod server;
+mod source;
+pub mod watch;
+
+// The public interface is:
+pub use error::{Error, InvalidMaterial, Result};
+pub use material::CertInfo;
+pub use reload::{ServedCert, Status};
+pub use server::{Acceptor, ClientAuth, ServingSet, ServingSetBuilder, ServingSnapshot};
+pub use source::CertKeyPaths;
+pub use watch::WatchMode;

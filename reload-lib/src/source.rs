@@ -1,0 +1,142 @@
+//! Where material comes from: file paths, and how to read them so that a certificate and its key
+//! come from the same write.
+
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::path::{Component, Path, PathBuf};
+
+use crate::error::{Error, Result};
+
+/// A certificate chain and its private key on disk: two files, or one bundle file holding the key
+/// and the chain (leaf first).
+///
+/// Kubernetes Secret volumes (`tls.crt -> ..data/tls.crt`) are read through one resolved `..data`
+/// generation, so the certificate and the key always come from the same atomic write.
+///
+/// ```
+/// use reload_lib::CertKeyPaths;
+/// let pair = CertKeyPaths::new("/etc/tls/tls.crt", "/etc/tls/tls.key");
+/// assert_eq!(pair.key().to_str(), Some("/etc/tls/tls.key"));
+/// let bundle = CertKeyPaths::bundle("/etc/tls/credential.pem");
+/// assert_eq!(bundle.cert(), bundle.key());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct CertKeyPaths {
+    cert: PathBuf,
+    key: PathBuf,
+}
+
+impl CertKeyPaths {
+    /// A certificate chain file and a private key file.
+    pub fn new(cert: impl Into<PathBuf>, key: impl Into<PathBuf>) -> Self {
+        Self {
+            cert: cert.into(),
+            key: key.into(),
+        }
+    }
+
+    /// One file holding the private key and the chain (the kubelet `credentialBundlePath` shape),
+    /// which a writer can replace in a single atomic step.
+    pub fn bundle(path: impl Into<PathBuf>) -> Self {
+        let path = path.into();
+        Self {
+            cert: path.clone(),
+            key: path,
+        }
+    }
+
+    /// The certificate chain file.
+    pub fn cert(&self) -> &Path {
+        &self.cert
+    }
+
+    /// The private key file (the same as [`cert`](Self::cert) for a bundle).
+    pub fn key(&self) -> &Path {
+        &self.key
+    }
+}
+
+/// Reads files for one load pass. Within a pass, every `..data` directory is resolved once, so all
+/// files read through it come from one generation even if a writer commits meanwhile.
+#[derive(Debug, Default)]
+pub(crate) struct PassReader {
+    generations: HashMap<PathBuf, Option<PathBuf>>,
+}
+
+impl PassReader {
+    pub(crate) fn read(&mut self, path: &Path) -> Result<Vec<u8>> {
+        let actual = self.resolve(path);
+        std::fs::read(&actual).map_err(|source| Error::ReadFile {
+            path: path.to_owned(),
+            source,
+        })
+    }
+
+    /// `dir/name -> ..data/name` becomes `dir/..<generation>/name`; any other path is returned
+    /// unchanged (the kernel follows ordinary symlinks).
+    fn resolve(&mut self, path: &Path) -> PathBuf {
+        let (Some(dir), Ok(target)) = (path.parent(), std::fs::read_link(path)) else {
+            return path.to_owned();
+        };
+        let Ok(rest) = target.strip_prefix("..data") else {
+            return path.to_owned();
+        };
+        let generation = self
+            .generations
+            .entry(dir.to_owned())
+            .or_insert_with(|| current_generation(dir));
+        match generation {
+            Some(generation) => dir.join(generation).join(rest),
+            None => path.to_owned(),
+        }
+    }
+}
+
+/// The directory `dir/..data` points to, if it is a plain `..name` in `dir` (anything else is
+/// not the kubelet layout and is read through the kernel's own symlink resolution).
+pub(crate) fn current_generation(dir: &Path) -> Option<PathBuf> {
+    let target = std::fs::read_link(dir.join("..data")).ok()?;
+    let mut components = target.components();
+    match (components.next(), components.next()) {
+        (Some(Component::Normal(name)), None) if is_hidden_generation(name) => Some(target),
+        _ => None,
+    }
+}
+
+fn is_hidden_generation(name: &OsStr) -> bool {
+    name.to_str()
+        .is_some_and(|n| n.starts_with("..") && n.len() > 2 && n != "..data" && n != "..data_tmp")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    #[test]
+    fn a_kubelet_layout_is_read_through_one_generation() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        std::fs::create_dir(d.join("..gen1")).unwrap();
+        std::fs::write(d.join("..gen1/tls.crt"), "one").unwrap();
+        std::fs::create_dir(d.join("..gen2")).unwrap();
+        std::fs::write(d.join("..gen2/tls.crt"), "two").unwrap();
+        symlink("..gen1", d.join("..data")).unwrap();
+        symlink("..data/tls.crt", d.join("tls.crt")).unwrap();
+
+        let mut pass = PassReader::default();
+        assert_eq!(pass.read(&d.join("tls.crt")).unwrap(), b"one");
+        std::fs::remove_file(d.join("..data")).unwrap();
+        symlink("..gen2", d.join("..data")).unwrap();
+        // Same pass: still the generation resolved first.
+        assert_eq!(pass.read(&d.join("tls.crt")).unwrap(), b"one");
+        assert_eq!(PassReader::default().read(&d.join("tls.crt")).unwrap(), b"two");
+    }
+
+    #[test]
+    fn a_data_link_pointing_outside_the_directory_is_not_treated_as_a_generation() {
+        let dir = tempfile::tempdir().unwrap();
+        symlink("/etc", dir.path().join("..data")).unwrap();
+        assert_eq!(current_generation(dir.path()), None);
+    }
+}
