@@ -2,3 +2,4 @@
 //! Kubernetes-API-compatible `mini-apiserver`, and helpers used by the binaries in `src/bin/`.
 
 pub mod mini_apiserver;
+pub mod serve;

@@ -36,6 +36,7 @@
 
 #![deny(missing_docs)]
 
+mod client;
 mod error;
 pub mod fs;
 mod material;
@@ -47,6 +48,7 @@ mod source;
 pub mod watch;
 
 // The public interface is:
+pub use client::{ClientTls, ClientTlsBuilder};
 pub use error::{Error, InvalidMaterial, Result};
 pub use material::CertInfo;
 pub use reload::{ServedCert, Status};

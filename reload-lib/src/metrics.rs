@@ -95,15 +95,31 @@ impl ReloadMetrics {
     }
 
     fn record(&self, set: &str, status: &Status, seen_ok: &mut u64, seen_failed: &mut u64) {
-        let ok = ResultLabels { set: set.to_owned(), result: "ok" };
-        let error = ResultLabels { set: set.to_owned(), result: "error" };
-        self.reloads.get_or_create(&ok).inc_by(status.reloads_ok - *seen_ok);
-        self.reloads.get_or_create(&error).inc_by(status.reloads_failed - *seen_failed);
+        let ok = ResultLabels {
+            set: set.to_owned(),
+            result: "ok",
+        };
+        let error = ResultLabels {
+            set: set.to_owned(),
+            result: "error",
+        };
+        self.reloads
+            .get_or_create(&ok)
+            .inc_by(status.reloads_ok - *seen_ok);
+        self.reloads
+            .get_or_create(&error)
+            .inc_by(status.reloads_failed - *seen_failed);
         *seen_ok = status.reloads_ok;
         *seen_failed = status.reloads_failed;
-        let labels = SetLabels { set: set.to_owned() };
-        self.last_success.get_or_create(&labels).set(status.last_success_unix);
-        self.generation.get_or_create(&labels).set(status.generation as i64);
+        let labels = SetLabels {
+            set: set.to_owned(),
+        };
+        self.last_success
+            .get_or_create(&labels)
+            .set(status.last_success_unix);
+        self.generation
+            .get_or_create(&labels)
+            .set(status.generation as i64);
         let mut earliest: BTreeMap<&str, i64> = BTreeMap::new();
         for cert in status.served.iter() {
             earliest
@@ -112,7 +128,10 @@ impl ReloadMetrics {
                 .or_insert(cert.info.not_after);
         }
         for (source, not_after) in earliest {
-            let labels = SourceLabels { set: set.to_owned(), source: source.to_owned() };
+            let labels = SourceLabels {
+                set: set.to_owned(),
+                source: source.to_owned(),
+            };
             self.not_after.get_or_create(&labels).set(not_after);
         }
     }

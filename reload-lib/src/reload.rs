@@ -27,7 +27,11 @@ pub(crate) trait Material: Send + 'static {
 
     /// Reads and checks everything. `Ok(None)` when the content equals what `current` was built
     /// from. `now` is seconds since the Unix epoch.
-    fn load(&mut self, current: Option<&Self::Snapshot>, now: i64) -> Result<Option<Self::Snapshot>>;
+    fn load(
+        &mut self,
+        current: Option<&Self::Snapshot>,
+        now: i64,
+    ) -> Result<Option<Self::Snapshot>>;
 
     /// What a snapshot serves, for logs, status and metrics.
     fn describe(snapshot: &Self::Snapshot) -> Vec<ServedCert>;
@@ -132,7 +136,11 @@ impl<S> Handle<S> {
 
 /// Arms the watches, loads once (the result is the start-up error, if any), then spawns the
 /// reload task on the current tokio runtime.
-pub(crate) fn start<M: Material>(mut material: M, timing: Timing, name: String) -> Result<Handle<M::Snapshot>>
+pub(crate) fn start<M: Material>(
+    mut material: M,
+    timing: Timing,
+    name: String,
+) -> Result<Handle<M::Snapshot>>
 where
     M::Snapshot: 'static,
 {

@@ -130,7 +130,10 @@ mod tests {
         symlink("..gen2", d.join("..data")).unwrap();
         // Same pass: still the generation resolved first.
         assert_eq!(pass.read(&d.join("tls.crt")).unwrap(), b"one");
-        assert_eq!(PassReader::default().read(&d.join("tls.crt")).unwrap(), b"two");
+        assert_eq!(
+            PassReader::default().read(&d.join("tls.crt")).unwrap(),
+            b"two"
+        );
     }
 
     #[test]

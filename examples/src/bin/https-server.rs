@@ -1,1 +1,234 @@
-fn main() {}
+//! Run with: `cargo run -p examples --bin https-server -- --listen 127.0.0.1:8443 --cert tls.crt --key tls.key`
+//!
+//! A hot-reloading HTTPS server on reload-lib: rotate `tls.crt`/`tls.key` on disk (rename,
+//! in-place write or a Kubernetes `..data` swap) and new handshakes get the new certificate while
+//! open connections carry on. `GET /` answers 200 with the serial served on this connection;
+//! with `--client-ca`, `GET /whoami` returns the client certificate's subject. `--static` serves
+//! the same files through a plain, never-reloading rustls `ServerConfig`: the baseline for
+//! measuring reload-lib's overhead.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Context, bail};
+use clap::Parser;
+use examples::serve::{self, Body, ConnInfo, Tls, full};
+use reload_lib::{CertKeyPaths, ClientAuth, ServingSet};
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+/// A hot-reloading HTTPS server built on reload-lib.
+#[derive(Debug, Parser)]
+#[command(version)]
+struct Flags {
+    /// Address to listen on (port 0 picks a free port; the chosen address is printed).
+    #[arg(long, default_value = "127.0.0.1:8443")]
+    listen: SocketAddr,
+    /// Default certificate chain (PEM, leaf first).
+    #[arg(long)]
+    cert: PathBuf,
+    /// Private key of the default certificate (PEM).
+    #[arg(long)]
+    key: PathBuf,
+    /// Extra certificate for one SNI name: NAME=CERT,KEY (repeatable; `*.` wildcards allowed).
+    #[arg(long, value_name = "NAME=CERT,KEY")]
+    sni: Vec<String>,
+    /// Extra certificate served for the DNS names in it: CERT,KEY (repeatable).
+    #[arg(long, value_name = "CERT,KEY")]
+    sni_from_cert: Vec<String>,
+    /// CA bundle that client certificates must chain to (enables mTLS).
+    #[arg(long)]
+    client_ca: Option<PathBuf>,
+    /// Whether clients must present a certificate when --client-ca is set.
+    #[arg(long, value_enum, default_value_t = ClientAuthFlag::Required)]
+    client_auth: ClientAuthFlag,
+    /// Serve Prometheus metrics on this address (plain HTTP, /metrics).
+    #[arg(long)]
+    metrics_listen: Option<SocketAddr>,
+    /// Periodic content resync in seconds (0 turns it off).
+    #[arg(long, default_value_t = 60)]
+    resync_secs: u64,
+    /// Serve through a plain, never-reloading rustls ServerConfig (benchmark baseline; SNI
+    /// entries are not supported in this mode).
+    #[arg(long = "static")]
+    static_config: bool,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum ClientAuthFlag {
+    Required,
+    Optional,
+}
+
+fn main() -> std::process::ExitCode {
+    let flags = Flags::parse();
+    serve::init_tracing();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("https-server: cannot start the runtime: {err}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(flags)) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("https-server: {err:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(flags: Flags) -> anyhow::Result<()> {
+    let mut registry = prometheus_client::registry::Registry::default();
+    let tls: Tls = if flags.static_config {
+        Tls::Static(static_acceptor(&flags)?)
+    } else {
+        let set = serving_set(&flags, &mut registry).await?;
+        set.reload_on_sighup()
+            .context("cannot install the SIGHUP handler")?;
+        // The set lives as long as its acceptor.
+        set.acceptor().into()
+    };
+    let shutdown = CancellationToken::new();
+    tokio::spawn(serve::cancel_on_signal(shutdown.clone()));
+
+    if let Some(addr) = flags.metrics_listen {
+        let listener = TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("cannot listen on {addr} for metrics"))?;
+        println!("metrics on {}", listener.local_addr()?);
+        tokio::spawn(serve::serve_metrics(
+            listener,
+            Arc::new(registry),
+            shutdown.clone(),
+        ));
+    }
+
+    let listener = TcpListener::bind(flags.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", flags.listen))?;
+    println!("listening on {}", listener.local_addr()?);
+    serve::serve_https(listener, tls, handle, shutdown).await?;
+    Ok(())
+}
+
+async fn serving_set(
+    flags: &Flags,
+    registry: &mut prometheus_client::registry::Registry,
+) -> anyhow::Result<ServingSet> {
+    let mut builder = ServingSet::builder(CertKeyPaths::new(&flags.cert, &flags.key))
+        .name("https-server")
+        .resync_interval(
+            (flags.resync_secs > 0).then(|| std::time::Duration::from_secs(flags.resync_secs)),
+        )
+        .metrics(registry);
+    for entry in &flags.sni {
+        let (name, pair) = entry
+            .split_once('=')
+            .with_context(|| format!("--sni {entry}: expected NAME=CERT,KEY"))?;
+        builder = builder.sni(
+            name,
+            pair_paths(pair).with_context(|| format!("--sni {entry}"))?,
+        );
+    }
+    for pair in &flags.sni_from_cert {
+        builder = builder.sni_from_certificate(
+            pair_paths(pair).with_context(|| format!("--sni-from-cert {pair}"))?,
+        );
+    }
+    if let Some(ca) = &flags.client_ca {
+        let auth = match flags.client_auth {
+            ClientAuthFlag::Required => ClientAuth::Required,
+            ClientAuthFlag::Optional => ClientAuth::Optional,
+        };
+        builder = builder.client_ca(ca, auth);
+    }
+    Ok(builder.start().await?)
+}
+
+fn pair_paths(pair: &str) -> anyhow::Result<CertKeyPaths> {
+    match pair.split_once(',') {
+        Some((cert, key)) if !cert.is_empty() && !key.is_empty() => {
+            Ok(CertKeyPaths::new(cert, key))
+        }
+        _ => bail!("expected CERT,KEY"),
+    }
+}
+
+/// The baseline: one `ServerConfig`, built once, never reloaded.
+fn static_acceptor(flags: &Flags) -> anyhow::Result<tokio_rustls::TlsAcceptor> {
+    if !flags.sni.is_empty() || !flags.sni_from_cert.is_empty() {
+        bail!("--static does not support --sni or --sni-from-cert");
+    }
+    let chain = CertificateDer::pem_file_iter(&flags.cert)
+        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+        .with_context(|| format!("cannot read certificates from {}", flags.cert.display()))?;
+    let key = PrivateKeyDer::from_pem_file(&flags.key)
+        .with_context(|| format!("cannot read the private key from {}", flags.key.display()))?;
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let builder = rustls::ServerConfig::builder_with_provider(Arc::clone(&provider))
+        .with_protocol_versions(rustls::ALL_VERSIONS)?;
+    let builder = match &flags.client_ca {
+        Some(ca) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for cert in CertificateDer::pem_file_iter(ca)
+                .with_context(|| format!("cannot read {}", ca.display()))?
+            {
+                roots.add(cert.with_context(|| format!("bad certificate in {}", ca.display()))?)?;
+            }
+            let mut verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                Arc::new(roots),
+                provider,
+            );
+            if matches!(flags.client_auth, ClientAuthFlag::Optional) {
+                verifier = verifier.allow_unauthenticated();
+            }
+            builder.with_client_cert_verifier(verifier.build()?)
+        }
+        None => builder.with_no_client_auth(),
+    };
+    let mut config = builder.with_single_cert(chain, key).with_context(|| {
+        format!(
+            "{} and {} do not form a usable pair",
+            flags.cert.display(),
+            flags.key.display()
+        )
+    })?;
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    config.session_storage = rustls::server::ServerSessionMemoryCache::new(1024);
+    Ok(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
+}
+
+async fn handle(
+    conn: Arc<ConnInfo>,
+    request: http::Request<hyper::body::Incoming>,
+) -> http::Response<Body> {
+    let response = match request.uri().path() {
+        "/" => http::Response::builder()
+            .header("content-type", "text/plain")
+            .body(full("ok\n")),
+        "/whoami" => match conn
+            .peer_certs
+            .first()
+            .map(|leaf| reload_lib::CertInfo::from_der(leaf))
+        {
+            Some(Ok(info)) => http::Response::builder()
+                .header("content-type", "text/plain")
+                .body(full(format!("{}\n", info.subject))),
+            Some(Err(_)) => http::Response::builder()
+                .status(400)
+                .body(full("unparsable client certificate\n")),
+            None => http::Response::builder()
+                .status(401)
+                .body(full("no client certificate\n")),
+        },
+        _ => http::Response::builder()
+            .status(404)
+            .body(full("not found\n")),
+    };
+    response.expect("static response parts are valid")
+}

@@ -70,7 +70,11 @@ impl CertInfo {
             issuer: cert.issuer().to_string(),
             dns_names,
             ip_addresses,
-            serial: if serial.is_empty() { "00".to_owned() } else { serial },
+            serial: if serial.is_empty() {
+                "00".to_owned()
+            } else {
+                serial
+            },
             sha256: hex(&Sha256::digest(der)),
             not_before: cert.validity().not_before.timestamp(),
             not_after: cert.validity().not_after.timestamp(),
@@ -102,7 +106,10 @@ impl CertInfo {
 pub(crate) fn rfc3339(unix: i64) -> String {
     time::OffsetDateTime::from_unix_timestamp(unix)
         .ok()
-        .and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok())
+        .and_then(|t| {
+            t.format(&time::format_description::well_known::Rfc3339)
+                .ok()
+        })
         .unwrap_or_else(|| unix.to_string())
 }
 

@@ -82,7 +82,10 @@ impl ParsedPair {
             };
             return Err(Error::invalid(cert_path, reason));
         }
-        let info = infos.into_iter().next().expect("parse_certificates never returns an empty chain");
+        let info = infos
+            .into_iter()
+            .next()
+            .expect("parse_certificates never returns an empty chain");
         Ok(Self {
             certified: Arc::new(certified),
             info,

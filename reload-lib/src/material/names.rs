@@ -16,9 +16,7 @@ pub(crate) fn covers(cert_name: &str, name: &str) -> bool {
         return true;
     }
     match (cert_name.strip_prefix("*."), name.split_once('.')) {
-        (Some(parent), Some((first, rest))) => {
-            !first.is_empty() && first != "*" && rest == parent
-        }
+        (Some(parent), Some((first, rest))) => !first.is_empty() && first != "*" && rest == parent,
         _ => false,
     }
 }

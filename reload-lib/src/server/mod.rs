@@ -9,13 +9,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use rustls::ServerConfig;
 use rustls::crypto::CryptoProvider;
 use rustls::server::{ServerSessionMemoryCache, StoresServerSessions, WebPkiClientVerifier};
-use rustls::ServerConfig;
 use tokio::sync::watch;
 
 use crate::error::{Error, InvalidMaterial, Result};
-use crate::material::{covers, normalize_name, CertInfo, ParsedBundle, ParsedPair};
+use crate::material::{CertInfo, ParsedBundle, ParsedPair, covers, normalize_name};
 use crate::reload::{self, Handle, Material, ServedCert, Status, Timing};
 use crate::source::{CertKeyPaths, PassReader};
 use crate::watch::{Interest, WatchMode};
@@ -103,7 +103,11 @@ impl ServingSetBuilder {
     }
 
     /// Like [`sni`](Self::sni) for several names served by one pair.
-    pub fn sni_names(mut self, names: impl IntoIterator<Item = String>, paths: CertKeyPaths) -> Self {
+    pub fn sni_names(
+        mut self,
+        names: impl IntoIterator<Item = String>,
+        paths: CertKeyPaths,
+    ) -> Self {
         self.sni.push(SniEntry {
             names: SniNames::Explicit(names.into_iter().map(|n| normalize_name(&n)).collect()),
             paths,
@@ -443,7 +447,11 @@ impl ServingMaterial {
         let ca = match &self.client_ca {
             Some(ca) => {
                 let bundle = pass.read(&ca.path)?;
-                let crls = ca.crls.iter().map(|p| pass.read(p)).collect::<Result<_>>()?;
+                let crls = ca
+                    .crls
+                    .iter()
+                    .map(|p| pass.read(p))
+                    .collect::<Result<_>>()?;
                 Some((bundle, crls))
             }
             None => None,
@@ -451,7 +459,12 @@ impl ServingMaterial {
         Ok(Read { pairs, ca })
     }
 
-    fn build(&self, read: &Read, current: Option<&ServingSnapshot>, now: i64) -> Result<ServingSnapshot> {
+    fn build(
+        &self,
+        read: &Read,
+        current: Option<&ServingSnapshot>,
+        now: i64,
+    ) -> Result<ServingSnapshot> {
         let mut parsed = Vec::with_capacity(read.pairs.len());
         for (index, (paths, (cert, key))) in self.all_pairs().zip(&read.pairs).enumerate() {
             let pair = ParsedPair::parse(paths.cert(), cert, paths.key(), key, &self.provider)?;
@@ -493,7 +506,8 @@ impl ServingMaterial {
         };
         let session_storage = match current {
             Some(current) if keep_sessions => Arc::clone(&current.session_storage),
-            _ => ServerSessionMemoryCache::new(self.session_cache_size) as Arc<dyn StoresServerSessions>,
+            _ => ServerSessionMemoryCache::new(self.session_cache_size)
+                as Arc<dyn StoresServerSessions>,
         };
 
         let builder = ServerConfig::builder_with_provider(Arc::clone(&self.provider))
@@ -506,8 +520,9 @@ impl ServingMaterial {
         let mut config = match &client_ca {
             Some((ca, bundle)) => {
                 let roots = Arc::new(bundle.root_store(&ca.path)?);
-                let mut verifier = WebPkiClientVerifier::builder_with_provider(roots, Arc::clone(&self.provider))
-                    .with_crls(bundle.crls.iter().cloned());
+                let mut verifier =
+                    WebPkiClientVerifier::builder_with_provider(roots, Arc::clone(&self.provider))
+                        .with_crls(bundle.crls.iter().cloned());
                 if ca.auth == ClientAuth::Optional {
                     verifier = verifier.allow_unauthenticated();
                 }
@@ -517,11 +532,13 @@ impl ServingMaterial {
                 })?;
                 builder
                     .with_client_cert_verifier(verifier)
-                    .with_cert_resolver(Arc::clone(&resolver) as Arc<dyn rustls::server::ResolvesServerCert>)
+                    .with_cert_resolver(
+                        Arc::clone(&resolver) as Arc<dyn rustls::server::ResolvesServerCert>
+                    )
             }
-            None => builder
-                .with_no_client_auth()
-                .with_cert_resolver(Arc::clone(&resolver) as Arc<dyn rustls::server::ResolvesServerCert>),
+            None => builder.with_no_client_auth().with_cert_resolver(
+                Arc::clone(&resolver) as Arc<dyn rustls::server::ResolvesServerCert>
+            ),
         };
         config.alpn_protocols = self.alpn.clone();
         config.session_storage = Arc::clone(&session_storage);
@@ -604,7 +621,9 @@ fn certificate_names(info: &CertInfo) -> Vec<String> {
         .filter(|cn| {
             !cn.is_empty()
                 && cn.parse::<std::net::IpAddr>().is_err()
-                && cn.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '*'))
+                && cn
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '*'))
         })
         .map(|cn| vec![cn.to_ascii_lowercase()])
         .unwrap_or_default()
@@ -628,7 +647,11 @@ impl Material for ServingMaterial {
         interest
     }
 
-    fn load(&mut self, current: Option<&ServingSnapshot>, now: i64) -> Result<Option<ServingSnapshot>> {
+    fn load(
+        &mut self,
+        current: Option<&ServingSnapshot>,
+        now: i64,
+    ) -> Result<Option<ServingSnapshot>> {
         let read = self.read()?;
         let bytes = read.flatten();
         if current.is_some() && bytes == self.previous_bytes {

@@ -41,6 +41,8 @@ impl SniResolver {
 
 impl ResolvesServerCert for SniResolver {
     fn resolve(&self, client_hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        Some(Arc::clone(&self.pairs[self.select(client_hello.server_name())]))
+        Some(Arc::clone(
+            &self.pairs[self.select(client_hello.server_name())],
+        ))
     }
 }

@@ -56,7 +56,9 @@ struct Subscriber {
 enum DirState {
     Armed(WatchDescriptor),
     /// The directory does not exist; the nearest existing ancestor is watched instead.
-    Missing { ancestor: PathBuf },
+    Missing {
+        ancestor: PathBuf,
+    },
 }
 
 static GLOBAL: OnceLock<Result<Arc<Watcher>, String>> = OnceLock::new();
@@ -95,7 +97,9 @@ impl Watcher {
     fn lock(&self) -> MutexGuard<'_, State> {
         // A panic while holding the lock cannot leave the maps inconsistent in a way that matters
         // more than losing reloads, so keep going with the inner value.
-        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     pub(super) fn subscribe(&self, interest: &Interest, wake: Arc<Notify>) -> io::Result<u64> {
@@ -166,7 +170,10 @@ impl State {
     fn arm_nearest(&mut self, dir: &Path) -> io::Result<()> {
         match self.watches.add(dir, mask()) {
             Ok(wd) => {
-                self.by_wd.entry(wd.clone()).or_default().insert(dir.to_owned());
+                self.by_wd
+                    .entry(wd.clone())
+                    .or_default()
+                    .insert(dir.to_owned());
                 self.dirs.insert(dir.to_owned(), DirState::Armed(wd));
                 tracing::debug!(dir = %dir.display(), "watching directory");
                 Ok(())
@@ -245,7 +252,8 @@ impl State {
         let Some(paths) = self.by_wd.get(wd).cloned() else {
             return;
         };
-        let gone = mask.intersects(EventMask::IGNORED | EventMask::DELETE_SELF | EventMask::MOVE_SELF);
+        let gone =
+            mask.intersects(EventMask::IGNORED | EventMask::DELETE_SELF | EventMask::MOVE_SELF);
         for path in paths {
             if matches!(self.dirs.get(&path), Some(DirState::Armed(armed)) if armed == wd) {
                 if gone {

@@ -33,7 +33,10 @@ pub(crate) struct Interest {
 impl Interest {
     pub(crate) fn add_file(&mut self, file: &Path) {
         let file = std::path::absolute(file).unwrap_or_else(|_| file.to_owned());
-        let dir = file.parent().map(Path::to_owned).unwrap_or_else(|| PathBuf::from("/"));
+        let dir = file
+            .parent()
+            .map(Path::to_owned)
+            .unwrap_or_else(|| PathBuf::from("/"));
         let names = self.dirs.entry(dir).or_default();
         if let Some(name) = file.file_name() {
             names.insert(name.to_owned());
@@ -56,7 +59,10 @@ impl Drop for Subscription {
 
 /// Registers `interest`; `wake` is notified (coalescing: one stored permit) whenever one of the
 /// files may have changed, after an event-queue overflow, and when a watched directory comes back.
-pub(crate) fn subscribe(interest: &Interest, wake: Arc<Notify>) -> (Option<Subscription>, WatchMode) {
+pub(crate) fn subscribe(
+    interest: &Interest,
+    wake: Arc<Notify>,
+) -> (Option<Subscription>, WatchMode) {
     let watcher = match inotify::Watcher::global() {
         Ok(watcher) => watcher,
         Err(reason) => return (None, WatchMode::Polling(reason)),

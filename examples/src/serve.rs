@@ -1,0 +1,226 @@
+//! The HTTPS accept loop shared by the example servers: TLS through a reload-lib
+//! [`Acceptor`](reload_lib::Acceptor), HTTP/1.1 and HTTP/2 through hyper-util, a handshake
+//! timeout, and graceful shutdown.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use rustls_pki_types::CertificateDer;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+/// The response body type of every handler: boxed, so streaming (watch) and full bodies mix.
+pub type Body = http_body_util::combinators::BoxBody<Bytes, std::io::Error>;
+
+/// A full body from bytes.
+pub fn full(bytes: impl Into<Bytes>) -> Body {
+    http_body_util::Full::new(bytes.into())
+        .map_err(|never: Infallible| match never {})
+        .boxed()
+}
+
+/// What a handler knows about the connection a request came on.
+#[derive(Debug, Clone)]
+pub struct ConnInfo {
+    /// The client's address.
+    pub remote: SocketAddr,
+    /// The SNI name the client asked for.
+    pub server_name: Option<String>,
+    /// The client's certificate chain (leaf first), empty when it sent none.
+    pub peer_certs: Vec<CertificateDer<'static>>,
+}
+
+/// How long a client may take to complete the TLS handshake.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long open connections may take to finish after shutdown starts.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The TLS side of a listener: reloading (the point of this project) or a fixed `ServerConfig`
+/// (the baseline our overhead is measured against).
+#[derive(Clone)]
+pub enum Tls {
+    /// A reload-lib acceptor: each connection takes the snapshot current at its ClientHello.
+    Reloading(reload_lib::Acceptor),
+    /// A plain tokio-rustls acceptor over one never-changing `ServerConfig`.
+    Static(tokio_rustls::TlsAcceptor),
+}
+
+impl std::fmt::Debug for Tls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Tls::Reloading(acceptor) => acceptor.fmt(f),
+            Tls::Static(_) => f.write_str("Static"),
+        }
+    }
+}
+
+impl From<reload_lib::Acceptor> for Tls {
+    fn from(acceptor: reload_lib::Acceptor) -> Self {
+        Tls::Reloading(acceptor)
+    }
+}
+
+impl Tls {
+    async fn accept(
+        &self,
+        tcp: tokio::net::TcpStream,
+    ) -> std::io::Result<tokio_rustls::server::TlsStream<tokio::net::TcpStream>> {
+        match self {
+            Tls::Reloading(acceptor) => acceptor.accept(tcp).await,
+            Tls::Static(acceptor) => acceptor.accept(tcp).await,
+        }
+    }
+}
+
+/// Accepts connections on `listener` until `shutdown` is cancelled, then drains open connections
+/// (up to 10 s). Every connection takes the TLS snapshot current at its ClientHello.
+pub async fn serve_https<H, Fut>(
+    listener: TcpListener,
+    acceptor: impl Into<Tls>,
+    handler: H,
+    shutdown: CancellationToken,
+) -> std::io::Result<()>
+where
+    H: Fn(Arc<ConnInfo>, http::Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = http::Response<Body>> + Send + 'static,
+{
+    let acceptor: Tls = acceptor.into();
+    let graceful = GracefulShutdown::new();
+    loop {
+        let (tcp, remote) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(err) => {
+                    // EMFILE and friends: back off briefly instead of spinning.
+                    tracing::warn!(error = %err, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = shutdown.cancelled() => break,
+        };
+        let _ = tcp.set_nodelay(true);
+        let acceptor = acceptor.clone();
+        let handler = handler.clone();
+        let watcher = graceful.watcher();
+        tokio::spawn(async move {
+            let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                Ok(Ok(tls)) => tls,
+                Ok(Err(err)) => {
+                    tracing::debug!(%remote, error = %err, "TLS handshake failed");
+                    return;
+                }
+                Err(_) => {
+                    tracing::debug!(%remote, "TLS handshake timed out");
+                    return;
+                }
+            };
+            let (_, conn) = tls.get_ref();
+            let info = Arc::new(ConnInfo {
+                remote,
+                server_name: conn.server_name().map(str::to_owned),
+                peer_certs: conn
+                    .peer_certificates()
+                    .map(|certs| certs.iter().map(|c| c.clone().into_owned()).collect())
+                    .unwrap_or_default(),
+            });
+            let service = hyper::service::service_fn(move |request| {
+                let response = handler(Arc::clone(&info), request);
+                async move { Ok::<_, Infallible>(response.await) }
+            });
+            let builder = auto::Builder::new(TokioExecutor::new());
+            let connection = builder.serve_connection_with_upgrades(TokioIo::new(tls), service);
+            if let Err(err) = watcher.watch(connection.into_owned()).await {
+                tracing::debug!(%remote, error = %err, "connection ended with an error");
+            }
+        });
+    }
+    drop(listener);
+    if tokio::time::timeout(DRAIN_TIMEOUT, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!("connections still open after the drain timeout; closing them");
+    }
+    Ok(())
+}
+
+/// Resolves when SIGTERM or SIGINT arrives (Kubernetes sends SIGTERM to start a graceful
+/// shutdown) and cancels `token`.
+pub async fn cancel_on_signal(token: CancellationToken) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        tracing::error!("cannot install signal handlers");
+        return;
+    };
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+        _ = int.recv() => tracing::info!("SIGINT: shutting down"),
+    }
+    token.cancel();
+}
+
+/// Installs the tracing subscriber used by every example binary: `RUST_LOG` filter (default
+/// `info`), logs on stderr so stdout stays for machine-readable lines.
+pub fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+}
+
+/// Serves Prometheus text from `registry` on `/metrics` (plain HTTP), plus `/healthz`.
+pub async fn serve_metrics(
+    listener: TcpListener,
+    registry: Arc<prometheus_client::registry::Registry>,
+    shutdown: CancellationToken,
+) -> std::io::Result<()> {
+    loop {
+        let (tcp, _) = tokio::select! {
+            accepted = listener.accept() => accepted?,
+            () = shutdown.cancelled() => return Ok(()),
+        };
+        let registry = Arc::clone(&registry);
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |request: http::Request<Incoming>| {
+                let registry = Arc::clone(&registry);
+                async move {
+                    let response = match request.uri().path() {
+                        "/metrics" => {
+                            let mut text = String::new();
+                            match prometheus_client::encoding::text::encode(&mut text, &registry) {
+                                Ok(()) => http::Response::builder()
+                                    .header("content-type", "application/openmetrics-text; version=1.0.0; charset=utf-8")
+                                    .body(full(text)),
+                                Err(_) => http::Response::builder().status(500).body(full("encoding failed")),
+                            }
+                        }
+                        "/healthz" => http::Response::builder().body(full("ok")),
+                        _ => http::Response::builder()
+                            .status(404)
+                            .body(full("not found")),
+                    };
+                    Ok::<_, Infallible>(response.expect("static response parts are valid"))
+                }
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(tcp), service)
+                .await;
+        });
+    }
+}

@@ -1,0 +1,366 @@
+//! The client side: a reloadable trust bundle (for verifying servers) and a reloadable client
+//! certificate (for mTLS), behind one `ClientConfig` that never needs rebuilding.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::client::{ResolvesClientCert, WebPkiServerVerifier};
+use rustls::crypto::CryptoProvider;
+use rustls::sign::CertifiedKey;
+use rustls::{ClientConfig, DigitallySignedStruct, SignatureScheme};
+use rustls_pki_types::{CertificateDer, ServerName, UnixTime};
+use tokio::sync::watch;
+
+use crate::error::{Error, Result};
+use crate::material::{ParsedBundle, ParsedPair};
+use crate::reload::{self, Handle, Material, ServedCert, Status, Timing};
+use crate::source::{CertKeyPaths, PassReader};
+use crate::watch::Interest;
+
+/// Configures and starts a [`ClientTls`]. Made by [`ClientTls::builder`].
+#[must_use]
+#[derive(Debug)]
+pub struct ClientTlsBuilder {
+    name: String,
+    roots: PathBuf,
+    identity: Option<CertKeyPaths>,
+    provider: Option<Arc<CryptoProvider>>,
+    alpn: Vec<Vec<u8>>,
+    timing: Timing,
+    #[cfg(feature = "metrics")]
+    metrics: Option<crate::metrics::ReloadMetrics>,
+}
+
+impl ClientTlsBuilder {
+    /// A name for logs and metrics (default `client`).
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
+    }
+
+    /// Presents this certificate when a server asks for one (mTLS), reloaded like the roots.
+    pub fn identity(mut self, paths: CertKeyPaths) -> Self {
+        self.identity = Some(paths);
+        self
+    }
+
+    /// The crypto provider (default: aws-lc-rs).
+    pub fn crypto_provider(mut self, provider: Arc<CryptoProvider>) -> Self {
+        self.provider = Some(provider);
+        self
+    }
+
+    /// ALPN protocols offered, most preferred first (default: none).
+    pub fn alpn(mut self, protocols: Vec<Vec<u8>>) -> Self {
+        self.alpn = protocols;
+        self
+    }
+
+    /// Periodic content resync (default 60 s; `None` turns it off).
+    pub fn resync_interval(mut self, interval: Option<Duration>) -> Self {
+        self.timing.resync = interval;
+        self
+    }
+
+    /// Registers the metrics (see [`metrics`](crate::metrics)) in `registry`.
+    #[cfg(feature = "metrics")]
+    pub fn metrics(mut self, registry: &mut prometheus_client::registry::Registry) -> Self {
+        self.metrics = Some(crate::metrics::ReloadMetrics::register(registry));
+        self
+    }
+
+    /// Reads and checks the files, arms the watches and spawns the reload task.
+    ///
+    /// # Errors
+    /// Any unreadable or invalid file, named in the error.
+    pub async fn start(self) -> Result<ClientTls> {
+        let provider = self
+            .provider
+            .unwrap_or_else(|| Arc::new(rustls::crypto::aws_lc_rs::default_provider()));
+        let material = ClientMaterial {
+            roots: self.roots,
+            identity: self.identity.clone(),
+            provider: Arc::clone(&provider),
+            previous_bytes: Vec::new(),
+        };
+        let handle = Arc::new(reload::start(material, self.timing, self.name.clone())?);
+        #[cfg(feature = "metrics")]
+        if let Some(metrics) = self.metrics {
+            metrics.follow(self.name.clone(), handle.status.clone());
+        }
+        let verifier = Arc::new(ReloadingVerifier {
+            current: Arc::clone(&handle.current),
+            schemes: provider
+                .signature_verification_algorithms
+                .supported_schemes(),
+        });
+        let builder = ClientConfig::builder_with_provider(provider)
+            .with_protocol_versions(rustls::ALL_VERSIONS)
+            .map_err(|source| Error::BuildConfig {
+                what: "client protocol versions".to_owned(),
+                source,
+            })?
+            .dangerous()
+            .with_custom_certificate_verifier(verifier);
+        let mut config = if self.identity.is_some() {
+            builder.with_client_cert_resolver(Arc::new(ReloadingIdentity {
+                current: Arc::clone(&handle.current),
+            }))
+        } else {
+            builder.with_no_client_auth()
+        };
+        config.alpn_protocols = self.alpn;
+        Ok(ClientTls {
+            handle,
+            config: Arc::new(config),
+        })
+    }
+}
+
+/// Reloadable TLS material for outbound connections: the CA bundle that server certificates must
+/// chain to and, optionally, a client certificate. [`config`](Self::config) returns one
+/// `ClientConfig` that always uses the current material, so it can be handed once to
+/// tokio-rustls, hyper-rustls or kube.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// use reload_lib::{CertKeyPaths, ClientTls};
+///
+/// let tls = ClientTls::builder("/etc/kubernetes/ca.crt")
+///     .identity(CertKeyPaths::new("/etc/client/tls.crt", "/etc/client/tls.key"))
+///     .start()
+///     .await?;
+/// let connector = tokio_rustls::TlsConnector::from(tls.config());
+/// # let _ = connector; Ok(()) }
+/// ```
+///
+/// # Security
+/// Server certificates are verified by rustls' WebPKI verifier built from the current bundle
+/// (hostname, chain, validity). Session tickets cached by the config were obtained under older
+/// trust and may resume; build a new `ClientConfig` if trust must shrink instantly.
+#[derive(Debug, Clone)]
+pub struct ClientTls {
+    handle: Arc<Handle<ClientSnapshot>>,
+    config: Arc<ClientConfig>,
+}
+
+impl ClientTls {
+    /// Starts configuring with the CA bundle at `roots`.
+    pub fn builder(roots: impl Into<PathBuf>) -> ClientTlsBuilder {
+        ClientTlsBuilder {
+            name: "client".to_owned(),
+            roots: roots.into(),
+            identity: None,
+            provider: None,
+            alpn: Vec::new(),
+            timing: Timing::default(),
+            #[cfg(feature = "metrics")]
+            metrics: None,
+        }
+    }
+
+    /// The client configuration; it follows reloads by itself.
+    pub fn config(&self) -> Arc<ClientConfig> {
+        Arc::clone(&self.config)
+    }
+
+    /// Status updates, as for servers.
+    pub fn subscribe(&self) -> watch::Receiver<Status> {
+        self.handle.status.clone()
+    }
+
+    /// The latest status.
+    pub fn status(&self) -> Status {
+        self.handle.status.borrow().clone()
+    }
+
+    /// Re-reads the files now; `Ok(true)` when new material was published.
+    ///
+    /// # Errors
+    /// Why the files were rejected (the last good material stays in use).
+    pub async fn reload(&self) -> Result<bool> {
+        self.handle.reload().await
+    }
+}
+
+/// The key inside `identity` never reaches Debug output.
+struct ClientSnapshot {
+    verifier: Arc<WebPkiServerVerifier>,
+    identity: Option<Arc<CertifiedKey>>,
+    served: Vec<ServedCert>,
+}
+
+impl std::fmt::Debug for ClientSnapshot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientSnapshot")
+            .field("served", &self.served)
+            .finish_non_exhaustive()
+    }
+}
+
+struct ClientMaterial {
+    roots: PathBuf,
+    identity: Option<CertKeyPaths>,
+    provider: Arc<CryptoProvider>,
+    previous_bytes: Vec<Vec<u8>>,
+}
+
+impl Material for ClientMaterial {
+    type Snapshot = ClientSnapshot;
+
+    fn interest(&self) -> Interest {
+        let mut interest = Interest::default();
+        interest.add_file(&self.roots);
+        if let Some(identity) = &self.identity {
+            interest.add_file(identity.cert());
+            interest.add_file(identity.key());
+        }
+        interest
+    }
+
+    fn load(
+        &mut self,
+        current: Option<&ClientSnapshot>,
+        _now: i64,
+    ) -> Result<Option<ClientSnapshot>> {
+        let mut pass = PassReader::default();
+        let mut bytes = vec![pass.read(&self.roots)?];
+        if let Some(identity) = &self.identity {
+            bytes.push(pass.read(identity.cert())?);
+            bytes.push(if identity.key() == identity.cert() {
+                bytes[1].clone()
+            } else {
+                pass.read(identity.key())?
+            });
+        }
+        if current.is_some() && bytes == self.previous_bytes {
+            return Ok(None);
+        }
+        let bundle = ParsedBundle::parse(&self.roots, &bytes[0])?;
+        let roots = Arc::new(bundle.root_store(&self.roots)?);
+        let verifier =
+            WebPkiServerVerifier::builder_with_provider(roots, Arc::clone(&self.provider))
+                .build()
+                .map_err(|source| Error::BuildServerVerifier {
+                    path: self.roots.clone(),
+                    source,
+                })?;
+        let mut served: Vec<ServedCert> = bundle
+            .infos
+            .iter()
+            .map(|info| ServedCert {
+                source: "roots".to_owned(),
+                path: self.roots.clone(),
+                info: info.clone(),
+            })
+            .collect();
+        let identity = match &self.identity {
+            Some(paths) => {
+                let pair = ParsedPair::parse(
+                    paths.cert(),
+                    &bytes[1],
+                    paths.key(),
+                    &bytes[2],
+                    &self.provider,
+                )?;
+                served.insert(
+                    0,
+                    ServedCert {
+                        source: "identity".to_owned(),
+                        path: paths.cert().to_owned(),
+                        info: pair.info.clone(),
+                    },
+                );
+                Some(pair.certified)
+            }
+            None => None,
+        };
+        self.previous_bytes = bytes;
+        Ok(Some(ClientSnapshot {
+            verifier,
+            identity,
+            served,
+        }))
+    }
+
+    fn describe(snapshot: &ClientSnapshot) -> Vec<ServedCert> {
+        snapshot.served.clone()
+    }
+}
+
+/// Presents the current client certificate.
+#[derive(Debug)]
+struct ReloadingIdentity {
+    current: Arc<ArcSwap<ClientSnapshot>>,
+}
+
+impl ResolvesClientCert for ReloadingIdentity {
+    fn resolve(
+        &self,
+        _root_hint_subjects: &[&[u8]],
+        _sigschemes: &[SignatureScheme],
+    ) -> Option<Arc<CertifiedKey>> {
+        self.current.load().identity.clone()
+    }
+
+    fn has_certs(&self) -> bool {
+        true
+    }
+}
+
+/// Verifies servers against the current bundle: one `ArcSwap` load per call, no file I/O.
+#[derive(Debug)]
+struct ReloadingVerifier {
+    current: Arc<ArcSwap<ClientSnapshot>>,
+    schemes: Vec<SignatureScheme>,
+}
+
+impl ServerCertVerifier for ReloadingVerifier {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
+    ) -> std::result::Result<ServerCertVerified, rustls::Error> {
+        self.current.load().verifier.verify_server_cert(
+            end_entity,
+            intermediates,
+            server_name,
+            ocsp_response,
+            now,
+        )
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
+        self.current
+            .load()
+            .verifier
+            .verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
+        self.current
+            .load()
+            .verifier
+            .verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.schemes.clone()
+    }
+}
