@@ -123,6 +123,7 @@ impl Error {
     pub fn invalid_material(&self) -> Option<&InvalidMaterial> {
         match self {
             Error::InvalidMaterial { reason, .. } => Some(reason),
+            Error::Retained(inner) => inner.invalid_material(),
             _ => None,
         }
     }

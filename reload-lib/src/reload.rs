@@ -77,6 +77,7 @@ pub(crate) struct Timing {
     pub(crate) retry_min: Duration,
     pub(crate) retry_max: Duration,
     pub(crate) warn_after: Duration,
+    pub(crate) force_poll: bool,
 }
 
 impl Default for Timing {
@@ -87,6 +88,7 @@ impl Default for Timing {
             retry_min: Duration::from_millis(20),
             retry_max: Duration::from_secs(5),
             warn_after: Duration::from_secs(1),
+            force_poll: false,
         }
     }
 }
@@ -146,7 +148,14 @@ where
 {
     let wake = Arc::new(Notify::new());
     // Watches first, then the first read: a change between the two is then never missed.
-    let (subscription, mode) = subscribe(&material.interest(), Arc::clone(&wake));
+    let (subscription, mode) = if timing.force_poll {
+        (
+            None,
+            WatchMode::Polling("polling was configured".to_owned()),
+        )
+    } else {
+        subscribe(&material.interest(), Arc::clone(&wake))
+    };
     if let WatchMode::Polling(reason) = &mode {
         tracing::warn!(set = %name, %reason, poll_interval = ?timing.poll, "watching by polling");
     }

@@ -176,6 +176,14 @@ impl ServingSetBuilder {
         self
     }
 
+    /// Never use inotify: read the files every [`poll_interval`](Self::poll_interval). For
+    /// filesystems that deliver no events (some network and FUSE filesystems); the periodic
+    /// resync is replaced by the poll.
+    pub fn poll_only(mut self, poll: bool) -> Self {
+        self.timing.force_poll = poll;
+        self
+    }
+
     /// How long a rejection may persist before it is logged at warn level (default 1 s): writers
     /// that replace certificate and key one after the other pass through torn states.
     pub fn warn_after(mut self, grace: Duration) -> Self {

@@ -61,6 +61,9 @@ enum DirState {
     },
 }
 
+/// `IN_Q_OVERFLOW` events seen by this process.
+pub(super) static OVERFLOWS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 static GLOBAL: OnceLock<Result<Arc<Watcher>, String>> = OnceLock::new();
 
 impl Watcher {
@@ -155,6 +158,7 @@ impl Watcher {
             let mut state = self.lock();
             for event in events {
                 if event.mask.contains(EventMask::Q_OVERFLOW) {
+                    OVERFLOWS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     tracing::warn!("inotify event queue overflowed; reloading everything");
                     state.wake_all();
                     continue;

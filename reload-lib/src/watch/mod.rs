@@ -83,3 +83,9 @@ pub fn active_watch_count() -> usize {
         .map(|watcher| watcher.watch_count())
         .unwrap_or(0)
 }
+
+/// How many times this process's inotify queue overflowed (each time, every reloader re-read
+/// everything).
+pub fn overflow_count() -> u64 {
+    inotify::OVERFLOWS.load(std::sync::atomic::Ordering::Relaxed)
+}
