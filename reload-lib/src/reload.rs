@@ -310,7 +310,7 @@ impl<M: Material> Task<M> {
                     None => self.timing.retry_min,
                     Some(delay) => (delay * 2).min(self.timing.retry_max),
                 });
-                Err(Arc::try_unwrap(err).unwrap_or_else(|err| Error::Retained(err)))
+                Err(Arc::try_unwrap(err).unwrap_or_else(Error::Retained))
             }
         }
     }

@@ -13,12 +13,11 @@ async fn wait_status(
     pred: impl Fn(&reload_lib::Status) -> bool,
 ) -> reload_lib::Status {
     let mut rx = set.subscribe();
-    let status = tokio::time::timeout(Duration::from_secs(10), rx.wait_for(|s| pred(s)))
+    tokio::time::timeout(Duration::from_secs(10), rx.wait_for(|s| pred(s)))
         .await
         .expect("status condition not reached within 10 s")
         .unwrap()
-        .clone();
-    status
+        .clone()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

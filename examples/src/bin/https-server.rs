@@ -28,11 +28,19 @@ struct Flags {
     #[arg(long, default_value = "127.0.0.1:8443")]
     listen: SocketAddr,
     /// Default certificate chain (PEM, leaf first).
-    #[arg(long)]
-    cert: PathBuf,
+    #[arg(long, required_unless_present = "demo")]
+    cert: Option<PathBuf>,
     /// Private key of the default certificate (PEM).
-    #[arg(long)]
-    key: PathBuf,
+    #[arg(long, required_unless_present = "demo")]
+    key: Option<PathBuf>,
+    /// Self-contained demo: generate a CA and a certificate in a temporary directory, serve it,
+    /// rotate it by rename every second while checking over TLS that each new certificate is
+    /// served, print a timeline, and exit 0 when all rotations were seen.
+    #[arg(long, conflicts_with_all = ["cert", "key", "static_config"])]
+    demo: bool,
+    /// Rotations performed by --demo.
+    #[arg(long, default_value_t = 5, requires = "demo")]
+    demo_rotations: u32,
     /// Extra certificate for one SNI name: NAME=CERT,KEY (repeatable; `*.` wildcards allowed).
     #[arg(long, value_name = "NAME=CERT,KEY")]
     sni: Vec<String>,
@@ -82,7 +90,16 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-async fn run(flags: Flags) -> anyhow::Result<()> {
+async fn run(mut flags: Flags) -> anyhow::Result<()> {
+    let demo = if flags.demo {
+        let demo = examples::demo::DemoPki::create().context("cannot create the demo certificates")?;
+        flags.cert = Some(demo.cert_path());
+        flags.key = Some(demo.key_path());
+        flags.listen = "127.0.0.1:0".parse().expect("a valid address");
+        Some(demo)
+    } else {
+        None
+    };
     let mut registry = prometheus_client::registry::Registry::default();
     let tls: Tls = if flags.static_config {
         Tls::Static(static_acceptor(&flags)?)
@@ -111,7 +128,15 @@ async fn run(flags: Flags) -> anyhow::Result<()> {
     let listener = TcpListener::bind(flags.listen)
         .await
         .with_context(|| format!("cannot listen on {}", flags.listen))?;
-    println!("listening on {}", listener.local_addr()?);
+    let addr = listener.local_addr()?;
+    println!("listening on {addr}");
+    if let Some(demo) = demo {
+        let server = tokio::spawn(serve::serve_https(listener, tls, handle, shutdown.clone()));
+        let outcome = demo.rotate_and_verify(addr, flags.demo_rotations).await;
+        shutdown.cancel();
+        server.await??;
+        return outcome;
+    }
     serve::serve_https(listener, tls, handle, shutdown).await?;
     Ok(())
 }
@@ -120,7 +145,8 @@ async fn serving_set(
     flags: &Flags,
     registry: &mut prometheus_client::registry::Registry,
 ) -> anyhow::Result<ServingSet> {
-    let mut builder = ServingSet::builder(CertKeyPaths::new(&flags.cert, &flags.key))
+    let (cert, key) = cert_and_key(flags)?;
+    let mut builder = ServingSet::builder(CertKeyPaths::new(cert, key))
         .name("https-server")
         .resync_interval(
             (flags.resync_secs > 0).then(|| std::time::Duration::from_secs(flags.resync_secs)),
@@ -159,16 +185,24 @@ fn pair_paths(pair: &str) -> anyhow::Result<CertKeyPaths> {
     }
 }
 
+fn cert_and_key(flags: &Flags) -> anyhow::Result<(&PathBuf, &PathBuf)> {
+    match (&flags.cert, &flags.key) {
+        (Some(cert), Some(key)) => Ok((cert, key)),
+        _ => bail!("--cert and --key are required"),
+    }
+}
+
 /// The baseline: one `ServerConfig`, built once, never reloaded.
 fn static_acceptor(flags: &Flags) -> anyhow::Result<tokio_rustls::TlsAcceptor> {
+    let (cert_path, key_path) = cert_and_key(flags)?;
     if !flags.sni.is_empty() || !flags.sni_from_cert.is_empty() {
         bail!("--static does not support --sni or --sni-from-cert");
     }
-    let chain = CertificateDer::pem_file_iter(&flags.cert)
+    let chain = CertificateDer::pem_file_iter(cert_path)
         .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
-        .with_context(|| format!("cannot read certificates from {}", flags.cert.display()))?;
-    let key = PrivateKeyDer::from_pem_file(&flags.key)
-        .with_context(|| format!("cannot read the private key from {}", flags.key.display()))?;
+        .with_context(|| format!("cannot read certificates from {}", cert_path.display()))?;
+    let key = PrivateKeyDer::from_pem_file(key_path)
+        .with_context(|| format!("cannot read the private key from {}", key_path.display()))?;
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let builder = rustls::ServerConfig::builder_with_provider(Arc::clone(&provider))
         .with_protocol_versions(rustls::ALL_VERSIONS)?;
@@ -194,8 +228,8 @@ fn static_acceptor(flags: &Flags) -> anyhow::Result<tokio_rustls::TlsAcceptor> {
     let mut config = builder.with_single_cert(chain, key).with_context(|| {
         format!(
             "{} and {} do not form a usable pair",
-            flags.cert.display(),
-            flags.key.display()
+            cert_path.display(),
+            key_path.display()
         )
     })?;
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];

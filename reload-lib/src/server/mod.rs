@@ -477,18 +477,16 @@ impl ServingMaterial {
         for (index, (paths, (cert, key))) in self.all_pairs().zip(&read.pairs).enumerate() {
             let pair = ParsedPair::parse(paths.cert(), cert, paths.key(), key, &self.provider)?;
             // Never trade a valid certificate for an expired one.
-            if pair.info.is_expired_at(now) {
-                if let Some(current) = current {
-                    let served = &current.infos[index];
-                    if !served.is_expired_at(now) {
-                        return Err(Error::invalid(
-                            paths.cert(),
-                            InvalidMaterial::Expired {
-                                not_after: pair.info.not_after_rfc3339(),
-                            },
-                        ));
-                    }
-                }
+            if pair.info.is_expired_at(now)
+                && let Some(current) = current
+                && !current.infos[index].is_expired_at(now)
+            {
+                return Err(Error::invalid(
+                    paths.cert(),
+                    InvalidMaterial::Expired {
+                        not_after: pair.info.not_after_rfc3339(),
+                    },
+                ));
             }
             parsed.push(pair);
         }

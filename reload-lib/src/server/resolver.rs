@@ -30,10 +30,10 @@ impl SniResolver {
         if let Some(index) = self.exact.get(name) {
             return *index;
         }
-        if let Some((_, parent)) = name.split_once('.') {
-            if let Some(index) = self.wildcard.get(parent) {
-                return *index;
-            }
+        if let Some((_, parent)) = name.split_once('.')
+            && let Some(index) = self.wildcard.get(parent)
+        {
+            return *index;
         }
         self.default
     }

@@ -310,10 +310,10 @@ impl State {
     fn wake_for(&self, dir: &Path, name: Option<&std::ffi::OsStr>) {
         let everyone = name.is_none_or(|n| n.as_encoded_bytes().starts_with(b".."));
         for subscriber in self.subscribers.values() {
-            if let Some(names) = subscriber.dirs.get(dir) {
-                if everyone || name.is_some_and(|n| names.contains(n)) {
-                    subscriber.wake.notify_one();
-                }
+            if let Some(names) = subscriber.dirs.get(dir)
+                && (everyone || name.is_some_and(|n| names.contains(n)))
+            {
+                subscriber.wake.notify_one();
             }
         }
     }

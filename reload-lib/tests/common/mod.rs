@@ -290,10 +290,10 @@ pub async fn wait_for_serial(
 ) -> Duration {
     let start = std::time::Instant::now();
     loop {
-        if let Ok(seen) = handshake(addr, name, no_resumption(config)).await {
-            if seen.serial == serial {
-                return start.elapsed();
-            }
+        if let Ok(seen) = handshake(addr, name, no_resumption(config)).await
+            && seen.serial == serial
+        {
+            return start.elapsed();
         }
         assert!(
             start.elapsed() < Duration::from_secs(10),
