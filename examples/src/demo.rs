@@ -25,11 +25,14 @@ impl DemoPki {
     /// Creates the directory, the CA and the first certificate.
     pub fn create() -> anyhow::Result<DemoPki> {
         let dir = std::env::temp_dir().join(format!("reload-demo-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        std::fs::create_dir_all(&dir)
+            .with_context(|| format!("cannot create {}", dir.display()))?;
         let key = KeyPair::generate()?;
         let mut params = CertificateParams::new(Vec::<String>::new())?;
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.distinguished_name.push(DnType::CommonName, "reload-lib demo CA");
+        params
+            .distinguished_name
+            .push(DnType::CommonName, "reload-lib demo CA");
         params.not_before = OffsetDateTime::now_utc() - time::Duration::minutes(5);
         params.not_after = OffsetDateTime::now_utc() + time::Duration::days(1);
         let ca = params.self_signed(&key)?;
@@ -60,7 +63,9 @@ impl DemoPki {
     fn issue(&mut self) -> anyhow::Result<String> {
         let key = KeyPair::generate()?;
         let mut params = CertificateParams::new(vec!["localhost".to_owned()])?;
-        params.distinguished_name.push(DnType::CommonName, "localhost");
+        params
+            .distinguished_name
+            .push(DnType::CommonName, "localhost");
         let serial = 0x5e_0000 + self.next_serial;
         self.next_serial += 1;
         params.serial_number = Some(serial.into());
@@ -73,10 +78,18 @@ impl DemoPki {
     }
 
     /// Rotates `rotations` times, waiting after each for a handshake to show the new serial.
-    pub async fn rotate_and_verify(mut self, addr: SocketAddr, rotations: u32) -> anyhow::Result<()> {
+    pub async fn rotate_and_verify(
+        mut self,
+        addr: SocketAddr,
+        rotations: u32,
+    ) -> anyhow::Result<()> {
         let client = self.client()?;
         println!("demo: files in {}", self.dir.display());
-        println!("demo: serving {} (serial {})", self.cert_path().display(), served_serial(addr, &client).await?);
+        println!(
+            "demo: serving {} (serial {})",
+            self.cert_path().display(),
+            served_serial(addr, &client).await?
+        );
         for round in 1..=rotations {
             tokio::time::sleep(Duration::from_secs(1)).await;
             let serial = self.issue()?;
@@ -121,11 +134,15 @@ impl Drop for DemoPki {
 fn replace(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     let tmp = path.with_extension("tmp");
     std::fs::write(&tmp, bytes).with_context(|| format!("cannot write {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("cannot rename {} into place", tmp.display()))?;
+    std::fs::rename(&tmp, path)
+        .with_context(|| format!("cannot rename {} into place", tmp.display()))?;
     Ok(())
 }
 
-async fn served_serial(addr: SocketAddr, client: &Arc<rustls::ClientConfig>) -> anyhow::Result<String> {
+async fn served_serial(
+    addr: SocketAddr,
+    client: &Arc<rustls::ClientConfig>,
+) -> anyhow::Result<String> {
     let tcp = tokio::net::TcpStream::connect(addr).await?;
     let connector = tokio_rustls::TlsConnector::from(Arc::clone(client));
     let tls = connector

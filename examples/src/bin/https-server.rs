@@ -92,7 +92,8 @@ fn main() -> std::process::ExitCode {
 
 async fn run(mut flags: Flags) -> anyhow::Result<()> {
     let demo = if flags.demo {
-        let demo = examples::demo::DemoPki::create().context("cannot create the demo certificates")?;
+        let demo =
+            examples::demo::DemoPki::create().context("cannot create the demo certificates")?;
         flags.cert = Some(demo.cert_path());
         flags.key = Some(demo.key_path());
         flags.listen = "127.0.0.1:0".parse().expect("a valid address");

@@ -1,0 +1,240 @@
+//! Benchmarks of reload-lib. Run with `cargo bench -p reload-lib`.
+//!
+//! - `handshake/{static,reloading}`: a full TLS 1.3 ECDSA P-256 handshake over an in-memory
+//!   duplex, through a plain tokio-rustls acceptor on a fixed `ServerConfig` versus the reloading
+//!   `Acceptor`. The ratio is the overhead of reloadability.
+//! - `reload/{ecdsa-p256,rsa-2048}`: one reload pass that publishes (read both files, parse,
+//!   check the key, build the config, swap), driven through `ServingSet::reload`.
+//! - Before criterion runs, percentile figures (criterion reports means): reload cost p50/p99,
+//!   and rename → new snapshot published through inotify p50/p99.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use criterion::{Criterion, criterion_group};
+use rcgen::{CertificateParams, DnType, KeyPair};
+use reload_lib::{CertKeyPaths, ServingSet};
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use tokio::runtime::Runtime;
+
+struct Pair {
+    cert: String,
+    key: String,
+}
+
+fn pair(rsa: bool) -> Pair {
+    let key = if rsa {
+        KeyPair::generate_rsa_for(&rcgen::PKCS_RSA_SHA256, rcgen::RsaKeySize::_2048).unwrap()
+    } else {
+        KeyPair::generate().unwrap()
+    };
+    let mut params = CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "localhost");
+    params.not_before = time::OffsetDateTime::now_utc() - time::Duration::hours(1);
+    params.not_after = time::OffsetDateTime::now_utc() + time::Duration::days(30);
+    let cert = params.self_signed(&key).unwrap();
+    Pair {
+        cert: cert.pem(),
+        key: key.serialize_pem(),
+    }
+}
+
+fn rename_into(path: &Path, bytes: &[u8]) {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, bytes).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+/// Writes the pair as one bundle file (key + chain), so one rename is one atomic change.
+fn write_bundle(path: &Path, pair: &Pair) {
+    rename_into(path, format!("{}{}", pair.key, pair.cert).as_bytes());
+}
+
+fn client_for(pair: &Pair) -> Arc<rustls::ClientConfig> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_slice(pair.cert.as_bytes()).unwrap())
+        .unwrap();
+    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::aws_lc_rs::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    config.resumption = rustls::client::Resumption::disabled();
+    Arc::new(config)
+}
+
+fn static_acceptor(pair: &Pair) -> tokio_rustls::TlsAcceptor {
+    let chain = vec![CertificateDer::from_pem_slice(pair.cert.as_bytes()).unwrap()];
+    let key = PrivateKeyDer::from_pem_slice(pair.key.as_bytes()).unwrap();
+    let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::aws_lc_rs::default_provider(),
+    ))
+    .with_protocol_versions(rustls::ALL_VERSIONS)
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(chain, key)
+    .unwrap();
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    config.session_storage = rustls::server::ServerSessionMemoryCache::new(1024);
+    tokio_rustls::TlsAcceptor::from(Arc::new(config))
+}
+
+async fn handshake_static(
+    acceptor: &tokio_rustls::TlsAcceptor,
+    client: &Arc<rustls::ClientConfig>,
+) {
+    let (c, s) = tokio::io::duplex(64 * 1024);
+    let connector = tokio_rustls::TlsConnector::from(Arc::clone(client));
+    let name = ServerName::try_from("localhost").unwrap();
+    let (client, server) = tokio::join!(connector.connect(name, c), acceptor.accept(s));
+    client.unwrap();
+    server.unwrap();
+}
+
+async fn handshake_reloading(acceptor: &reload_lib::Acceptor, client: &Arc<rustls::ClientConfig>) {
+    let (c, s) = tokio::io::duplex(64 * 1024);
+    let connector = tokio_rustls::TlsConnector::from(Arc::clone(client));
+    let name = ServerName::try_from("localhost").unwrap();
+    let (client, server) = tokio::join!(connector.connect(name, c), acceptor.accept(s));
+    client.unwrap();
+    server.unwrap();
+}
+
+fn handshakes(c: &mut Criterion) {
+    let rt = Runtime::new().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let pair = pair(false);
+    let bundle = dir.path().join("credential.pem");
+    write_bundle(&bundle, &pair);
+    let set = rt
+        .block_on(ServingSet::builder(CertKeyPaths::bundle(&bundle)).start())
+        .unwrap();
+    let reloading = set.acceptor();
+    let fixed = static_acceptor(&pair);
+    let client = client_for(&pair);
+    let mut group = c.benchmark_group("handshake");
+    // Interleaved in one run so machine noise hits both alike.
+    group.bench_function("static", |b| {
+        b.iter(|| rt.block_on(handshake_static(&fixed, &client)))
+    });
+    group.bench_function("reloading", |b| {
+        b.iter(|| rt.block_on(handshake_reloading(&reloading, &client)))
+    });
+    group.finish();
+}
+
+fn reloads(c: &mut Criterion) {
+    let rt = Runtime::new().unwrap();
+    let mut group = c.benchmark_group("reload");
+    for (name, rsa) in [("ecdsa-p256", false), ("rsa-2048", true)] {
+        let dir = tempfile::tempdir().unwrap();
+        let pairs = [pair(rsa), pair(rsa)];
+        let bundle = dir.path().join("credential.pem");
+        write_bundle(&bundle, &pairs[0]);
+        // No watch traffic: only explicit reloads, so each iteration is exactly one pass.
+        let set = rt
+            .block_on(
+                ServingSet::builder(CertKeyPaths::bundle(&bundle))
+                    .poll_only(true)
+                    .poll_interval(Duration::from_secs(3600))
+                    .start(),
+            )
+            .unwrap();
+        let mut i = 0usize;
+        group.bench_function(name, |b| {
+            b.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    i += 1;
+                    write_bundle(&bundle, &pairs[i % 2]);
+                    let start = Instant::now();
+                    assert!(rt.block_on(set.reload()).unwrap());
+                    total += start.elapsed();
+                }
+                total
+            })
+        });
+    }
+    group.finish();
+}
+
+fn percentile(samples: &mut [Duration], p: f64) -> Duration {
+    samples.sort();
+    samples[((samples.len() as f64 - 1.0) * p).round() as usize]
+}
+
+/// p50/p99 of a reload pass and of rename → published, printed as one line each.
+fn percentiles() {
+    let rt = Runtime::new().unwrap();
+    for (name, rsa) in [("ecdsa-p256", false), ("rsa-2048", true)] {
+        let dir = tempfile::tempdir().unwrap();
+        let pairs = [pair(rsa), pair(rsa)];
+        let bundle = dir.path().join("credential.pem");
+        write_bundle(&bundle, &pairs[0]);
+        let polled = rt
+            .block_on(
+                ServingSet::builder(CertKeyPaths::bundle(&bundle))
+                    .poll_only(true)
+                    .poll_interval(Duration::from_secs(3600))
+                    .start(),
+            )
+            .unwrap();
+        let mut samples = Vec::new();
+        for i in 1..=1000 {
+            write_bundle(&bundle, &pairs[i % 2]);
+            let start = Instant::now();
+            assert!(rt.block_on(polled.reload()).unwrap());
+            samples.push(start.elapsed());
+        }
+        println!(
+            "percentiles reload/{name}: p50 {:?} p99 {:?} (n=1000)",
+            percentile(&mut samples, 0.5),
+            percentile(&mut samples, 0.99)
+        );
+        drop(polled);
+
+        let watched = rt
+            .block_on(ServingSet::builder(CertKeyPaths::bundle(&bundle)).start())
+            .unwrap();
+        let mut rx = watched.subscribe();
+        let mut samples = Vec::new();
+        for i in 1..=1000u64 {
+            let target = watched.status().generation + 1;
+            let start = Instant::now();
+            write_bundle(&bundle, &pairs[(i % 2) as usize]);
+            rt.block_on(async {
+                tokio::time::timeout(
+                    Duration::from_secs(10),
+                    rx.wait_for(|s| s.generation >= target),
+                )
+                .await
+                .unwrap()
+                .unwrap();
+            });
+            samples.push(start.elapsed());
+        }
+        println!(
+            "percentiles rename-to-published/{name}: p50 {:?} p99 {:?} (n=1000, includes the write)",
+            percentile(&mut samples, 0.5),
+            percentile(&mut samples, 0.99)
+        );
+    }
+}
+
+criterion_group!(benches, handshakes, reloads);
+
+fn main() {
+    // `cargo test --benches` / `--no-run` smoke runs pass `--bench` only when benchmarking.
+    if std::env::args().any(|a| a == "--bench") {
+        percentiles();
+    }
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}

@@ -1,0 +1,424 @@
+//! `https-server` as a process: certificates rotated on disk under continuous handshake load, and
+//! the polling fallback when inotify cannot be had.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, ServerName};
+use time::OffsetDateTime;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// Binaries of the workspace: `E2E_BIN_DIR`, or the target dir this test runs from.
+fn bin(name: &str) -> PathBuf {
+    if let Some(dir) = std::env::var_os("E2E_BIN_DIR") {
+        return PathBuf::from(dir).join(name);
+    }
+    let exe = std::env::current_exe().unwrap();
+    let path = exe.parent().unwrap().parent().unwrap().join(name);
+    assert!(
+        path.exists(),
+        "{} not built: run `cargo build --workspace --bins` first",
+        path.display()
+    );
+    path
+}
+
+/// A child process killed on drop; `stderr` is collected.
+struct Server {
+    child: Child,
+    addr: SocketAddr,
+    stderr: Arc<std::sync::Mutex<String>>,
+}
+
+impl Server {
+    fn start(mut command: Command) -> Server {
+        let mut child = command
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = Arc::new(std::sync::Mutex::new(String::new()));
+        let sink = Arc::clone(&stderr);
+        let err = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(err).lines().map_while(Result::ok) {
+                eprintln!("[server] {line}");
+                sink.lock().unwrap().push_str(&line);
+                sink.lock().unwrap().push('\n');
+            }
+        });
+        let (tx, rx) = std::sync::mpsc::channel();
+        let out = child.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                if let Some(addr) = line.strip_prefix("listening on ") {
+                    let _ = tx.send(addr.parse::<SocketAddr>().unwrap());
+                }
+            }
+        });
+        let addr = rx
+            .recv_timeout(Duration::from_secs(20))
+            .expect("server did not print `listening on`");
+        Server {
+            child,
+            addr,
+            stderr,
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+struct Ca {
+    pem: String,
+    issuer: Issuer<'static, KeyPair>,
+    serial: u64,
+}
+
+impl Ca {
+    fn new() -> Ca {
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.distinguished_name.push(DnType::CommonName, "e2e ca");
+        params.not_before = OffsetDateTime::now_utc() - time::Duration::hours(1);
+        params.not_after = OffsetDateTime::now_utc() + time::Duration::days(30);
+        let pem = params.self_signed(&key).unwrap().pem();
+        Ca {
+            pem,
+            issuer: Issuer::new(params, key),
+            serial: 0x7000,
+        }
+    }
+
+    /// (cert PEM, key PEM, serial hex) for `localhost`.
+    fn leaf(&mut self) -> (String, String, String) {
+        self.serial += 1;
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
+        params
+            .distinguished_name
+            .push(DnType::CommonName, "localhost");
+        params.serial_number = Some(self.serial.into());
+        params.not_before = OffsetDateTime::now_utc() - time::Duration::hours(1);
+        params.not_after = OffsetDateTime::now_utc() + time::Duration::days(1);
+        let cert = params.signed_by(&key, &self.issuer).unwrap();
+        (
+            cert.pem(),
+            key.serialize_pem(),
+            format!("{:x}", self.serial),
+        )
+    }
+
+    fn client(&self) -> Arc<rustls::ClientConfig> {
+        let mut roots = rustls::RootCertStore::empty();
+        roots
+            .add(CertificateDer::from_pem_slice(self.pem.as_bytes()).unwrap())
+            .unwrap();
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        let mut config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        config.resumption = rustls::client::Resumption::disabled();
+        Arc::new(config)
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Writer {
+    Rename,
+    InPlace,
+    Kubelet,
+}
+
+fn rename_into(path: &Path, bytes: &[u8]) {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, bytes).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+fn write_pair(dir: &Path, writer: Writer, generation: u64, cert: &str, key: &str) {
+    match writer {
+        Writer::Rename => {
+            rename_into(&dir.join("tls.crt"), cert.as_bytes());
+            rename_into(&dir.join("tls.key"), key.as_bytes());
+        }
+        Writer::InPlace => {
+            std::fs::write(dir.join("tls.crt"), cert).unwrap();
+            std::fs::write(dir.join("tls.key"), key).unwrap();
+        }
+        Writer::Kubelet => {
+            let ts = format!("..gen_{generation}");
+            std::fs::create_dir(dir.join(&ts)).unwrap();
+            std::fs::write(dir.join(&ts).join("tls.crt"), cert).unwrap();
+            std::fs::write(dir.join(&ts).join("tls.key"), key).unwrap();
+            let old = std::fs::read_link(dir.join("..data")).ok();
+            std::os::unix::fs::symlink(&ts, dir.join("..data_tmp")).unwrap();
+            std::fs::rename(dir.join("..data_tmp"), dir.join("..data")).unwrap();
+            for name in ["tls.crt", "tls.key"] {
+                if std::fs::symlink_metadata(dir.join(name)).is_err() {
+                    std::os::unix::fs::symlink(Path::new("..data").join(name), dir.join(name))
+                        .unwrap();
+                }
+            }
+            if let Some(old) = old {
+                std::fs::remove_dir_all(dir.join(old)).unwrap();
+            }
+        }
+    }
+}
+
+/// One full handshake and one `GET /`; returns the served serial.
+async fn get(addr: SocketAddr, client: &Arc<rustls::ClientConfig>) -> Result<String, String> {
+    let tcp = tokio::net::TcpStream::connect(addr)
+        .await
+        .map_err(|e| format!("connect: {e}"))?;
+    let connector = tokio_rustls::TlsConnector::from(Arc::clone(client));
+    let mut tls = tokio::time::timeout(
+        Duration::from_secs(5),
+        connector.connect(ServerName::try_from("localhost").unwrap(), tcp),
+    )
+    .await
+    .map_err(|_| "handshake timeout".to_owned())?
+    .map_err(|e| format!("tls: {e}"))?;
+    let leaf = tls.get_ref().1.peer_certificates().unwrap()[0].clone();
+    let serial = x509_parser::parse_x509_certificate(&leaf)
+        .unwrap()
+        .1
+        .raw_serial_as_string()
+        .replace(':', "");
+    tls.write_all(b"GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .await
+        .map_err(|e| format!("write: {e}"))?;
+    let mut response = Vec::new();
+    let _ = tls.read_to_end(&mut response).await;
+    if !response.starts_with(b"HTTP/1.1 200") {
+        return Err(format!(
+            "http: {}",
+            String::from_utf8_lossy(&response)
+                .lines()
+                .next()
+                .unwrap_or("")
+        ));
+    }
+    Ok(serial.trim_start_matches('0').to_owned())
+}
+
+/// A `GET /` on an open keep-alive connection.
+async fn get_keep_alive(tls: &mut tokio_rustls::client::TlsStream<tokio::net::TcpStream>) -> bool {
+    if tls
+        .write_all(b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        .await
+        .is_err()
+    {
+        return false;
+    }
+    // The body is "ok\n": read until the end of it.
+    let mut response = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !response.ends_with(b"\r\n\r\nok\n") {
+        match tokio::time::timeout(Duration::from_secs(5), tls.read(&mut buf)).await {
+            Ok(Ok(n)) if n > 0 => response.extend_from_slice(&buf[..n]),
+            _ => return false,
+        }
+    }
+    response.starts_with(b"HTTP/1.1 200")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rotations_under_load_fail_no_handshake_and_keep_open_connections() {
+    let mut ca = Ca::new();
+    let client = ca.client();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut generation = 0;
+    let mut servers = Vec::new();
+    for writer in [Writer::Rename, Writer::InPlace, Writer::Kubelet] {
+        let dir = tmp.path().join(format!("{writer:?}"));
+        std::fs::create_dir(&dir).unwrap();
+        let (cert, key, _) = ca.leaf();
+        generation += 1;
+        write_pair(&dir, writer, generation, &cert, &key);
+        let mut command = Command::new(bin("https-server"));
+        command
+            .args(["--listen", "127.0.0.1:0", "--cert"])
+            .arg(dir.join("tls.crt"))
+            .arg("--key")
+            .arg(dir.join("tls.key"));
+        servers.push((writer, dir, Server::start(command)));
+    }
+
+    for (writer, dir, server) in &servers {
+        let addr = server.addr;
+        let stop = Arc::new(AtomicBool::new(false));
+        let (ok, failed) = (
+            Arc::new(AtomicU64::new(0)),
+            Arc::new(std::sync::Mutex::new(Vec::new())),
+        );
+        let mut load = Vec::new();
+        for _ in 0..2 {
+            let (stop, ok, failed, client) =
+                (stop.clone(), ok.clone(), failed.clone(), client.clone());
+            load.push(tokio::spawn(async move {
+                while !stop.load(Ordering::Relaxed) {
+                    match get(addr, &client).await {
+                        Ok(_) => ok.fetch_add(1, Ordering::Relaxed),
+                        Err(reason) => {
+                            failed.lock().unwrap().push(reason);
+                            0
+                        }
+                    };
+                }
+            }));
+        }
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let mut keep_alive = tokio_rustls::TlsConnector::from(client.clone())
+            .connect(ServerName::try_from("localhost").unwrap(), tcp)
+            .await
+            .unwrap();
+
+        let mut settle = Vec::new();
+        for _ in 0..100 {
+            let (cert, key, serial) = ca.leaf();
+            generation += 1;
+            let written = Instant::now();
+            write_pair(dir, *writer, generation, &cert, &key);
+            loop {
+                if get(addr, &client).await.ok().as_deref() == Some(serial.as_str()) {
+                    break;
+                }
+                assert!(
+                    written.elapsed() < Duration::from_secs(10),
+                    "{writer:?}: serial {serial} not served"
+                );
+            }
+            settle.push(written.elapsed());
+            // Settled: every later handshake sees the new certificate.
+            for _ in 0..3 {
+                assert_eq!(
+                    get(addr, &client).await.unwrap(),
+                    serial,
+                    "{writer:?}: older certificate served after settling"
+                );
+            }
+            assert!(
+                get_keep_alive(&mut keep_alive).await,
+                "{writer:?}: keep-alive connection broke"
+            );
+        }
+        stop.store(true, Ordering::Relaxed);
+        for task in load {
+            task.await.unwrap();
+        }
+        settle.sort();
+        let failures = failed.lock().unwrap().clone();
+        eprintln!(
+            "{writer:?}: 100 rotations, {} background handshakes, {} failures, settle p50 {:?} max {:?}",
+            ok.load(Ordering::Relaxed),
+            failures.len(),
+            settle[50],
+            settle[99]
+        );
+        assert!(
+            failures.is_empty(),
+            "{writer:?}: failed handshakes: {failures:?}"
+        );
+        assert!(ok.load(Ordering::Relaxed) > 0);
+    }
+}
+
+/// Runs as `nobody` so that exhausting that user's inotify instances does not disturb other
+/// processes: a helper holds every instance the limit allows, then the server starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_inotify_instances_the_server_polls_and_still_rotates() {
+    const NOBODY: u32 = 65534;
+    if !nix_is_root() {
+        eprintln!("skipped: needs root to run processes as nobody");
+        return;
+    }
+    let mut ca = Ca::new();
+    let client = ca.client();
+    let tmp = tempfile::tempdir().unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (cert, key, _) = ca.leaf();
+    write_pair(tmp.path(), Writer::Rename, 1, &cert, &key);
+    for name in ["tls.crt", "tls.key"] {
+        std::fs::set_permissions(
+            tmp.path().join(name),
+            std::fs::Permissions::from_mode(0o644),
+        )
+        .unwrap();
+    }
+
+    // Holds all of nobody's inotify instances until killed.
+    let mut hog = Command::new("python3")
+        .args([
+            "-c",
+            "import ctypes,sys,time\nlibc=ctypes.CDLL(None,use_errno=True)\nn=0\nwhile libc.inotify_init()>=0: n+=1\nprint('held',n,flush=True)\ntime.sleep(120)",
+        ])
+        .uid(NOBODY)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(hog.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.starts_with("held"), "{line}");
+
+    let mut command = Command::new(bin("https-server"));
+    command
+        .args(["--listen", "127.0.0.1:0", "--cert"])
+        .arg(tmp.path().join("tls.crt"))
+        .arg("--key")
+        .arg(tmp.path().join("tls.key"))
+        .uid(NOBODY);
+    let server = Server::start(command);
+    let (cert, key, serial) = ca.leaf();
+    rename_into(&tmp.path().join("tls.key"), key.as_bytes());
+    rename_into(&tmp.path().join("tls.crt"), cert.as_bytes());
+    for name in ["tls.crt", "tls.key"] {
+        std::fs::set_permissions(
+            tmp.path().join(name),
+            std::fs::Permissions::from_mode(0o644),
+        )
+        .unwrap();
+    }
+    let start = Instant::now();
+    while get(server.addr, &client).await.ok().as_deref() != Some(serial.as_str()) {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "not rotated by polling within 10 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let _ = hog.kill();
+    let _ = hog.wait();
+    let log = server.stderr.lock().unwrap().clone();
+    assert!(log.contains("inotify is unavailable"), "{log}");
+    assert!(log.contains("watching by polling"), "{log}");
+}
+
+fn nix_is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .map(|s| {
+            s.lines()
+                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
+        })
+        .unwrap_or(false)
+}
