@@ -67,6 +67,9 @@ pub struct Status {
     pub last_error: Option<Arc<Error>>,
     /// When the last snapshot was published, seconds since the Unix epoch.
     pub last_success_unix: i64,
+    /// How long the pass that built the current snapshot took: reading, parsing, checking,
+    /// building the configuration and publishing it.
+    pub last_reload_duration: Duration,
 }
 
 /// Tuning shared by server and client sets.
@@ -160,6 +163,7 @@ where
         tracing::warn!(set = %name, %reason, poll_interval = ?timing.poll, "watching by polling");
     }
     let now = unix_now();
+    let started = std::time::Instant::now();
     let first = material
         .load(None, now)?
         .expect("a load without a current snapshot always builds one");
@@ -172,6 +176,7 @@ where
         reloads_failed: 0,
         last_error: None,
         last_success_unix: now,
+        last_reload_duration: started.elapsed(),
     };
     let (status_tx, status_rx) = tokio::sync::watch::channel(status);
     let current = Arc::new(ArcSwap::from_pointee(first));
@@ -263,11 +268,13 @@ impl<M: Material> Task<M> {
         let span = tracing::debug_span!("reload", set = %self.name);
         let _entered = span.enter();
         let now = unix_now();
+        let started = std::time::Instant::now();
         let current = self.current.load_full();
         match self.material.load(Some(&current), now) {
             Ok(Some(snapshot)) => {
                 let served: Arc<[ServedCert]> = M::describe(&snapshot).into();
                 self.current.store(Arc::new(snapshot));
+                let took = started.elapsed();
                 let previous = self.status.borrow().served.clone();
                 log_served(&self.name, &served, Some(&previous), now);
                 self.status.send_modify(|status| {
@@ -276,6 +283,7 @@ impl<M: Material> Task<M> {
                     status.reloads_ok += 1;
                     status.last_error = None;
                     status.last_success_unix = now;
+                    status.last_reload_duration = took;
                 });
                 self.recovered();
                 Ok(true)
