@@ -617,3 +617,109 @@ impl rustls::client::danger::ServerCertVerifier for AcceptAnything {
             .supported_schemes()
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crl_update_revokes_a_client_certificate_and_its_sessions() {
+    init_tracing();
+    let server_ca = Ca::new("server-ca");
+    let client_ca = Ca::new("client-ca");
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = PairDir::new(
+        &tmp.path().join("tls"),
+        Writer::Rename,
+        &server_ca.leaf(&["localhost"], 30),
+    );
+    std::fs::write(tmp.path().join("client-ca.crt"), &client_ca.cert_pem).unwrap();
+    let crl = tmp.path().join("client-ca.crl");
+    std::fs::write(&crl, client_ca.crl(&[])).unwrap();
+    let set = ServingSet::builder(dir.paths())
+        .client_ca(tmp.path().join("client-ca.crt"), ClientAuth::Required)
+        .client_crl(&crl)
+        .resync_interval(None)
+        .start()
+        .await
+        .unwrap();
+    let addr = echo_server(set.acceptor()).await;
+    let (alice, bob) = (client_ca.client("alice"), client_ca.client("bob"));
+    let alice_client = client_config(&[&server_ca.cert_pem], Some(&alice));
+    let bob_client = client_config(&[&server_ca.cert_pem], Some(&bob));
+    handshake(addr, "localhost", alice_client.clone())
+        .await
+        .unwrap();
+    assert!(
+        handshake(addr, "localhost", alice_client.clone())
+            .await
+            .unwrap()
+            .resumed
+    );
+
+    rename_into(&crl, client_ca.crl(&[alice.serial_number]).as_bytes());
+    wait_status(&set, |s| s.generation == 2).await;
+    let err = handshake(addr, "localhost", alice_client)
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("Revoked") || err.to_string().contains("alert"),
+        "{err}"
+    );
+    handshake(addr, "localhost", bob_client).await.unwrap();
+
+    // A corrupt CRL keeps the last good one.
+    rename_into(
+        &crl,
+        b"-----BEGIN X509 CRL-----\nAAAA\n-----END X509 CRL-----\n",
+    );
+    let err = wait_status(&set, |s| s.last_error.is_some())
+        .await
+        .last_error
+        .unwrap();
+    assert!(
+        matches!(err.invalid_material(), Some(InvalidMaterial::BadCrl { .. })),
+        "{err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_count_reloads_and_expose_expiry() {
+    let ca = Ca::new("ca");
+    let tmp = tempfile::tempdir().unwrap();
+    let first = ca.leaf(&["localhost"], 30);
+    let mut dir = PairDir::new(tmp.path(), Writer::Kubelet, &first);
+    let mut registry = prometheus_client::registry::Registry::default();
+    let set = ServingSet::builder(dir.paths())
+        .name("api")
+        .metrics(&mut registry)
+        .resync_interval(None)
+        .start()
+        .await
+        .unwrap();
+    dir.write(&ca.leaf(&["localhost"], 30));
+    wait_status(&set, |s| s.generation == 2).await;
+    dir.write_raw(b"garbage", b"garbage");
+    // Rejected, then retried (and rejected) shortly after: at least one failure.
+    wait_status(&set, |s| s.reloads_failed >= 1).await;
+    // The metrics task follows the status channel; give it a moment to catch up.
+    let failures = |text: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(r#"reload_reloads_total{set="api",result="error"} "#))
+            .map_or(0, |n| n.parse::<u64>().unwrap())
+    };
+    let text = loop {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        if failures(&text) >= 1 {
+            break text;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    assert!(
+        text.contains(r#"reload_reloads_total{set="api",result="ok"} 2"#),
+        "{text}"
+    );
+    assert!(text.contains(r#"reload_generation{set="api"} 2"#), "{text}");
+    let not_after = set.status().served[0].info.not_after;
+    assert!(
+        text.contains(&format!(r#"reload_certificate_not_after_timestamp_seconds{{set="api",source="default"}} {not_after}"#)),
+        "{text}"
+    );
+}

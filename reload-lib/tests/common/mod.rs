@@ -28,6 +28,7 @@ pub struct Pair {
     pub cert_pem: String,
     pub key_pem: String,
     pub serial: String,
+    pub serial_number: u64,
 }
 
 impl Ca {
@@ -81,7 +82,32 @@ impl Ca {
             cert_pem: cert.pem(),
             key_pem: key.serialize_pem(),
             serial: format!("{serial:x}"),
+            serial_number: serial,
         }
+    }
+}
+
+impl Ca {
+    /// A CRL (PEM) revoking `serials`.
+    pub fn crl(&self, serials: &[u64]) -> String {
+        let now = OffsetDateTime::now_utc();
+        let params = rcgen::CertificateRevocationListParams {
+            this_update: now - time::Duration::minutes(5),
+            next_update: now + time::Duration::days(1),
+            crl_number: SERIAL.fetch_add(1, Ordering::Relaxed).into(),
+            issuing_distribution_point: None,
+            revoked_certs: serials
+                .iter()
+                .map(|serial| rcgen::RevokedCertParams {
+                    serial_number: (*serial).into(),
+                    revocation_time: now - time::Duration::minutes(1),
+                    reason_code: Some(rcgen::RevocationReason::KeyCompromise),
+                    invalidity_date: None,
+                })
+                .collect(),
+            key_identifier_method: rcgen::KeyIdMethod::Sha256,
+        };
+        params.signed_by(&self.issuer).unwrap().pem().unwrap()
     }
 }
 
