@@ -16,6 +16,7 @@ use rustls_pki_types::{CertificateDer, CertificateRevocationListDer, PrivateKeyD
 use crate::error::{Error, InvalidMaterial, Result};
 
 pub use info::CertInfo;
+pub(crate) use info::rfc3339;
 pub(crate) use names::{covers, normalize_name};
 
 /// A certificate chain and the private key of its leaf, checked to belong together.

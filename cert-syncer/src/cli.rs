@@ -1,0 +1,140 @@
+//! Command-line flags. Each flag's doc comment is its help text.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// Keeps a static pod's certificates on disk in step with the apiserver.
+#[derive(Debug, Parser)]
+#[command(name = "cert-syncer", version)]
+pub struct Cli {
+    /// Log format on stderr.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text, global = true)]
+    pub log_format: LogFormat,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Log output formats.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// The jobs.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Mirror named Secrets and ConfigMaps of one namespace into a directory.
+    Sync(SyncArgs),
+}
+
+/// How to reach the apiserver (kubeconfig, or explicit flags).
+#[derive(Debug, Args, Clone)]
+pub struct ConnectionArgs {
+    /// kubeconfig file (its current context). Without it, --server or the in-cluster config.
+    #[arg(long, env = "KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Context of the kubeconfig to use (default: its current context).
+    #[arg(long)]
+    pub context: Option<String>,
+    /// Apiserver URL, e.g. https://127.0.0.1:6443 (instead of a kubeconfig).
+    #[arg(long, conflicts_with = "kubeconfig")]
+    pub server: Option<String>,
+    /// CA bundle that the apiserver's certificate must chain to (with --server).
+    #[arg(long, requires = "server")]
+    pub ca_file: Option<PathBuf>,
+    /// File holding the bearer token (with --server); re-read when it changes.
+    #[arg(long, requires = "server")]
+    pub token_file: Option<PathBuf>,
+    /// TLS server name (SNI and verification) to use instead of the URL's host, e.g.
+    /// `localhost-recovery`.
+    #[arg(long)]
+    pub tls_server_name_override: Option<String>,
+}
+
+/// Flags of `cert-syncer sync`.
+#[derive(Debug, Args)]
+pub struct SyncArgs {
+    #[command(flatten)]
+    pub connection: ConnectionArgs,
+    /// Namespace of the objects.
+    #[arg(long, env = "POD_NAMESPACE")]
+    pub namespace: String,
+    /// Directory to write into: `<dir>/secrets/<name>/<key>`, `<dir>/configmaps/<name>/<key>`.
+    #[arg(long)]
+    pub destination_dir: PathBuf,
+    /// Required Secrets (comma-separated). While one is absent, files are kept and /readyz fails.
+    #[arg(long, value_delimiter = ',')]
+    pub secrets: Vec<String>,
+    /// Optional Secrets (comma-separated). When one is deleted, its directory is removed.
+    #[arg(long, value_delimiter = ',')]
+    pub optional_secrets: Vec<String>,
+    /// Required ConfigMaps (comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    pub configmaps: Vec<String>,
+    /// Optional ConfigMaps (comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    pub optional_configmaps: Vec<String>,
+    /// Also write one key of one object to a host file: KIND/NAME/KEY=PATH, KIND being `secret`
+    /// or `configmap` (repeatable). The content must be PEM certificates; the file is replaced
+    /// atomically.
+    #[arg(long = "file", value_name = "KIND/NAME/KEY=PATH")]
+    pub files: Vec<String>,
+    /// Serve /metrics, /healthz and /readyz on this address.
+    #[arg(long)]
+    pub metrics_listen: Option<SocketAddr>,
+    /// Name of this pod, for Kubernetes Events (downward API).
+    #[arg(long, env = "POD_NAME")]
+    pub pod_name: Option<String>,
+    /// Exit non-zero after the apiserver has refused our credentials (401/403) this long, so the
+    /// kubelet restarts the container.
+    #[arg(long, value_parser = parse_duration, default_value = "5m")]
+    pub auth_failure_exit_after: Duration,
+}
+
+/// A configuration error: exit code 2.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ConfigError(pub String);
+
+/// `30s`, `5m`, `1h` or plain seconds.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let (number, unit) = text
+        .find(|c: char| !c.is_ascii_digit())
+        .map_or((text, ""), |i| text.split_at(i));
+    let value: u64 = number
+        .parse()
+        .map_err(|_| format!("invalid duration {text:?}"))?;
+    let seconds = match unit {
+        "" | "s" => value,
+        "m" => value * 60,
+        "h" => value * 3600,
+        _ => return Err(format!("invalid duration unit in {text:?} (use s, m or h)")),
+    };
+    Ok(Duration::from_secs(seconds))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_accept_seconds_minutes_and_hours() {
+        assert_eq!(parse_duration("30"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        assert!(parse_duration("5d").is_err());
+        assert!(parse_duration("m").is_err());
+    }
+
+    #[test]
+    fn the_flags_are_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}

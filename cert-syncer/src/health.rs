@@ -1,0 +1,100 @@
+//! `/healthz`, `/readyz` and `/metrics` on a local plain-HTTP port.
+//!
+//! Live while the process runs. Ready once every required object has been synced, and not ready
+//! while a required object is missing or the apiserver refuses our credentials.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper_util::rt::TokioIo;
+use prometheus_client::registry::Registry;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+/// Why the process is not ready, per object (`secret/name`) or concern (`auth`).
+#[derive(Debug, Clone, Default)]
+pub struct Readiness {
+    blockers: Arc<Mutex<BTreeMap<String, String>>>,
+}
+
+impl Readiness {
+    /// Marks `what` as blocking readiness, with the reason shown by `/readyz`.
+    pub fn block(&self, what: &str, reason: impl Into<String>) {
+        self.lock().insert(what.to_owned(), reason.into());
+    }
+
+    /// Clears `what`.
+    pub fn clear(&self, what: &str) {
+        self.lock().remove(what);
+    }
+
+    /// `None` when ready, else the reasons, one per line.
+    pub fn blockers(&self) -> Option<String> {
+        let blockers = self.lock();
+        (!blockers.is_empty()).then(|| {
+            blockers
+                .iter()
+                .map(|(what, why)| format!("{what}: {why}\n"))
+                .collect()
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, String>> {
+        self.blockers.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Serves until `shutdown`. Prints `metrics on ADDR` once listening.
+pub async fn serve(
+    addr: SocketAddr,
+    registry: Arc<Registry>,
+    readiness: Readiness,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|err| anyhow::anyhow!("cannot listen on {addr} for metrics: {err}"))?;
+    println!("metrics on {}", listener.local_addr()?);
+    loop {
+        let (tcp, _) = tokio::select! {
+            accepted = listener.accept() => accepted?,
+            () = shutdown.cancelled() => return Ok(()),
+        };
+        let (registry, readiness) = (Arc::clone(&registry), readiness.clone());
+        tokio::spawn(async move {
+            let service =
+                hyper::service::service_fn(move |request: http::Request<hyper::body::Incoming>| {
+                    let response = respond(request.uri().path(), &registry, &readiness);
+                    async move { Ok::<_, Infallible>(response) }
+                });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(tcp), service)
+                .await;
+        });
+    }
+}
+
+fn respond(path: &str, registry: &Registry, readiness: &Readiness) -> http::Response<Full<Bytes>> {
+    let (status, body) = match path {
+        "/healthz" => (200, "ok\n".to_owned()),
+        "/readyz" => match readiness.blockers() {
+            None => (200, "ok\n".to_owned()),
+            Some(reasons) => (503, reasons),
+        },
+        "/metrics" => {
+            let mut text = String::new();
+            match prometheus_client::encoding::text::encode(&mut text, registry) {
+                Ok(()) => (200, text),
+                Err(_) => (500, "encoding failed\n".to_owned()),
+            }
+        }
+        _ => (404, "not found\n".to_owned()),
+    };
+    let mut response = http::Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = http::StatusCode::from_u16(status).expect("valid status codes");
+    response
+}

@@ -1,0 +1,62 @@
+//! `cert-syncer`: the sidecar of a control-plane static pod.
+//!
+//! `sync` mirrors named Secrets and ConfigMaps from the apiserver (over localhost, through the
+//! `localhost-recovery` SNI name) into a resource directory with atomic directory swaps.
+//!
+//! `main` parses flags, installs logging and maps the outcome to an exit code: 0 after a clean
+//! shutdown, 1 on a fatal runtime error, 2 on bad flags or configuration.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+mod cli;
+mod connection;
+mod health;
+mod metrics;
+mod shutdown;
+mod sync;
+
+fn main() -> ExitCode {
+    let cli = cli::Cli::parse();
+    init_tracing(cli.log_format);
+    // One crypto provider for the whole process (kube's rustls and ours).
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("cert-syncer: cannot start the runtime: {err}");
+            return ExitCode::from(1);
+        }
+    };
+    let outcome = runtime.block_on(async {
+        match cli.command {
+            cli::Command::Sync(args) => sync::run(args).await,
+        }
+    });
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            let code = if err.downcast_ref::<cli::ConfigError>().is_some() {
+                2
+            } else {
+                1
+            };
+            eprintln!("cert-syncer: {err:#}");
+            ExitCode::from(code)
+        }
+    }
+}
+
+fn init_tracing(format: cli::LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+    match format {
+        cli::LogFormat::Text => builder.init(),
+        cli::LogFormat::Json => builder.json().init(),
+    }
+}

@@ -1,0 +1,63 @@
+//! The sidecar's Prometheus metrics.
+//!
+//! | metric | labels | meaning |
+//! |---|---|---|
+//! | `cert_syncer_syncs_total` | `kind`, `name`, `result` (`written`/`unchanged`/`removed`/`error`) | sync attempts per object |
+//! | `cert_syncer_last_sync_timestamp_seconds` | `kind`, `name` | last successful sync of an object |
+//! | `cert_syncer_certificate_not_after_timestamp_seconds` | `kind`, `name`, `key` | notAfter of the first certificate of each synced PEM key |
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ObjectLabels {
+    pub kind: &'static str,
+    pub name: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabels {
+    pub kind: &'static str,
+    pub name: String,
+    pub result: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KeyLabels {
+    pub kind: &'static str,
+    pub name: String,
+    pub key: String,
+}
+
+/// Handles to the metric families.
+#[derive(Debug, Clone, Default)]
+pub struct Metrics {
+    pub syncs: Family<ResultLabels, Counter>,
+    pub last_sync: Family<ObjectLabels, Gauge>,
+    pub not_after: Family<KeyLabels, Gauge>,
+}
+
+impl Metrics {
+    pub fn register(registry: &mut Registry) -> Metrics {
+        let metrics = Metrics::default();
+        registry.register(
+            "cert_syncer_syncs",
+            "Sync attempts per object by result",
+            metrics.syncs.clone(),
+        );
+        registry.register(
+            "cert_syncer_last_sync_timestamp_seconds",
+            "Last successful sync of an object",
+            metrics.last_sync.clone(),
+        );
+        registry.register(
+            "cert_syncer_certificate_not_after_timestamp_seconds",
+            "notAfter of the first certificate in each synced PEM key",
+            metrics.not_after.clone(),
+        );
+        metrics
+    }
+}

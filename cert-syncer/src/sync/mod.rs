@@ -1,0 +1,537 @@
+//! `cert-syncer sync`: one watcher per named object (list + watch by name, resume by
+//! resourceVersion, relist on 410, backoff on errors); every change is confirmed with a live GET,
+//! then written with the atomic directory writer (`..data` swap), so a reader never sees a
+//! half-written object.
+
+mod events;
+mod files;
+mod mapping;
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::Api;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher;
+use prometheus_client::registry::Registry;
+use reload_lib::fs::{AtomicDirWriter, WriteOutcome};
+use tokio_util::sync::CancellationToken;
+
+use crate::cli::{ConfigError, SyncArgs};
+use crate::health::Readiness;
+use crate::metrics::{KeyLabels, Metrics, ObjectLabels, ResultLabels};
+use events::EventRecorder;
+use files::FileMapping;
+use mapping::{Fetched, Kind, ToFetched};
+
+/// One object to mirror.
+#[derive(Debug, Clone)]
+struct ObjectSpec {
+    kind: Kind,
+    name: String,
+    required: bool,
+}
+
+impl ObjectSpec {
+    fn label(&self) -> String {
+        format!("{}/{}", self.kind.label(), self.name)
+    }
+}
+
+/// Validated settings (flags → what the loop needs).
+#[derive(Debug)]
+struct Settings {
+    namespace: String,
+    destination: PathBuf,
+    objects: Vec<ObjectSpec>,
+    files: Vec<FileMapping>,
+}
+
+impl Settings {
+    fn from_args(args: &SyncArgs) -> Result<Settings, ConfigError> {
+        let mut objects = Vec::new();
+        let lists = [
+            (Kind::Secret, true, &args.secrets),
+            (Kind::Secret, false, &args.optional_secrets),
+            (Kind::ConfigMap, true, &args.configmaps),
+            (Kind::ConfigMap, false, &args.optional_configmaps),
+        ];
+        for (kind, required, names) in lists {
+            for name in names.iter().filter(|n| !n.is_empty()) {
+                if !is_dns_subdomain(name) {
+                    return Err(ConfigError(format!(
+                        "invalid {} name {name:?}",
+                        kind.label()
+                    )));
+                }
+                if objects
+                    .iter()
+                    .any(|o: &ObjectSpec| o.kind == kind && o.name == *name)
+                {
+                    return Err(ConfigError(format!(
+                        "{} {name} is listed twice",
+                        kind.label()
+                    )));
+                }
+                objects.push(ObjectSpec {
+                    kind,
+                    name: name.clone(),
+                    required,
+                });
+            }
+        }
+        let files = args
+            .files
+            .iter()
+            .map(|f| FileMapping::parse(f))
+            .collect::<Result<Vec<_>, _>>()?;
+        for file in &files {
+            if !objects
+                .iter()
+                .any(|o| o.kind == file.kind && o.name == file.name)
+            {
+                objects.push(ObjectSpec {
+                    kind: file.kind,
+                    name: file.name.clone(),
+                    required: false,
+                });
+            }
+        }
+        if objects.is_empty() {
+            return Err(ConfigError(
+                "nothing to sync: name objects with --secrets, --optional-secrets, --configmaps, --optional-configmaps or --file".to_owned(),
+            ));
+        }
+        if args.namespace.is_empty() {
+            return Err(ConfigError(
+                "--namespace (or POD_NAMESPACE) is empty".to_owned(),
+            ));
+        }
+        Ok(Settings {
+            namespace: args.namespace.clone(),
+            destination: args.destination_dir.clone(),
+            objects,
+            files,
+        })
+    }
+}
+
+/// DNS-1123 subdomain: what the apiserver accepts as a Secret or ConfigMap name, and therefore
+/// a safe single path component.
+fn is_dns_subdomain(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 253
+        && name.split('.').all(|label| {
+            !label.is_empty()
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+        })
+}
+
+/// Shared by the per-object tasks.
+struct Context {
+    client: kube::Client,
+    settings: Settings,
+    metrics: Metrics,
+    readiness: Readiness,
+    events: EventRecorder,
+    /// Since when the apiserver has refused our credentials.
+    auth_failing_since: Mutex<Option<Instant>>,
+    auth_failure_exit_after: Duration,
+    /// Cancelled (with the reason stored here) when the process must exit non-zero.
+    fatal: Mutex<Option<String>>,
+    shutdown: CancellationToken,
+}
+
+/// Runs until SIGTERM/SIGINT (exit 0) or until authentication has failed for too long (error).
+pub async fn run(args: SyncArgs) -> anyhow::Result<()> {
+    let settings = Settings::from_args(&args)?;
+    let client = crate::connection::client(&args.connection).await?;
+    let shutdown = crate::shutdown::on_signal()?;
+    let mut registry = Registry::default();
+    let metrics = Metrics::register(&mut registry);
+    let readiness = Readiness::default();
+    for object in settings.objects.iter().filter(|o| o.required) {
+        readiness.block(&object.label(), "not synced yet");
+    }
+    if let Some(addr) = args.metrics_listen {
+        let registry = Arc::new(registry);
+        let (readiness, shutdown) = (readiness.clone(), shutdown.clone());
+        tokio::spawn(async move {
+            if let Err(err) = crate::health::serve(addr, registry, readiness, shutdown).await {
+                tracing::error!(error = %err, "metrics server stopped");
+            }
+        });
+    }
+    let context = Arc::new(Context {
+        events: EventRecorder::new(
+            client.clone(),
+            &settings.namespace,
+            args.pod_name.as_deref(),
+        ),
+        client,
+        settings,
+        metrics,
+        readiness,
+        auth_failing_since: Mutex::new(None),
+        auth_failure_exit_after: args.auth_failure_exit_after,
+        fatal: Mutex::new(None),
+        shutdown: shutdown.clone(),
+    });
+    tracing::info!(
+        namespace = %context.settings.namespace,
+        destination = %context.settings.destination.display(),
+        objects = ?context.settings.objects.iter().map(ObjectSpec::label).collect::<Vec<_>>(),
+        "starting sync"
+    );
+    let mut tasks = Vec::new();
+    for object in context.settings.objects.clone() {
+        let context = Arc::clone(&context);
+        tasks.push(tokio::spawn(async move { context.follow(object).await }));
+    }
+    shutdown.cancelled().await;
+    // A write in progress runs to completion inside spawn_blocking; the tasks stop at their next
+    // await point.
+    for task in tasks {
+        let _ = task.await;
+    }
+    match context
+        .fatal
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .take()
+    {
+        Some(reason) => Err(anyhow::anyhow!(reason)),
+        None => Ok(()),
+    }
+}
+
+impl Context {
+    async fn follow(self: Arc<Self>, object: ObjectSpec) {
+        match object.kind {
+            Kind::Secret => {
+                let api: Api<Secret> =
+                    Api::namespaced(self.client.clone(), &self.settings.namespace);
+                self.follow_stream(
+                    &object,
+                    &api,
+                    watcher::watch_object(api.clone(), &object.name),
+                )
+                .await
+            }
+            Kind::ConfigMap => {
+                let api: Api<ConfigMap> =
+                    Api::namespaced(self.client.clone(), &self.settings.namespace);
+                self.follow_stream(
+                    &object,
+                    &api,
+                    watcher::watch_object(api.clone(), &object.name),
+                )
+                .await
+            }
+        }
+    }
+
+    async fn follow_stream<K>(
+        &self,
+        object: &ObjectSpec,
+        api: &Api<K>,
+        stream: impl Stream<Item = Result<Option<K>, watcher::Error>> + Send,
+    ) where
+        K: kube::Resource
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug
+            + ToFetched
+            + Send
+            + 'static,
+    {
+        let stream = stream.default_backoff();
+        futures::pin_mut!(stream);
+        loop {
+            let item = tokio::select! {
+                item = stream.next() => item,
+                () = self.shutdown.cancelled() => return,
+            };
+            match item {
+                None => return,
+                Some(Ok(seen)) => {
+                    let span = tracing::info_span!("sync", object = %object.label(), secret.namespace = %self.settings.namespace);
+                    let _entered = span.enter();
+                    self.auth_ok();
+                    self.reconcile(object, api, seen.is_some()).await;
+                }
+                Some(Err(err)) => {
+                    let status = watch_error_status(&err);
+                    if matches!(status, Some(401 | 403)) {
+                        self.auth_failed(object, &err.to_string());
+                    } else {
+                        tracing::warn!(object = %object.label(), error = &err as &dyn std::error::Error, "watch failed; retrying with backoff");
+                    }
+                }
+            }
+        }
+    }
+
+    /// Confirms with a live GET, then writes or removes.
+    async fn reconcile<K>(&self, object: &ObjectSpec, api: &Api<K>, watched_present: bool)
+    where
+        K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + ToFetched,
+    {
+        let live = match api.get_opt(&object.name).await {
+            Ok(live) => live,
+            Err(err) => {
+                if matches!(&err, kube::Error::Api(status) if matches!(status.code, 401 | 403)) {
+                    self.auth_failed(object, &err.to_string());
+                }
+                // Without a confirmation the disk stays as it is; the watcher's next event (or
+                // its relist after reconnecting) tries again.
+                tracing::warn!(object = %object.label(), error = &err as &dyn std::error::Error, "cannot confirm the object with a live GET; disk unchanged");
+                self.count(object, "error");
+                return;
+            }
+        };
+        if live.is_some() != watched_present {
+            tracing::debug!(object = %object.label(), "the watch cache was stale; using the live object");
+        }
+        match live {
+            Some(live) => self.write(object, live.to_fetched()).await,
+            None => self.absent(object).await,
+        }
+    }
+
+    async fn write(&self, object: &ObjectSpec, fetched: Fetched) {
+        let dir = self.object_dir(object);
+        let writer = AtomicDirWriter::new(&dir);
+        let payload = fetched.payload(object.kind);
+        let outcome = tokio::task::spawn_blocking(move || writer.write(&payload)).await;
+        let label = object.label();
+        match outcome {
+            Ok(Ok(WriteOutcome::Unchanged)) => {
+                tracing::debug!(object = %label, secret.resource_version = %fetched.resource_version, "unchanged on disk");
+                self.count(object, "unchanged");
+            }
+            Ok(Ok(outcome)) => {
+                tracing::info!(object = %label, secret.resource_version = %fetched.resource_version, dir = %dir.display(), keys = ?fetched.data.keys().collect::<Vec<_>>(), ?outcome, "written");
+                self.count(object, "written");
+                self.events
+                    .record(
+                        "CertificateUpdated",
+                        &label,
+                        format!(
+                            "Wrote {label} (resourceVersion {}) to {}",
+                            fetched.resource_version,
+                            dir.display()
+                        ),
+                        false,
+                    )
+                    .await;
+            }
+            Ok(Err(err)) => {
+                tracing::error!(object = %label, error = &err as &dyn std::error::Error, "cannot write; previous files kept");
+                self.count(object, "error");
+                self.events
+                    .record(
+                        "CertificateUpdateFailed",
+                        &label,
+                        format!("Cannot write {label}: {err}"),
+                        true,
+                    )
+                    .await;
+                return;
+            }
+            Err(err) => {
+                tracing::error!(object = %label, error = %err, "write task failed; previous files kept");
+                self.count(object, "error");
+                return;
+            }
+        }
+        self.readiness.clear(&label);
+        self.synced(object, &fetched);
+        self.write_files(object, &fetched).await;
+    }
+
+    async fn absent(&self, object: &ObjectSpec) {
+        let label = object.label();
+        if object.required {
+            tracing::error!(object = %label, "required object is absent; keeping its files");
+            self.readiness.block(&label, "absent from the apiserver");
+            self.count(object, "error");
+            return;
+        }
+        let writer = AtomicDirWriter::new(self.object_dir(object));
+        match tokio::task::spawn_blocking(move || writer.remove_all()).await {
+            Ok(Ok(true)) => {
+                tracing::info!(object = %label, "optional object deleted; directory removed");
+                self.count(object, "removed");
+                self.events
+                    .record(
+                        "CertificateRemoved",
+                        &label,
+                        format!("Removed the files of {label}"),
+                        false,
+                    )
+                    .await;
+            }
+            Ok(Ok(false)) => {
+                tracing::debug!(object = %label, "optional object absent; nothing on disk")
+            }
+            Ok(Err(err)) => {
+                tracing::error!(object = %label, error = &err as &dyn std::error::Error, "cannot remove the directory")
+            }
+            Err(err) => tracing::error!(object = %label, error = %err, "remove task failed"),
+        }
+    }
+
+    /// `--file` mappings of this object: certificates only, replaced atomically.
+    async fn write_files(&self, object: &ObjectSpec, fetched: &Fetched) {
+        for mapping in self
+            .settings
+            .files
+            .iter()
+            .filter(|f| f.kind == object.kind && f.name == object.name)
+        {
+            let (kind, ns, name, key) = (
+                object.kind.label(),
+                &self.settings.namespace,
+                &object.name,
+                &mapping.key,
+            );
+            let Some(bytes) = fetched.data.get(key) else {
+                tracing::error!(object = %object.label(), key, path = %mapping.path.display(), "key missing from the object; host file kept");
+                continue;
+            };
+            if let Err(reason) = files::check_certificates(bytes) {
+                tracing::error!(object = %object.label(), key, path = %mapping.path.display(), %reason, "not PEM certificates; host file kept");
+                continue;
+            }
+            let (path, bytes) = (mapping.path.clone(), bytes.clone());
+            match tokio::task::spawn_blocking(move || {
+                reload_lib::fs::write_file_atomic(&path, &bytes, 0o644)
+            })
+            .await
+            {
+                Ok(Ok(_)) => tracing::info!(
+                    "synced {kind}/{ns}/{name} key {key} from resourceVersion {} to {}",
+                    fetched.resource_version,
+                    mapping.path.display()
+                ),
+                Ok(Err(err)) => {
+                    tracing::error!(path = %mapping.path.display(), error = &err as &dyn std::error::Error, "cannot write host file")
+                }
+                Err(err) => {
+                    tracing::error!(path = %mapping.path.display(), error = %err, "host file task failed")
+                }
+            }
+        }
+    }
+
+    fn object_dir(&self, object: &ObjectSpec) -> PathBuf {
+        // The name was validated as a DNS subdomain: one safe path component.
+        self.settings
+            .destination
+            .join(object.kind.dir())
+            .join(&object.name)
+    }
+
+    fn count(&self, object: &ObjectSpec, result: &'static str) {
+        self.metrics
+            .syncs
+            .get_or_create(&ResultLabels {
+                kind: object.kind.label(),
+                name: object.name.clone(),
+                result,
+            })
+            .inc();
+    }
+
+    fn synced(&self, object: &ObjectSpec, fetched: &Fetched) {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
+        self.metrics
+            .last_sync
+            .get_or_create(&ObjectLabels {
+                kind: object.kind.label(),
+                name: object.name.clone(),
+            })
+            .set(now);
+        for (key, bytes) in &fetched.data {
+            use rustls_pki_types::pem::PemObject;
+            let Some(Ok(first)) = rustls_pki_types::CertificateDer::pem_slice_iter(bytes).next()
+            else {
+                continue;
+            };
+            if let Ok(info) = reload_lib::CertInfo::from_der(&first) {
+                self.metrics
+                    .not_after
+                    .get_or_create(&KeyLabels {
+                        kind: object.kind.label(),
+                        name: object.name.clone(),
+                        key: key.clone(),
+                    })
+                    .set(info.not_after);
+            }
+        }
+    }
+
+    fn auth_ok(&self) {
+        let mut since = self
+            .auth_failing_since
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if since.take().is_some() {
+            tracing::info!("the apiserver accepts our credentials again");
+            self.readiness.clear("auth");
+        }
+    }
+
+    fn auth_failed(&self, object: &ObjectSpec, error: &str) {
+        let mut since = self
+            .auth_failing_since
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let started = *since.get_or_insert_with(Instant::now);
+        self.readiness
+            .block("auth", "the apiserver refuses our credentials");
+        tracing::error!(object = %object.label(), %error, failing_for = ?started.elapsed(), "the apiserver refuses our credentials (check the token file and RBAC)");
+        if started.elapsed() >= self.auth_failure_exit_after {
+            *self.fatal.lock().unwrap_or_else(|p| p.into_inner()) = Some(format!(
+                "the apiserver has refused our credentials for {:?}; exiting so the kubelet restarts us",
+                started.elapsed()
+            ));
+            self.shutdown.cancel();
+        }
+    }
+}
+
+/// The HTTP status behind a watcher error, if any.
+fn watch_error_status(err: &watcher::Error) -> Option<u16> {
+    match err {
+        watcher::Error::InitialListFailed(kube::Error::Api(status))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(status))
+        | watcher::Error::WatchFailed(kube::Error::Api(status)) => Some(status.code),
+        watcher::Error::WatchError(status) => Some(status.code),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn object_names_must_be_dns_subdomains() {
+        assert!(is_dns_subdomain("serving-cert"));
+        assert!(is_dns_subdomain("a.b-c"));
+        for bad in ["", "..", "../x", "a/b", "UPPER", "-a", "a-", "a..b"] {
+            assert!(!is_dns_subdomain(bad), "{bad}");
+        }
+    }
+}
