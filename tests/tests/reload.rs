@@ -4,140 +4,15 @@
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
-use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, ServerName};
-use time::OffsetDateTime;
+use e2e::{Ca, Server, bin};
+use rustls_pki_types::ServerName;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-/// Binaries of the workspace: `E2E_BIN_DIR`, or the target dir this test runs from.
-fn bin(name: &str) -> PathBuf {
-    if let Some(dir) = std::env::var_os("E2E_BIN_DIR") {
-        return PathBuf::from(dir).join(name);
-    }
-    let exe = std::env::current_exe().unwrap();
-    let path = exe.parent().unwrap().parent().unwrap().join(name);
-    assert!(
-        path.exists(),
-        "{} not built: run `cargo build --workspace --bins` first",
-        path.display()
-    );
-    path
-}
-
-/// A child process killed on drop; `stderr` is collected.
-struct Server {
-    child: Child,
-    addr: SocketAddr,
-    stderr: Arc<std::sync::Mutex<String>>,
-}
-
-impl Server {
-    fn start(mut command: Command) -> Server {
-        let mut child = command
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stderr = Arc::new(std::sync::Mutex::new(String::new()));
-        let sink = Arc::clone(&stderr);
-        let err = child.stderr.take().unwrap();
-        std::thread::spawn(move || {
-            for line in BufReader::new(err).lines().map_while(Result::ok) {
-                eprintln!("[server] {line}");
-                sink.lock().unwrap().push_str(&line);
-                sink.lock().unwrap().push('\n');
-            }
-        });
-        let (tx, rx) = std::sync::mpsc::channel();
-        let out = child.stdout.take().unwrap();
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines().map_while(Result::ok) {
-                if let Some(addr) = line.strip_prefix("listening on ") {
-                    let _ = tx.send(addr.parse::<SocketAddr>().unwrap());
-                }
-            }
-        });
-        let addr = rx
-            .recv_timeout(Duration::from_secs(20))
-            .expect("server did not print `listening on`");
-        Server {
-            child,
-            addr,
-            stderr,
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-struct Ca {
-    pem: String,
-    issuer: Issuer<'static, KeyPair>,
-    serial: u64,
-}
-
-impl Ca {
-    fn new() -> Ca {
-        let key = KeyPair::generate().unwrap();
-        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.distinguished_name.push(DnType::CommonName, "e2e ca");
-        params.not_before = OffsetDateTime::now_utc() - time::Duration::hours(1);
-        params.not_after = OffsetDateTime::now_utc() + time::Duration::days(30);
-        let pem = params.self_signed(&key).unwrap().pem();
-        Ca {
-            pem,
-            issuer: Issuer::new(params, key),
-            serial: 0x7000,
-        }
-    }
-
-    /// (cert PEM, key PEM, serial hex) for `localhost`.
-    fn leaf(&mut self) -> (String, String, String) {
-        self.serial += 1;
-        let key = KeyPair::generate().unwrap();
-        let mut params = CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
-        params
-            .distinguished_name
-            .push(DnType::CommonName, "localhost");
-        params.serial_number = Some(self.serial.into());
-        params.not_before = OffsetDateTime::now_utc() - time::Duration::hours(1);
-        params.not_after = OffsetDateTime::now_utc() + time::Duration::days(1);
-        let cert = params.signed_by(&key, &self.issuer).unwrap();
-        (
-            cert.pem(),
-            key.serialize_pem(),
-            format!("{:x}", self.serial),
-        )
-    }
-
-    fn client(&self) -> Arc<rustls::ClientConfig> {
-        let mut roots = rustls::RootCertStore::empty();
-        roots
-            .add(CertificateDer::from_pem_slice(self.pem.as_bytes()).unwrap())
-            .unwrap();
-        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-        let mut config = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        config.resumption = rustls::client::Resumption::disabled();
-        Arc::new(config)
-    }
-}
 
 #[derive(Debug, Clone, Copy)]
 enum Writer {

@@ -1,0 +1,97 @@
+//! `tls-load` against `https-server`: the figures it prints are the ones rotation and peer
+//! comparison runs rely on.
+
+use std::process::Command;
+
+use e2e::{Ca, Server, bin};
+
+fn tls_load(args: &[&str]) -> (Option<i32>, serde_json::Value, String) {
+    let output = Command::new(bin("tls-load")).args(args).output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let json = serde_json::from_str(stdout.trim()).unwrap_or(serde_json::Value::Null);
+    (
+        output.status.code(),
+        json,
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn tls_load_counts_handshakes_resumptions_failures_and_serials() {
+    let mut ca = Ca::new();
+    let tmp = tempfile::tempdir().unwrap();
+    let (cert, key, serial) = ca.leaf();
+    std::fs::write(tmp.path().join("tls.crt"), cert).unwrap();
+    std::fs::write(tmp.path().join("tls.key"), key).unwrap();
+    std::fs::write(tmp.path().join("ca.crt"), &ca.pem).unwrap();
+    let mut command = Command::new(bin("https-server"));
+    command
+        .args(["--listen", "127.0.0.1:0", "--cert"])
+        .arg(tmp.path().join("tls.crt"))
+        .arg("--key")
+        .arg(tmp.path().join("tls.key"));
+    let server = Server::start(command);
+    let addr = server.addr.to_string();
+    let ca_path = tmp.path().join("ca.crt");
+    let ca_path = ca_path.to_str().unwrap();
+
+    let common = [
+        "--connect",
+        &addr,
+        "--server-name",
+        "localhost",
+        "--ca",
+        ca_path,
+        "--json",
+        "--duration",
+        "20",
+    ];
+    let (code, json, stderr) =
+        tls_load(&[&common[..], &["--requests", "40", "--no-resume"]].concat());
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(json["handshakes"], 40);
+    assert_eq!(json["resumed"], 0);
+    assert_eq!(json["failures"], 0);
+    assert_eq!(json["serials"][&serial], 40, "{json}");
+    assert!(json["p99_us"].as_u64().unwrap() >= json["p50_us"].as_u64().unwrap());
+
+    // With resumption, one worker: only the first handshake is full.
+    let (code, json, _) =
+        tls_load(&[&common[..], &["--requests", "10", "--concurrency", "1"]].concat());
+    assert_eq!(code, Some(0));
+    assert_eq!(json["handshakes"], 10);
+    assert_eq!(json["resumed"], 9, "{json}");
+    assert_eq!(json["serials"][&serial], 1);
+
+    // A name the certificate does not cover: every handshake fails, with the reason, exit 1.
+    let (code, json, _) = tls_load(&[
+        "--connect",
+        &addr,
+        "--server-name",
+        "other.test",
+        "--ca",
+        ca_path,
+        "--json",
+        "--requests",
+        "3",
+    ]);
+    assert_eq!(code, Some(1));
+    assert_eq!(json["failures"], 3);
+    let reasons = json["failure_reasons"].as_object().unwrap();
+    assert!(
+        reasons.keys().all(|r| r.contains("not valid for name")),
+        "{reasons:?}"
+    );
+
+    // An unreadable CA bundle is a configuration error naming the file.
+    let (code, _, stderr) = tls_load(&[
+        "--connect",
+        &addr,
+        "--server-name",
+        "localhost",
+        "--ca",
+        "/nonexistent/ca.crt",
+    ]);
+    assert_eq!(code, Some(2));
+    assert!(stderr.contains("/nonexistent/ca.crt"), "{stderr}");
+}
