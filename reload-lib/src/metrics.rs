@@ -83,13 +83,14 @@ impl ReloadMetrics {
     pub(crate) fn follow(self, set: String, mut status: watch::Receiver<Status>) {
         let mut seen_ok = 0;
         let mut seen_failed = 0;
+        // The start-up state is recorded before `start()` returns, so a scrape right after
+        // start-up already sees it.
+        let first = status.borrow_and_update().clone();
+        self.record(&set, &first, &mut seen_ok, &mut seen_failed);
         tokio::spawn(async move {
-            loop {
+            while status.changed().await.is_ok() {
                 let current = status.borrow_and_update().clone();
                 self.record(&set, &current, &mut seen_ok, &mut seen_failed);
-                if status.changed().await.is_err() {
-                    return;
-                }
             }
         });
     }

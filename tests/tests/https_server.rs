@@ -1,0 +1,160 @@
+//! `https-server` flags: mTLS with `/whoami`, the `--static` baseline, metrics, bad input.
+
+use std::process::Command;
+use std::sync::Arc;
+
+use e2e::{Ca, Server, bin, https_get};
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+
+fn write(dir: &std::path::Path, name: &str, content: &str) -> String {
+    let path = dir.join(name);
+    std::fs::write(&path, content).unwrap();
+    path.to_str().unwrap().to_owned()
+}
+
+fn with_identity(ca: &Ca, cert: &str, key: &str) -> Arc<rustls::ClientConfig> {
+    let mut config = (*ca.client()).clone();
+    let chain = CertificateDer::pem_slice_iter(cert.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .unwrap();
+    let key = PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap();
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_slice(ca.pem.as_bytes()).unwrap())
+        .unwrap();
+    config = rustls::ClientConfig::builder_with_provider(config.crypto_provider().clone())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_client_auth_cert(chain, key)
+        .unwrap();
+    Arc::new(config)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn whoami_returns_the_client_certificate_subject_in_reloading_and_static_modes() {
+    let mut ca = Ca::new();
+    let tmp = tempfile::tempdir().unwrap();
+    let (cert, key, _) = ca.leaf();
+    let cert = write(tmp.path(), "tls.crt", &cert);
+    let key = write(tmp.path(), "tls.key", &key);
+    let client_ca = write(tmp.path(), "client-ca.crt", &ca.pem);
+    let (client_cert, client_key) = ca.client_leaf("alice");
+    let alice = with_identity(&ca, &client_cert, &client_key);
+
+    for extra in [&[][..], &["--static"][..]] {
+        let mut command = Command::new(bin("https-server"));
+        command
+            .args([
+                "--listen",
+                "127.0.0.1:0",
+                "--cert",
+                &cert,
+                "--key",
+                &key,
+                "--client-ca",
+                &client_ca,
+                "--client-auth",
+                "optional",
+            ])
+            .args(extra);
+        let server = Server::start(command);
+        let (status, body) = https_get(server.addr, "localhost", alice.clone(), "/whoami")
+            .await
+            .unwrap();
+        assert_eq!((status, body.trim()), (200, "CN=alice"), "{extra:?}");
+        let (status, _) = https_get(server.addr, "localhost", ca.client(), "/whoami")
+            .await
+            .unwrap();
+        assert_eq!(status, 401, "{extra:?}: anonymous client");
+        let (status, body) = https_get(server.addr, "localhost", ca.client(), "/")
+            .await
+            .unwrap();
+        assert_eq!((status, body.as_str()), (200, "ok\n"));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_are_served_and_bad_start_up_material_is_refused_with_the_file_named() {
+    let mut ca = Ca::new();
+    let tmp = tempfile::tempdir().unwrap();
+    let (cert, key, _) = ca.leaf();
+    let cert_path = write(tmp.path(), "tls.crt", &cert);
+    let key_path = write(tmp.path(), "tls.key", &key);
+    let mut command = Command::new(bin("https-server"));
+    command.args([
+        "--listen",
+        "127.0.0.1:0",
+        "--cert",
+        &cert_path,
+        "--key",
+        &key_path,
+        "--metrics-listen",
+        "127.0.0.1:0",
+    ]);
+    let mut child = command
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let lines: Vec<String> = std::io::BufRead::lines(std::io::BufReader::new(stdout))
+        .take(2)
+        .map(Result::unwrap)
+        .collect();
+    let metrics_addr = lines
+        .iter()
+        .find_map(|l| l.strip_prefix("metrics on "))
+        .expect("metrics address");
+    let body = http_get_plain(metrics_addr, "/metrics");
+    assert!(
+        body.contains(r#"reload_reloads_total{set="https-server",result="ok"} 1"#),
+        "{body}"
+    );
+    assert!(
+        body.contains("reload_certificate_not_after_timestamp_seconds"),
+        "{body}"
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+
+    // A key that does not match: exit 1 and the culprit named.
+    let (_, other_key, _) = ca.leaf();
+    let other_key_path = write(tmp.path(), "other.key", &other_key);
+    let output = Command::new(bin("https-server"))
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--cert",
+            &cert_path,
+            "--key",
+            &other_key_path,
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(&cert_path) && stderr.contains("does not match"),
+        "{stderr}"
+    );
+    // A missing flag: exit 2 (usage).
+    let output = Command::new(bin("https-server"))
+        .args(["--cert", &cert_path])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+}
+
+fn http_get_plain(addr: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut tcp = std::net::TcpStream::connect(addr).unwrap();
+    write!(
+        tcp,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    tcp.read_to_string(&mut response).unwrap();
+    response
+}
