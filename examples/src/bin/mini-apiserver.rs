@@ -1,1 +1,27 @@
-fn main() {}
+//! Run with: `cargo run -p examples --bin mini-apiserver -- --listen 127.0.0.1:6443 --cert tls.crt --key tls.key --token-auth-file tokens.csv`
+//!
+//! A small Kubernetes-API-compatible server for Secrets, ConfigMaps, Events and Leases, serving
+//! TLS through reload-lib: it plays the kube-apiserver in the recovery demo and the end-to-end
+//! tests. See `examples::mini_apiserver` for what it supports.
+
+use clap::Parser;
+
+fn main() -> std::process::ExitCode {
+    let flags = examples::mini_apiserver::Flags::parse();
+    examples::serve::init_tracing();
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("mini-apiserver: cannot start the runtime: {err}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(examples::mini_apiserver::run(flags)) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("mini-apiserver: {err:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
