@@ -82,6 +82,8 @@ impl Drop for Server {
     }
 }
 
+static NEXT_CA: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// A throwaway CA issuing `localhost` leaves with increasing serials.
 pub struct Ca {
     /// The CA certificate, PEM.
@@ -102,14 +104,19 @@ impl Ca {
         let key = KeyPair::generate().unwrap();
         let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.distinguished_name.push(DnType::CommonName, "e2e ca");
+        let number = NEXT_CA.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        params
+            .distinguished_name
+            .push(DnType::CommonName, format!("e2e ca {number}"));
         params.not_before = OffsetDateTime::now_utc() - time::Duration::hours(1);
         params.not_after = OffsetDateTime::now_utc() + time::Duration::days(30);
         let pem = params.self_signed(&key).unwrap().pem();
         Ca {
             pem,
             issuer: Issuer::new(params, key),
-            serial: 0x7000,
+            // Distinct serial ranges per CA, so serials identify certificates across CAs.
+            serial: 0x7000_0000
+                + NEXT_CA.fetch_add(1, std::sync::atomic::Ordering::Relaxed) * 0x1000,
         }
     }
 
@@ -117,7 +124,8 @@ impl Ca {
     pub fn leaf(&mut self) -> (String, String, String) {
         self.serial += 1;
         let key = KeyPair::generate().unwrap();
-        let mut params = CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
+        let mut params =
+            CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()]).unwrap();
         params
             .distinguished_name
             .push(DnType::CommonName, "localhost");
@@ -197,4 +205,135 @@ impl Ca {
         let cert = params.signed_by(&key, &self.issuer).unwrap();
         (cert.pem(), key.serialize_pem())
     }
+}
+
+/// A `mini-apiserver` process with its PKI: a default certificate (`localhost`, `127.0.0.1`) from
+/// one CA and a `localhost-recovery` certificate from another, and a token file.
+pub struct ApiServer {
+    /// The process.
+    pub server: Server,
+    /// Where its files live.
+    pub dir: PathBuf,
+    /// CA of the default serving certificate.
+    pub serving_ca: String,
+    /// CA of the `localhost-recovery` certificate.
+    pub recovery_ca: String,
+    /// The valid bearer token.
+    pub token: String,
+    /// Extra flags it was started with (for restarts).
+    pub extra: Vec<String>,
+}
+
+impl ApiServer {
+    /// Writes the PKI and token file into `dir` and starts the server on a free port.
+    pub fn start(dir: &std::path::Path, extra: &[&str]) -> ApiServer {
+        let mut serving = Ca::new();
+        let mut recovery = Ca::new();
+        let (cert, key, _) = serving.leaf();
+        std::fs::write(dir.join("serving.crt"), cert).unwrap();
+        std::fs::write(dir.join("serving.key"), key).unwrap();
+        let (cert, key, _) = recovery.leaf_for(&["localhost-recovery"]);
+        std::fs::create_dir_all(dir.join("recovery")).unwrap();
+        std::fs::write(dir.join("recovery/tls.crt"), cert).unwrap();
+        std::fs::write(dir.join("recovery/tls.key"), key).unwrap();
+        let token = "e2e-token-0123456789".to_owned();
+        std::fs::write(
+            dir.join("tokens.csv"),
+            format!("{token},admin,1,\"system:masters\"\nread-only-token,viewer,2\n"),
+        )
+        .unwrap();
+        std::fs::write(dir.join("token"), &token).unwrap();
+        let mut api = ApiServer {
+            server: Self::spawn(dir, "127.0.0.1:0", extra),
+            dir: dir.to_owned(),
+            serving_ca: serving.pem.clone(),
+            recovery_ca: recovery.pem.clone(),
+            token,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+        };
+        std::fs::write(dir.join("serving-ca.crt"), &api.serving_ca).unwrap();
+        std::fs::write(dir.join("recovery-ca.crt"), &api.recovery_ca).unwrap();
+        api.extra.shrink_to_fit();
+        api
+    }
+
+    fn spawn(dir: &std::path::Path, listen: &str, extra: &[&str]) -> Server {
+        let mut command = Command::new(bin("mini-apiserver"));
+        command
+            .args(["--listen", listen, "--cert"])
+            .arg(dir.join("serving.crt"))
+            .arg("--key")
+            .arg(dir.join("serving.key"))
+            .arg("--sni")
+            .arg(format!(
+                "localhost-recovery={},{}",
+                dir.join("recovery/tls.crt").display(),
+                dir.join("recovery/tls.key").display()
+            ))
+            .arg("--token-auth-file")
+            .arg(dir.join("tokens.csv"))
+            .args(["--read-only-user", "viewer"])
+            .args(extra);
+        Server::start(command)
+    }
+
+    /// Stops the process and starts it again on the same address.
+    pub fn restart(&mut self) {
+        let addr = self.server.addr.to_string();
+        let _ = self.server.child.kill();
+        let _ = self.server.child.wait();
+        let extra: Vec<&str> = self.extra.iter().map(String::as_str).collect();
+        // The port is free again once the old process is gone; retry briefly if it is not yet.
+        for attempt in 0..50 {
+            match std::panic::catch_unwind(|| Self::spawn(&self.dir, &addr, &extra)) {
+                Ok(server) => {
+                    self.server = server;
+                    return;
+                }
+                Err(_) if attempt < 49 => std::thread::sleep(Duration::from_millis(100)),
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        }
+    }
+
+    /// A kube client that connects like cert-syncer: `https://127.0.0.1:PORT`, SNI
+    /// `localhost-recovery`, the recovery CA, a bearer token file.
+    pub fn recovery_client(&self) -> kube::Client {
+        let mut config =
+            kube::Config::new(format!("https://{}", self.server.addr).parse().unwrap());
+        config.root_cert = Some(vec![
+            CertificateDer::from_pem_slice(self.recovery_ca.as_bytes())
+                .unwrap()
+                .to_vec(),
+        ]);
+        config.tls_server_name = Some("localhost-recovery".to_owned());
+        config.auth_info.token_file = Some(self.dir.join("token").display().to_string());
+        kube::Client::try_from(config).unwrap()
+    }
+}
+
+impl Ca {
+    /// (cert PEM, key PEM, serial hex) for the given DNS names.
+    pub fn leaf_for(&mut self, names: &[&str]) -> (String, String, String) {
+        self.serial += 1;
+        let key = KeyPair::generate().unwrap();
+        let mut params =
+            CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
+                .unwrap();
+        params.distinguished_name.push(DnType::CommonName, names[0]);
+        params.serial_number = Some(self.serial.into());
+        params.not_before = OffsetDateTime::now_utc() - time::Duration::hours(1);
+        params.not_after = OffsetDateTime::now_utc() + time::Duration::days(1);
+        let cert = params.signed_by(&key, &self.issuer).unwrap();
+        (
+            cert.pem(),
+            key.serialize_pem(),
+            format!("{:x}", self.serial),
+        )
+    }
+}
+
+/// Installs the process-wide rustls provider kube-client needs (idempotent).
+pub fn install_crypto_provider() {
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
 }

@@ -353,10 +353,8 @@ fn watch(
         ),
     };
     let bookmarks = query.flag("allowWatchBookmarks");
-    // Fail fast (as an HTTP error) when the start is already too old.
-    if let Some(from) = from {
-        store.changes_since(from)?;
-    }
+    // A start that is already too old is reported like the apiserver does: HTTP 200 and an
+    // ERROR event with a 410 Status, which is what makes clients relist.
     let (tx, rx) = mpsc::channel::<Bytes>(256);
     let store = Arc::clone(store);
     tokio::spawn(async move {

@@ -724,6 +724,63 @@ mod tests {
     }
 
     #[test]
+    fn merge_and_json_patches_apply_and_apply_creates() {
+        let store = Store::open(None, 100).unwrap();
+        store
+            .create(
+                Resource::ConfigMaps,
+                "ns",
+                json!({"metadata": {"name": "a"}, "data": {"x": "1"}}),
+            )
+            .unwrap();
+        let merged = store
+            .patch(
+                Resource::ConfigMaps,
+                "ns",
+                "a",
+                PatchKind::Merge,
+                json!({"data": {"y": "2"}}),
+            )
+            .unwrap();
+        assert_eq!(merged["data"], json!({"x": "1", "y": "2"}));
+        let patched = store
+            .patch(
+                Resource::ConfigMaps,
+                "ns",
+                "a",
+                PatchKind::Json,
+                json!([{"op": "remove", "path": "/data/x"}]),
+            )
+            .unwrap();
+        assert_eq!(patched["data"], json!({"y": "2"}));
+        let bad = store.patch(
+            Resource::ConfigMaps,
+            "ns",
+            "a",
+            PatchKind::Json,
+            json!([{"op": "remove", "path": "/nope"}]),
+        );
+        assert_eq!(bad.unwrap_err().code, 422);
+        let applied = store
+            .patch(
+                Resource::ConfigMaps,
+                "ns",
+                "b",
+                PatchKind::Apply,
+                json!({"data": {"z": "3"}}),
+            )
+            .unwrap();
+        assert_eq!(applied["metadata"]["name"], "b");
+        assert_eq!(
+            store
+                .patch(Resource::ConfigMaps, "ns", "c", PatchKind::Merge, json!({}))
+                .unwrap_err()
+                .code,
+            404
+        );
+    }
+
+    #[test]
     fn history_beyond_capacity_expires() {
         let store = Store::open(None, 2).unwrap();
         for name in ["a", "b", "c"] {
