@@ -365,3 +365,73 @@ async fn sni_selects_the_recovery_certificate_and_rotations_are_served() {
         default
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kube_watcher_relists_when_its_resource_version_expired() {
+    install_crypto_provider();
+    let tmp = tempfile::tempdir().unwrap();
+    let state = tmp.path().join("state.json");
+    let mut server = ApiServer::start(
+        tmp.path(),
+        &["--state-file", state.to_str().unwrap(), "--history", "5"],
+    );
+    let secrets: Api<Secret> = Api::namespaced(server.recovery_client(), "ns");
+    secrets
+        .create(&PostParams::default(), &secret("s", "0"))
+        .await
+        .unwrap();
+    // With backoff, as every real client: the reconnect waits at least 800 ms, while the ten
+    // updates below take a few milliseconds.
+    let stream = kube::runtime::WatchStreamExt::default_backoff(watcher(
+        secrets.clone(),
+        watcher::Config::default().fields("metadata.name=s"),
+    ));
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        while let Some(item) = stream.next().await {
+            let label = match item {
+                Ok(watcher::Event::Init) => "init".to_owned(),
+                Ok(watcher::Event::InitApply(s)) => format!("init-apply {}", value(&s)),
+                Ok(watcher::Event::Apply(s)) => format!("apply {}", value(&s)),
+                Ok(_) => continue,
+                Err(_) => continue,
+            };
+            if tx.send(label).is_err() {
+                return;
+            }
+        }
+    });
+    assert_eq!(next_event(&mut rx).await, "init");
+    assert_eq!(next_event(&mut rx).await, "init-apply 0");
+
+    // While the watcher is disconnected (restart, then its reconnect backoff), more changes
+    // happen than the history holds: its resourceVersion expires.
+    server.restart();
+    let secrets: Api<Secret> = Api::namespaced(server.recovery_client(), "ns");
+    for i in 1..=10 {
+        let mut current = secrets.get("s").await.unwrap();
+        current.data = secret("s", &i.to_string()).data;
+        secrets
+            .replace("s", &PostParams::default(), &current)
+            .await
+            .unwrap();
+    }
+    // It relists (a new Init) and ends on the latest value, never on a gap.
+    let mut events = Vec::new();
+    loop {
+        let event = next_event(&mut rx).await;
+        events.push(event.clone());
+        if event == "init-apply 10" || event == "apply 10" {
+            break;
+        }
+    }
+    assert!(events.iter().any(|e| e == "init"), "no relist: {events:?}");
+}
+
+async fn next_event(rx: &mut tokio::sync::mpsc::UnboundedReceiver<String>) -> String {
+    tokio::time::timeout(Duration::from_secs(30), rx.recv())
+        .await
+        .expect("no watcher event within 30 s")
+        .expect("the watcher stopped")
+}
