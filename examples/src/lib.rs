@@ -2,5 +2,6 @@
 //! Kubernetes-API-compatible `mini-apiserver`, and helpers used by the binaries in `src/bin/`.
 
 pub mod demo;
+pub mod load;
 pub mod mini_apiserver;
 pub mod serve;

@@ -1,261 +1,108 @@
 //! Run with: `cargo run -p examples --bin tls-load -- --connect 127.0.0.1:8443 --server-name localhost --ca ca.crt`
 //!
-//! A handshake load generator: each worker connects, completes a TLS handshake (full, or resumed
-//! when the server allows it), sends one `GET /` and reads the response, in a loop, for a duration
-//! or a number of handshakes. It reports handshakes, failures grouped by reason, handshakes per
-//! second, latency percentiles, and how many handshakes saw each leaf certificate serial, which is
-//! how rotation tests see which certificate was served. `--json` prints one JSON object instead.
+//! A TLS handshake load generator. Each of `--concurrency` workers loops: TCP connect, TLS
+//! handshake (SNI `--server-name`, verified against the `--ca` bundle, optional mTLS identity),
+//! one `GET / HTTP/1.1` with `Connection: close`, the whole response read and its status checked,
+//! close. It stops after `--duration` seconds or `--requests` attempts, whichever comes first, and
+//! reports handshakes (and how many were resumed), failures grouped by reason, handshakes per
+//! second, latency percentiles, and how many full handshakes saw each leaf certificate serial:
+//! that last figure is how rotation tests see which certificate was served. `--json` prints the
+//! same figures as one JSON object. Exit status: 0 when every attempt succeeded, 1 when any
+//! failed, 2 on bad flags or unreadable files. The engine lives in `examples::load`.
 
-use std::collections::BTreeMap;
+use std::io::{self, Write};
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
-use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use examples::load::{self, Settings};
+use rustls::client::Resumption;
+use rustls_pki_types::pem::{self, PemObject};
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
-/// TLS handshake load generator.
+/// TLS handshake load generator: connect, handshake, GET /, close, repeat.
 #[derive(Debug, Parser)]
 #[command(version)]
 struct Flags {
     /// Address to connect to.
-    #[arg(long)]
+    #[arg(long, value_name = "ADDR")]
     connect: SocketAddr,
-    /// TLS server name (SNI and verification).
-    #[arg(long)]
+    /// Server name: sent as SNI, checked against the server certificate, used as the Host header.
+    #[arg(long, value_name = "NAME")]
     server_name: String,
-    /// CA bundle (PEM) the server certificate must chain to.
-    #[arg(long)]
+    /// CA bundle (PEM, one or more certificates) the server certificate must chain to.
+    #[arg(long, value_name = "FILE")]
     ca: PathBuf,
-    /// Client certificate chain (PEM) for mTLS.
-    #[arg(long, requires = "key")]
+    /// Client certificate chain (PEM, leaf first) presented for mTLS; needs --key.
+    #[arg(long, value_name = "FILE", requires = "key")]
     cert: Option<PathBuf>,
     /// Private key (PEM) of --cert.
-    #[arg(long, requires = "cert")]
+    #[arg(long, value_name = "FILE", requires = "cert")]
     key: Option<PathBuf>,
-    /// Concurrent workers.
-    #[arg(long, default_value_t = 4)]
-    concurrency: usize,
-    /// Seconds to run.
-    #[arg(long, default_value_t = 5.0)]
-    duration: f64,
-    /// Stop after this many handshakes (across workers), if reached before --duration.
-    #[arg(long)]
+    /// Workers, each running one connection at a time.
+    #[arg(long, value_name = "N", default_value_t = 4,
+          value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    concurrency: u32,
+    /// Stop starting connections after this many seconds (fractions allowed); those in flight
+    /// finish.
+    #[arg(long, value_name = "SECS", default_value = "5", value_parser = parse_secs)]
+    duration: Duration,
+    /// Stop after this many attempts in total (successes and failures), if reached before
+    /// --duration.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     requests: Option<u64>,
     /// Disable session resumption: every handshake is a full one.
     #[arg(long)]
     no_resume: bool,
-    /// Per-handshake-and-request timeout in milliseconds.
-    #[arg(long, default_value_t = 5000)]
+    /// Time limit of one attempt (connect, handshake and request) in milliseconds; an attempt
+    /// over it is a "timeout" failure.
+    #[arg(long, value_name = "MS", default_value_t = 5000,
+          value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
     timeout_ms: u64,
     /// Print one JSON object on stdout instead of the text summary.
     #[arg(long)]
     json: bool,
 }
 
-/// What one worker saw. Latencies are kept exactly (4 bytes a sample: a million handshakes cost
-/// 4 MB), merged and sorted at the end.
-#[derive(Debug, Default)]
-struct Tally {
-    handshake_us: Vec<u32>,
-    request_us: Vec<u32>,
-    resumed: u64,
-    failures: BTreeMap<String, u64>,
-    serials: BTreeMap<String, u64>,
-}
-
-impl Tally {
-    fn merge(&mut self, other: Tally) {
-        self.handshake_us.extend(other.handshake_us);
-        self.request_us.extend(other.request_us);
-        self.resumed += other.resumed;
-        for (reason, n) in other.failures {
-            *self.failures.entry(reason).or_default() += n;
-        }
-        for (serial, n) in other.serials {
-            *self.serials.entry(serial).or_default() += n;
-        }
-    }
-}
-
-fn main() -> std::process::ExitCode {
-    let flags = Flags::parse();
-    let runtime = match tokio::runtime::Runtime::new() {
-        Ok(runtime) => runtime,
-        Err(err) => {
-            eprintln!("tls-load: cannot start the runtime: {err}");
-            return std::process::ExitCode::from(1);
-        }
-    };
-    match runtime.block_on(run(flags)) {
-        Ok(true) => std::process::ExitCode::SUCCESS,
-        Ok(false) => std::process::ExitCode::from(1),
-        Err(err) => {
-            eprintln!("tls-load: {err:#}");
-            std::process::ExitCode::from(2)
-        }
-    }
-}
-
-/// Returns whether every handshake succeeded.
-async fn run(flags: Flags) -> anyhow::Result<bool> {
-    let config = client_config(&flags)?;
-    let server_name = ServerName::try_from(flags.server_name.clone())
-        .with_context(|| format!("invalid --server-name {}", flags.server_name))?;
-    let deadline = Instant::now() + Duration::from_secs_f64(flags.duration);
-    let budget = Arc::new(AtomicU64::new(flags.requests.unwrap_or(u64::MAX)));
-    let timeout = Duration::from_millis(flags.timeout_ms);
-    let started = Instant::now();
-    let mut workers = Vec::new();
-    for _ in 0..flags.concurrency.max(1) {
-        let (config, server_name, budget) = (
-            Arc::clone(&config),
-            server_name.clone(),
-            Arc::clone(&budget),
-        );
-        let (addr, host) = (flags.connect, flags.server_name.clone());
-        workers.push(tokio::spawn(async move {
-            let mut tally = Tally::default();
-            while Instant::now() < deadline && take(&budget) {
-                let outcome =
-                    tokio::time::timeout(timeout, one(addr, &host, &server_name, &config)).await;
-                match outcome {
-                    Ok(Ok(seen)) => {
-                        tally.handshake_us.push(seen.handshake_us);
-                        tally.request_us.push(seen.request_us);
-                        if seen.resumed {
-                            tally.resumed += 1;
-                        }
-                        // A resumed handshake shows no certificate (rustls reports the one of the
-                        // original session): only full handshakes count towards serials.
-                        if let (Some(serial), false) = (seen.serial, seen.resumed) {
-                            *tally.serials.entry(serial).or_default() += 1;
-                        }
-                    }
-                    Ok(Err(reason)) => *tally.failures.entry(reason).or_default() += 1,
-                    Err(_) => *tally.failures.entry("timeout".to_owned()).or_default() += 1,
-                }
-            }
-            tally
-        }));
-    }
-    let mut total = Tally::default();
-    for worker in workers {
-        total.merge(worker.await.context("a worker panicked")?);
-    }
-    let elapsed = started.elapsed().as_secs_f64();
-    report(&flags, total, elapsed)
-}
-
-/// Claims one handshake from the shared budget.
-fn take(budget: &AtomicU64) -> bool {
-    budget
-        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
-        .is_ok()
-}
-
-struct Seen {
-    handshake_us: u32,
-    request_us: u32,
-    resumed: bool,
-    serial: Option<String>,
-}
-
-/// One connection: handshake, `GET /`, full response, status 200. Errors are the failure reason.
-async fn one(
-    addr: SocketAddr,
-    host: &str,
-    server_name: &ServerName<'static>,
-    config: &Arc<rustls::ClientConfig>,
-) -> Result<Seen, String> {
-    let start = Instant::now();
-    let tcp = tokio::net::TcpStream::connect(addr)
-        .await
-        .map_err(|e| format!("connect: {e}"))?;
-    let _ = tcp.set_nodelay(true);
-    let connector = tokio_rustls::TlsConnector::from(Arc::clone(config));
-    let mut tls = connector
-        .connect(server_name.clone(), tcp)
-        .await
-        .map_err(|e| format!("tls: {e}"))?;
-    let handshake_us = micros(start.elapsed());
-    let (_, conn) = tls.get_ref();
-    let resumed = conn.handshake_kind() == Some(rustls::HandshakeKind::Resumed);
-    // A resumed handshake carries no certificate.
-    let serial = conn
-        .peer_certificates()
-        .and_then(|certs| certs.first())
-        .and_then(|leaf| x509_parser::parse_x509_certificate(leaf).ok())
-        .map(|(_, cert)| normalize_serial(&cert.raw_serial_as_string()));
-    let request = format!("GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
-    tls.write_all(request.as_bytes())
-        .await
-        .map_err(|e| format!("http: write: {e}"))?;
-    let mut response = Vec::new();
-    // Servers may close without close_notify; what was read is what counts.
-    if let Err(err) = tls.read_to_end(&mut response).await
-        && response.is_empty()
-    {
-        return Err(format!("http: read: {err}"));
-    }
-    let status = response
-        .split(|b| *b == b' ')
-        .nth(1)
-        .map(|code| String::from_utf8_lossy(code).into_owned())
-        .unwrap_or_default();
-    if status != "200" {
+/// Parses `--duration`. Bounded so that `start + duration` cannot overflow an `Instant`.
+fn parse_secs(text: &str) -> Result<Duration, String> {
+    let secs: f64 = text.parse().map_err(|_| format!("not a number: {text}"))?;
+    if !(secs > 0.0 && secs <= 31_536_000.0) {
         return Err(format!(
-            "http: status {}",
-            if status.is_empty() { "none" } else { &status }
+            "must be more than 0 and at most a year, got {text}"
         ));
     }
-    Ok(Seen {
-        handshake_us,
-        request_us: micros(start.elapsed()),
-        resumed,
-        serial,
-    })
+    Ok(Duration::from_secs_f64(secs))
 }
 
-fn micros(d: Duration) -> u32 {
-    u32::try_from(d.as_micros()).unwrap_or(u32::MAX)
+/// Reads the files and builds the settings before the first connection, so a bad file is one
+/// configuration error (exit 2) rather than one failure per attempt.
+fn settings(flags: &Flags) -> anyhow::Result<Settings> {
+    let settings = Settings::new(
+        flags.connect,
+        &flags.server_name,
+        client_config(flags)?,
+        flags.concurrency,
+        flags.duration,
+    )?;
+    Ok(settings
+        .requests(flags.requests)
+        .timeout(Duration::from_millis(flags.timeout_ms)))
 }
 
-/// `0a:1b:...` → `a1b...`: lowercase hex without separators or leading zeros, as reload-lib logs
-/// serials.
-fn normalize_serial(raw: &str) -> String {
-    let hex: String = raw
-        .chars()
-        .filter(|c| *c != ':')
-        .collect::<String>()
-        .to_ascii_lowercase();
-    let trimmed = hex.trim_start_matches('0');
-    if trimmed.is_empty() {
-        "0".to_owned()
-    } else {
-        trimmed.to_owned()
-    }
-}
-
+/// The client config: the CA bundle as the only roots, an optional client identity, and
+/// rustls' default in-memory session store unless `--no-resume`.
 fn client_config(flags: &Flags) -> anyhow::Result<Arc<rustls::ClientConfig>> {
     let mut roots = rustls::RootCertStore::empty();
-    let certs = CertificateDer::pem_file_iter(&flags.ca)
-        .and_then(|iter| iter.collect::<Result<Vec<_>, _>>())
-        .with_context(|| format!("failed to read CA bundle {}", flags.ca.display()))?;
-    anyhow::ensure!(
-        !certs.is_empty(),
-        "no certificate in CA bundle {}",
-        flags.ca.display()
-    );
-    for cert in certs {
+    let what = "CA bundle";
+    for cert in read_certs(&flags.ca, what)? {
         roots
             .add(cert)
-            .with_context(|| format!("bad certificate in CA bundle {}", flags.ca.display()))?;
+            .with_context(|| format!("bad certificate in {what} {}", flags.ca.display()))?;
     }
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let builder = rustls::ClientConfig::builder_with_provider(provider)
@@ -263,86 +110,119 @@ fn client_config(flags: &Flags) -> anyhow::Result<Arc<rustls::ClientConfig>> {
         .with_root_certificates(roots);
     let mut config = match (&flags.cert, &flags.key) {
         (Some(cert), Some(key)) => {
-            let chain = CertificateDer::pem_file_iter(cert)
-                .and_then(|iter| iter.collect::<Result<Vec<_>, _>>())
-                .with_context(|| format!("failed to read client certificate {}", cert.display()))?;
+            let chain = read_certs(cert, "client certificate")?;
             let key_der = PrivateKeyDer::from_pem_file(key)
+                .map_err(pem_error)
                 .with_context(|| format!("failed to read client key {}", key.display()))?;
             builder
                 .with_client_auth_cert(chain, key_der)
                 .with_context(|| {
-                    format!(
-                        "{} and {} are not a usable pair",
-                        cert.display(),
-                        key.display()
-                    )
+                    let (cert, key) = (cert.display(), key.display());
+                    format!("client certificate {cert} and key {key} are not a usable pair")
                 })?
         }
+        // clap's `requires` makes the two flags come together.
         _ => builder.with_no_client_auth(),
     };
     if flags.no_resume {
-        config.resumption = rustls::client::Resumption::disabled();
+        config.resumption = Resumption::disabled();
     }
     Ok(Arc::new(config))
 }
 
-fn percentile(sorted: &[u32], p: f64) -> u32 {
-    if sorted.is_empty() {
-        return 0;
-    }
-    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+/// Every certificate of a PEM file; an empty file is an error, since it can only be a mistake.
+fn read_certs(path: &Path, what: &str) -> anyhow::Result<Vec<CertificateDer<'static>>> {
+    let certs = CertificateDer::pem_file_iter(path)
+        .and_then(|iter| iter.collect::<Result<Vec<_>, _>>())
+        .map_err(pem_error)
+        .with_context(|| format!("failed to read {what} {}", path.display()))?;
+    anyhow::ensure!(
+        !certs.is_empty(),
+        "no certificate in {what} {}",
+        path.display()
+    );
+    Ok(certs)
 }
 
-/// Prints the summary; returns whether there were no failures.
-fn report(flags: &Flags, mut tally: Tally, elapsed: f64) -> anyhow::Result<bool> {
-    tally.handshake_us.sort_unstable();
-    tally.request_us.sort_unstable();
-    let handshakes = tally.handshake_us.len() as u64;
-    let failures: u64 = tally.failures.values().sum();
-    let hs_per_sec = handshakes as f64 / elapsed.max(f64::EPSILON);
-    let hs = &tally.handshake_us;
-    if flags.json {
-        let json = serde_json::json!({
-            "handshakes": handshakes,
-            "resumed": tally.resumed,
-            "failures": failures,
-            "failure_reasons": tally.failures,
-            "hs_per_sec": (hs_per_sec * 10.0).round() / 10.0,
-            "p50_us": percentile(hs, 0.50),
-            "p90_us": percentile(hs, 0.90),
-            "p99_us": percentile(hs, 0.99),
-            "max_us": hs.last().copied().unwrap_or(0),
-            "request_p50_us": percentile(&tally.request_us, 0.50),
-            "request_p99_us": percentile(&tally.request_us, 0.99),
-            "serials": tally.serials,
-            "duration_secs": (elapsed * 1000.0).round() / 1000.0,
-        });
-        println!("{json}");
-    } else {
-        println!(
-            "handshakes: {handshakes} ({} resumed) in {elapsed:.2} s: {hs_per_sec:.1}/s",
-            tally.resumed
-        );
-        println!("failures: {failures}");
-        for (reason, n) in &tally.failures {
-            println!("  {n} × {reason}");
+/// Unwraps I/O errors so the message reads "…: No such file or directory" rather than
+/// "…: I/O error: No such file or directory".
+fn pem_error(err: pem::Error) -> anyhow::Error {
+    match err {
+        pem::Error::Io(err) => err.into(),
+        pem::Error::NoItemsFound => anyhow::anyhow!("no PEM item of the expected kind"),
+        err => err.into(),
+    }
+}
+
+fn main() -> ExitCode {
+    let flags = Flags::parse();
+    let settings = match settings(&flags) {
+        Ok(settings) => Arc::new(settings),
+        Err(err) => {
+            eprintln!("tls-load: {err:#}");
+            return ExitCode::from(2);
         }
-        println!(
-            "handshake latency µs: p50 {} p90 {} p99 {} max {}",
-            percentile(hs, 0.5),
-            percentile(hs, 0.9),
-            percentile(hs, 0.99),
-            hs.last().copied().unwrap_or(0)
-        );
-        println!(
-            "request latency µs: p50 {} p99 {}",
-            percentile(&tally.request_us, 0.5),
-            percentile(&tally.request_us, 0.99)
-        );
-        println!("serials:");
-        for (serial, n) in &tally.serials {
-            println!("  {serial}: {n}");
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("tls-load: cannot start the runtime: {err}");
+            return ExitCode::from(1);
+        }
+    };
+    let summary = match runtime.block_on(load::run(settings)) {
+        Ok(summary) => summary,
+        Err(err) => {
+            eprintln!("tls-load: {err:#}");
+            return ExitCode::from(1);
+        }
+    };
+    let mut out = io::stdout().lock();
+    let printed = if flags.json {
+        summary.write_json(&mut out)
+    } else {
+        writeln!(
+            out,
+            "target:     {} (server name {}), {} workers, resumption {}",
+            flags.connect,
+            flags.server_name,
+            flags.concurrency,
+            if flags.no_resume { "off" } else { "on" },
+        )
+        .and_then(|()| summary.write_text(&mut out))
+    };
+    // A closed pipe (`| head`) is the reader's choice, not an error.
+    if let Err(err) = printed.and_then(|()| out.flush())
+        && err.kind() != io::ErrorKind::BrokenPipe
+    {
+        eprintln!("tls-load: cannot write the report: {err}");
+        return ExitCode::from(1);
+    }
+    if summary.failures == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_are_consistent() {
+        use clap::CommandFactory;
+        Flags::command().debug_assert();
+    }
+
+    #[test]
+    fn duration_must_be_positive_and_finite() {
+        assert_eq!(parse_secs("1.5"), Ok(Duration::from_millis(1500)));
+        for bad in ["0", "-1", "nan", "inf", "1e30", "x"] {
+            assert!(parse_secs(bad).is_err(), "{bad}");
         }
     }
-    Ok(failures == 0)
 }
