@@ -4,16 +4,15 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use e2e::{ApiServer, Ca, install_crypto_provider};
+use e2e::{ApiServer, Events, handshake_leaf, install_crypto_provider, wait_until};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Secret};
 use kube::api::{
     Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams,
 };
 use kube::runtime::watcher;
-use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, ServerName};
 
 fn secret(name: &str, value: &str) -> Secret {
     Secret {
@@ -31,6 +30,18 @@ fn secret(name: &str, value: &str) -> Secret {
 
 fn value(secret: &Secret) -> String {
     String::from_utf8(secret.data.as_ref().unwrap()["v"].0.clone()).unwrap()
+}
+
+/// A watcher event as a short label: `init`, `init-apply V`, `apply V`, `delete`, `init-done`
+/// (V = the Secret's `v`); errors are skipped (the watcher retries).
+fn label(item: Result<watcher::Event<Secret>, watcher::Error>) -> Option<String> {
+    Some(match item.ok()? {
+        watcher::Event::Init => "init".to_owned(),
+        watcher::Event::InitApply(s) => format!("init-apply {}", value(&s)),
+        watcher::Event::InitDone => "init-done".to_owned(),
+        watcher::Event::Apply(s) => format!("apply {}", value(&s)),
+        watcher::Event::Delete(_) => "delete".to_owned(),
+    })
 }
 
 fn api_code(err: &kube::Error) -> u16 {
@@ -185,28 +196,17 @@ async fn the_watcher_sees_every_change_in_order() {
         .create(&PostParams::default(), &secret("s", "0"))
         .await
         .unwrap();
-    let stream = watcher(
-        secrets.clone(),
-        watcher::Config::default().fields("metadata.name=s"),
+    let mut events = Events::spawn(
+        watcher(
+            secrets.clone(),
+            watcher::Config::default().fields("metadata.name=s"),
+        ),
+        label,
     );
-    let seen = tokio::spawn(async move {
-        let mut values = Vec::new();
-        let mut stream = std::pin::pin!(stream);
-        while let Some(event) = stream.try_next().await.unwrap() {
-            match event {
-                watcher::Event::Apply(s) | watcher::Event::InitApply(s) => {
-                    values.push(value(&s));
-                    if values.last().map(String::as_str) == Some("100") {
-                        return values;
-                    }
-                }
-                watcher::Event::Delete(_) => panic!("unexpected delete"),
-                watcher::Event::Init | watcher::Event::InitDone => {}
-            }
-        }
-        values
-    });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        events.until(|e| e == "init-done").await,
+        ["init", "init-apply 0", "init-done"]
+    );
     for i in 1..=100 {
         let mut current = secrets.get("s").await.unwrap();
         current.data = secret("s", &i.to_string()).data;
@@ -215,12 +215,9 @@ async fn the_watcher_sees_every_change_in_order() {
             .await
             .unwrap();
     }
-    let values = tokio::time::timeout(Duration::from_secs(30), seen)
-        .await
-        .unwrap()
-        .unwrap();
-    let expected: Vec<String> = (0..=100).map(|i| i.to_string()).collect();
-    assert_eq!(values, expected);
+    let seen = events.until(|e| e == "apply 100").await;
+    let expected: Vec<String> = (1..=100).map(|i| format!("apply {i}")).collect();
+    assert_eq!(seen, expected);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -257,17 +254,14 @@ async fn watches_resume_after_a_restart_and_relist_after_410() {
     }
 
     // A kube watcher survives a restart (state file) and sees the next change.
-    let stream = watcher::watch_object(secrets.clone(), "s");
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    tokio::spawn(async move {
-        let mut stream = std::pin::pin!(stream);
-        while let Some(item) = stream.next().await {
-            if let Ok(Some(s)) = item {
-                let _ = tx.send(value(&s));
-            }
-        }
-    });
-    assert_eq!(rx.recv().await.unwrap(), "before");
+    let mut events = Events::spawn(
+        kube::runtime::WatchStreamExt::default_backoff(watcher::watch_object(secrets.clone(), "s")),
+        |item| match item {
+            Ok(Some(s)) => Some(value(&s)),
+            _ => None,
+        },
+    );
+    assert_eq!(events.next().await, "before");
     server.restart();
     let secrets: Api<Secret> = Api::namespaced(server.recovery_client(), "ns");
     assert_eq!(
@@ -281,88 +275,80 @@ async fn watches_resume_after_a_restart_and_relist_after_410() {
         .replace("s", &PostParams::default(), &current)
         .await
         .unwrap();
-    let seen = tokio::time::timeout(Duration::from_secs(30), async {
-        loop {
-            if rx.recv().await.unwrap() == "after" {
-                return;
-            }
-        }
-    })
-    .await;
-    assert!(
-        seen.is_ok(),
-        "the watcher did not see the change made after the restart"
-    );
+    events.until(|v| v == "after").await;
 }
 
 async fn served_serial(addr: std::net::SocketAddr, name: &str, ca_pem: &str) -> String {
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
-        roots.add(cert.unwrap()).unwrap();
-    }
-    let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
-        rustls::crypto::aws_lc_rs::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let tls = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
-        .connect(ServerName::try_from(name.to_owned()).unwrap(), tcp)
+    handshake_leaf(addr, name, ca_pem)
         .await
-        .unwrap();
-    let leaf = tls.get_ref().1.peer_certificates().unwrap()[0].clone();
-    reload_serial(&leaf)
-}
-
-fn reload_serial(leaf: &[u8]) -> String {
-    let (_, cert) = x509_parser::parse_x509_certificate(leaf).unwrap();
-    cert.raw_serial_as_string()
-        .replace(':', "")
-        .trim_start_matches('0')
-        .to_owned()
+        .unwrap_or_else(|err| panic!("handshake with SNI {name}: {err}"))
+        .serial
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sni_selects_the_recovery_certificate_and_rotations_are_served() {
     install_crypto_provider();
     let tmp = tempfile::tempdir().unwrap();
-    let server = ApiServer::start(tmp.path(), &[]);
-    let recovery = served_serial(
-        server.server.addr,
-        "localhost-recovery",
-        &server.recovery_ca,
+    let mut server = ApiServer::start(tmp.path(), &[]);
+    let addr = server.server.addr;
+    let recovery = served_serial(addr, "localhost-recovery", &server.recovery_ca).await;
+    let default = served_serial(addr, "localhost", &server.serving_ca).await;
+    assert_ne!(recovery, default);
+    // The recovery certificate does not verify for the default name, nor the reverse.
+    assert!(
+        handshake_leaf(addr, "localhost", &server.recovery_ca)
+            .await
+            .is_err()
+    );
+    assert!(
+        handshake_leaf(addr, "localhost-recovery", &server.serving_ca)
+            .await
+            .is_err()
+    );
+
+    // Rotate the recovery certificate on disk: it is served, the default one is unchanged.
+    let rotated = server.rotate_recovery();
+    let recovery_ca = server.recovery_ca.clone();
+    wait_until(
+        "the rotated recovery certificate",
+        Duration::from_secs(10),
+        || {
+            let (ca, rotated) = (recovery_ca.clone(), rotated.clone());
+            async move { served_serial(addr, "localhost-recovery", &ca).await == rotated }
+        },
     )
     .await;
-    let default = served_serial(server.server.addr, "localhost", &server.serving_ca).await;
-    assert_ne!(recovery, default);
-
-    // Rotate the recovery certificate on disk (rename into place, key first).
-    let mut ca = Ca::new();
-    let (cert, key, serial) = ca.leaf_for(&["localhost-recovery"]);
-    std::fs::write(tmp.path().join("recovery-ca-2.crt"), &ca.pem).unwrap();
-    for (name, content) in [("tls.key", key), ("tls.crt", cert)] {
-        let path = tmp.path().join("recovery").join(name);
-        std::fs::write(path.with_extension("tmp"), content).unwrap();
-        std::fs::rename(path.with_extension("tmp"), path).unwrap();
-    }
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let roots = format!("{}{}", server.recovery_ca, ca.pem);
-        if served_serial(server.server.addr, "localhost-recovery", &roots).await == serial {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the rotated recovery certificate was not served"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    // The default name still gets the default certificate.
     assert_eq!(
-        served_serial(server.server.addr, "localhost", &server.serving_ca).await,
+        served_serial(addr, "localhost", &server.serving_ca).await,
         default
+    );
+
+    // Rotate the default certificate: served for the default name; recovery unchanged.
+    let rotated_default = server.rotate_serving();
+    let serving_ca = server.serving_ca.clone();
+    wait_until(
+        "the rotated default certificate",
+        Duration::from_secs(10),
+        || {
+            let (ca, rotated) = (serving_ca.clone(), rotated_default.clone());
+            async move { served_serial(addr, "localhost", &ca).await == rotated }
+        },
+    )
+    .await;
+    assert_eq!(
+        served_serial(addr, "localhost-recovery", &server.recovery_ca).await,
+        rotated
+    );
+
+    // kube-rs over the rotated recovery certificate still works.
+    let secrets: Api<Secret> = Api::namespaced(server.recovery_client(), "ns");
+    assert!(
+        secrets
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
     );
 }
 
@@ -382,28 +368,15 @@ async fn a_kube_watcher_relists_when_its_resource_version_expired() {
         .unwrap();
     // With backoff, as every real client: the reconnect waits at least 800 ms, while the ten
     // updates below take a few milliseconds.
-    let stream = kube::runtime::WatchStreamExt::default_backoff(watcher(
-        secrets.clone(),
-        watcher::Config::default().fields("metadata.name=s"),
-    ));
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    tokio::spawn(async move {
-        let mut stream = std::pin::pin!(stream);
-        while let Some(item) = stream.next().await {
-            let label = match item {
-                Ok(watcher::Event::Init) => "init".to_owned(),
-                Ok(watcher::Event::InitApply(s)) => format!("init-apply {}", value(&s)),
-                Ok(watcher::Event::Apply(s)) => format!("apply {}", value(&s)),
-                Ok(_) => continue,
-                Err(_) => continue,
-            };
-            if tx.send(label).is_err() {
-                return;
-            }
-        }
-    });
-    assert_eq!(next_event(&mut rx).await, "init");
-    assert_eq!(next_event(&mut rx).await, "init-apply 0");
+    let mut events = Events::spawn(
+        kube::runtime::WatchStreamExt::default_backoff(watcher(
+            secrets.clone(),
+            watcher::Config::default().fields("metadata.name=s"),
+        )),
+        label,
+    );
+    assert_eq!(events.next().await, "init");
+    assert_eq!(events.next().await, "init-apply 0");
 
     // While the watcher is disconnected (restart, then its reconnect backoff), more changes
     // happen than the history holds: its resourceVersion expires.
@@ -418,20 +391,764 @@ async fn a_kube_watcher_relists_when_its_resource_version_expired() {
             .unwrap();
     }
     // It relists (a new Init) and ends on the latest value, never on a gap.
-    let mut events = Vec::new();
-    loop {
-        let event = next_event(&mut rx).await;
-        events.push(event.clone());
-        if event == "init-apply 10" || event == "apply 10" {
-            break;
-        }
-    }
-    assert!(events.iter().any(|e| e == "init"), "no relist: {events:?}");
+    let seen = events
+        .until(|e| e == "init-apply 10" || e == "apply 10")
+        .await;
+    assert!(seen.iter().any(|e| e == "init"), "no relist: {seen:?}");
 }
 
-async fn next_event(rx: &mut tokio::sync::mpsc::UnboundedReceiver<String>) -> String {
-    tokio::time::timeout(Duration::from_secs(30), rx.recv())
+/// Sends a raw request through a kube client (its TLS, SNI and token); returns the `Status` of
+/// an error answer, or `None` on success.
+async fn raw(
+    client: &kube::Client,
+    method: &str,
+    path: &str,
+    content_type: &str,
+    body: Vec<u8>,
+) -> Option<Box<kube::core::Status>> {
+    let request = http::Request::builder()
+        .method(method)
+        .uri(path)
+        .header("content-type", content_type)
+        .body(body)
+        .unwrap();
+    match client.request_text(request).await {
+        Ok(_) => None,
+        Err(kube::Error::Api(status)) => Some(status),
+        Err(other) => panic!("{method} {path}: not an API answer: {other}"),
+    }
+}
+
+type BadRequest = (
+    &'static str,
+    &'static str,
+    &'static str,
+    Vec<u8>,
+    u16,
+    &'static str,
+);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_is_refused_with_a_status_and_changes_nothing() {
+    install_crypto_provider();
+    let tmp = tempfile::tempdir().unwrap();
+    let server = ApiServer::start(tmp.path(), &[]);
+    let client = server.recovery_client();
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), "ns");
+    secrets
+        .create(&PostParams::default(), &secret("kept", "v"))
         .await
-        .expect("no watcher event within 30 s")
-        .expect("the watcher stopped")
+        .unwrap();
+    let before = secrets.list(&ListParams::default()).await.unwrap();
+
+    let collection = "/api/v1/namespaces/ns/secrets";
+    let json = "application/json";
+    let too_big = {
+        let mut body = br#"{"metadata":{"name":"big"},"stringData":{"k":""#.to_vec();
+        body.extend(std::iter::repeat_n(b'x', 4 * 1024 * 1024));
+        body.extend_from_slice(br#""}}"#);
+        body
+    };
+    // (method, path, content type, body, expected code, expected reason)
+    let cases: Vec<BadRequest> = vec![
+        (
+            "POST",
+            collection,
+            json,
+            b"{not json".to_vec(),
+            400,
+            "BadRequest",
+        ),
+        (
+            "POST",
+            collection,
+            json,
+            br#"{"kind":"ConfigMap","metadata":{"name":"x"}}"#.to_vec(),
+            400,
+            "BadRequest",
+        ),
+        (
+            "POST",
+            collection,
+            json,
+            br#"{"apiVersion":"v2","metadata":{"name":"x"}}"#.to_vec(),
+            400,
+            "BadRequest",
+        ),
+        (
+            "POST",
+            collection,
+            json,
+            br#"{"metadata":{"name":"Bad_Name"}}"#.to_vec(),
+            422,
+            "Invalid",
+        ),
+        (
+            "POST",
+            collection,
+            json,
+            br#"{"metadata":{"name":"x"},"data":{"k":"not base64!"}}"#.to_vec(),
+            422,
+            "Invalid",
+        ),
+        (
+            "POST",
+            collection,
+            json,
+            br#"{"metadata":{"name":"x"},"data":{"bad/key":"eA=="}}"#.to_vec(),
+            422,
+            "Invalid",
+        ),
+        (
+            "POST",
+            collection,
+            json,
+            br#"{"metadata":{}}"#.to_vec(),
+            422,
+            "Invalid",
+        ),
+        (
+            "POST",
+            collection,
+            json,
+            br#"[1,2]"#.to_vec(),
+            400,
+            "BadRequest",
+        ),
+        (
+            "POST",
+            collection,
+            json,
+            too_big,
+            413,
+            "RequestEntityTooLarge",
+        ),
+        (
+            "PUT",
+            "/api/v1/namespaces/ns/secrets/kept",
+            json,
+            br#"{"metadata":{"name":"other"}}"#.to_vec(),
+            400,
+            "BadRequest",
+        ),
+        (
+            "PATCH",
+            "/api/v1/namespaces/ns/secrets/kept",
+            "text/plain",
+            b"{}".to_vec(),
+            415,
+            "UnsupportedMediaType",
+        ),
+        (
+            "PATCH",
+            "/api/v1/namespaces/ns/secrets/kept",
+            "application/json-patch+json",
+            br#"[{"op":"remove","path":"/nope"}]"#.to_vec(),
+            422,
+            "Invalid",
+        ),
+        (
+            "PATCH",
+            "/api/v1/namespaces/ns/secrets/kept",
+            "application/merge-patch+json",
+            br#"{"data":{"k":7}}"#.to_vec(),
+            422,
+            "Invalid",
+        ),
+        (
+            "GET",
+            "/api/v1/namespaces/ns/pods",
+            json,
+            vec![],
+            404,
+            "NotFound",
+        ),
+        ("DELETE", collection, json, vec![], 405, "MethodNotAllowed"),
+        (
+            "GET",
+            "/api/v1/namespaces/ns/secrets?labelSelector=a+in+(b)",
+            json,
+            vec![],
+            400,
+            "BadRequest",
+        ),
+        (
+            "GET",
+            "/api/v1/namespaces/ns/secrets?fieldSelector=spec.x%3D1",
+            json,
+            vec![],
+            400,
+            "BadRequest",
+        ),
+        (
+            "GET",
+            "/api/v1/namespaces/ns/secrets?continue=%21%21",
+            json,
+            vec![],
+            400,
+            "BadRequest",
+        ),
+    ];
+    for (method, path, content_type, body, code, reason) in cases {
+        let status = raw(&client, method, path, content_type, body)
+            .await
+            .unwrap_or_else(|| panic!("{method} {path} succeeded"));
+        assert_eq!(
+            (status.code, status.reason.as_str()),
+            (code, reason),
+            "{method} {path}: {}",
+            status.message
+        );
+    }
+
+    // Nothing changed, and the server still serves.
+    let after = secrets.list(&ListParams::default()).await.unwrap();
+    assert_eq!(
+        after.metadata.resource_version,
+        before.metadata.resource_version
+    );
+    assert_eq!(after.items.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_and_rules_decide_who_may_do_what() {
+    install_crypto_provider();
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(
+        tmp.path().join("rules.csv"),
+        "# subject,verbs,namespaces,resources\n\
+         group:system:masters,*,*,*\n\
+         group:syncers,\"get,list,watch\",openshift-kube-apiserver,\"secrets,configmaps\"\n\
+         viewer,*,*,*\n",
+    )
+    .unwrap();
+    let rules = tmp.path().join("rules.csv");
+    let server = ApiServer::start(
+        tmp.path(),
+        &["--authorization-file", rules.to_str().unwrap()],
+    );
+    let ns = "openshift-kube-apiserver";
+    let admin: Api<Secret> = Api::namespaced(server.recovery_client(), ns);
+    admin
+        .create(&PostParams::default(), &secret("serving-cert", "v"))
+        .await
+        .unwrap();
+
+    // The syncer (group `syncers`) may read Secrets in its namespace, and nothing more.
+    let syncer = server.client_with_token("syncer-token");
+    let syncer_secrets: Api<Secret> = Api::namespaced(syncer.clone(), ns);
+    assert_eq!(
+        value(&syncer_secrets.get("serving-cert").await.unwrap()),
+        "v"
+    );
+    let mut stream = syncer_secrets
+        .watch(&WatchParams::default().timeout(1), "0")
+        .await
+        .unwrap()
+        .boxed();
+    assert!(matches!(
+        stream.try_next().await.unwrap(),
+        Some(WatchEvent::Added(_))
+    ));
+    let forbidden = |err: kube::Error| match err {
+        kube::Error::Api(status) => (status.code, status.reason),
+        other => panic!("not an API error: {other}"),
+    };
+    let err = syncer_secrets
+        .create(&PostParams::default(), &secret("x", "v"))
+        .await
+        .unwrap_err();
+    assert_eq!(forbidden(err), (403, "Forbidden".to_owned()));
+    let other_ns: Api<Secret> = Api::namespaced(syncer.clone(), "default");
+    assert_eq!(forbidden(other_ns.get("x").await.unwrap_err()).0, 403);
+    let all: Api<Secret> = Api::all(syncer.clone());
+    assert_eq!(
+        forbidden(all.list(&ListParams::default()).await.unwrap_err()).0,
+        403
+    );
+    let leases: Api<Lease> = Api::namespaced(syncer, ns);
+    assert_eq!(forbidden(leases.get("x").await.unwrap_err()).0, 403);
+
+    // `viewer` has a rule for everything but is a --read-only-user: reads only.
+    let viewer: Api<Secret> = Api::namespaced(server.client_with_token("read-only-token"), ns);
+    assert_eq!(
+        viewer
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .len(),
+        1
+    );
+    assert_eq!(
+        forbidden(
+            viewer
+                .delete("serving-cert", &DeleteParams::default())
+                .await
+                .unwrap_err()
+        )
+        .0,
+        403
+    );
+
+    // A wrong or missing token: 401 with a Status body, discovery included.
+    let stranger = server.client_with_token("not-a-token");
+    let err = Api::<Secret>::namespaced(stranger.clone(), ns)
+        .get("serving-cert")
+        .await
+        .unwrap_err();
+    assert_eq!(forbidden(err), (401, "Unauthorized".to_owned()));
+    assert!(stranger.apiserver_version().await.is_err());
+    let anonymous = kube::Client::try_from(server.recovery_config()).unwrap();
+    let err = Api::<Secret>::namespaced(anonymous, ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap_err();
+    assert_eq!(forbidden(err).0, 401);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_certificates_authenticate_their_cn_and_organizations() {
+    install_crypto_provider();
+    let pki = e2e::TempPki::new();
+    let (mut client_ca, client_ca_path) = pki.ca("client-ca");
+    let controller = pki.issue(
+        &mut client_ca,
+        "controller",
+        &e2e::CertSpec::client("cert-regeneration-controller").organization("regenerators"),
+    );
+    let stranger_ca = e2e::Ca::new();
+    let mut stranger_ca = stranger_ca;
+    let stranger = pki.issue(
+        &mut stranger_ca,
+        "stranger",
+        &e2e::CertSpec::client("cert-regeneration-controller").organization("regenerators"),
+    );
+    std::fs::write(
+        pki.path().join("rules.csv"),
+        "group:regenerators,*,openshift-kube-apiserver,secrets\n",
+    )
+    .unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let server = ApiServer::start(
+        tmp.path(),
+        &[
+            "--client-ca",
+            client_ca_path.to_str().unwrap(),
+            "--authorization-file",
+            pki.path().join("rules.csv").to_str().unwrap(),
+        ],
+    );
+    let with_cert = |files: &e2e::CertFiles| {
+        let mut config = server.recovery_config();
+        config.auth_info.client_certificate = Some(files.cert.display().to_string());
+        config.auth_info.client_key = Some(files.key.display().to_string());
+        kube::Client::try_from(config).unwrap()
+    };
+    let secrets: Api<Secret> = Api::namespaced(with_cert(&controller), "openshift-kube-apiserver");
+    secrets
+        .create(&PostParams::default(), &secret("signer", "v"))
+        .await
+        .unwrap();
+    // A certificate from another CA fails the handshake: no request is made at all.
+    let untrusted: Api<Secret> = Api::namespaced(with_cert(&stranger), "openshift-kube-apiserver");
+    assert!(!matches!(
+        untrusted.get("signer").await.unwrap_err(),
+        kube::Error::Api(_)
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discovery_patches_generate_name_and_preconditions_work_through_kube_rs() {
+    install_crypto_provider();
+    let tmp = tempfile::tempdir().unwrap();
+    let server = ApiServer::start(tmp.path(), &[]);
+    let client = server.recovery_client();
+
+    // Discovery: what `kubectl api-resources` and dynamic clients rely on.
+    let version = client.apiserver_version().await.unwrap();
+    assert_eq!(
+        (version.major.as_str(), version.minor.as_str()),
+        ("1", "33")
+    );
+    let discovery = kube::discovery::Discovery::new(client.clone())
+        .run()
+        .await
+        .unwrap();
+    let mut found: Vec<String> = discovery
+        .groups()
+        .flat_map(|group| group.recommended_resources())
+        .map(|(resource, _)| format!("{}/{}", resource.api_version, resource.plural))
+        .collect();
+    found.sort();
+    assert_eq!(
+        found,
+        [
+            "coordination.k8s.io/v1/leases",
+            "v1/configmaps",
+            "v1/events",
+            "v1/secrets"
+        ]
+    );
+
+    // generateName, JSON patch, stringData merged into data on update.
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), "ns");
+    let mut template = secret("", "v");
+    template.metadata.name = None;
+    template.metadata.generate_name = Some("signer-".to_owned());
+    let generated = secrets
+        .create(&PostParams::default(), &template)
+        .await
+        .unwrap();
+    let name = generated.metadata.name.clone().unwrap();
+    assert!(
+        name.starts_with("signer-") && name.len() == "signer-".len() + 5,
+        "{name}"
+    );
+    let patch = serde_json::json!([
+        {"op": "add", "path": "/metadata/labels", "value": {"rotated": "yes"}},
+        {"op": "replace", "path": "/data/v", "value": "dHdv"}
+    ]);
+    let refused = raw(
+        &client,
+        "PATCH",
+        &format!("/api/v1/namespaces/ns/secrets/{name}"),
+        "application/json-patch+json",
+        serde_json::to_vec(&patch).unwrap(),
+    )
+    .await;
+    assert!(refused.is_none(), "{refused:?}");
+    let patched = secrets.get(&name).await.unwrap();
+    assert_eq!(patched.metadata.labels.as_ref().unwrap()["rotated"], "yes");
+    assert_eq!(value(&patched), "two");
+    let mut update = patched.clone();
+    update.string_data = Some(BTreeMap::from([("w".to_owned(), "plain".to_owned())]));
+    let updated = secrets
+        .replace(&name, &PostParams::default(), &update)
+        .await
+        .unwrap();
+    assert!(updated.string_data.is_none());
+    assert_eq!(updated.data.as_ref().unwrap()["w"].0, b"plain");
+    assert_eq!(value(&updated), "two");
+
+    // Delete with a stale precondition: 409, and the object is still there.
+    let stale = DeleteParams::default().preconditions(kube::api::Preconditions {
+        resource_version: generated.metadata.resource_version.clone(),
+        uid: None,
+    });
+    assert_eq!(
+        api_code(&secrets.delete(&name, &stale).await.unwrap_err()),
+        409
+    );
+    let current = DeleteParams::default().preconditions(kube::api::Preconditions {
+        resource_version: updated.metadata.resource_version.clone(),
+        uid: updated.metadata.uid.clone(),
+    });
+    secrets.delete(&name, &current).await.unwrap();
+    assert!(secrets.get_opt(&name).await.unwrap().is_none());
+
+    // Leases (server-side apply creates, then updates) and Events, namespaced.
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-system");
+    let lease = serde_json::json!({
+        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": "cert-regeneration-controller"},
+        "spec": {"holderIdentity": "node-a", "leaseDurationSeconds": 137}
+    });
+    let applied = leases
+        .patch(
+            "cert-regeneration-controller",
+            &PatchParams::apply("e2e"),
+            &Patch::Apply(&lease),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        applied.spec.unwrap().holder_identity.as_deref(),
+        Some("node-a")
+    );
+    let events: Api<Event> = Api::namespaced(client, "ns");
+    let event = Event {
+        metadata: kube::api::ObjectMeta {
+            generate_name: Some("signer.".to_owned()),
+            ..Default::default()
+        },
+        reason: Some("CertificateRegenerated".to_owned()),
+        involved_object: k8s_openapi::api::core::v1::ObjectReference {
+            kind: Some("Secret".to_owned()),
+            name: Some("signer".to_owned()),
+            namespace: Some("ns".to_owned()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    events.create(&PostParams::default(), &event).await.unwrap();
+    let listed = events.list(&ListParams::default()).await.unwrap();
+    assert_eq!(
+        listed.items[0].reason.as_deref(),
+        Some("CertificateRegenerated")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bookmarks_streaming_lists_and_watch_timeouts() {
+    install_crypto_provider();
+    let tmp = tempfile::tempdir().unwrap();
+    let server = ApiServer::start(tmp.path(), &["--bookmark-interval", "0.2"]);
+    let config_maps: Api<ConfigMap> = Api::namespaced(server.recovery_client(), "ns");
+    let mut created = Vec::new();
+    for name in ["a", "b"] {
+        let cm = ConfigMap {
+            metadata: kube::api::ObjectMeta {
+                name: Some(name.to_owned()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        created.push(
+            config_maps
+                .create(&PostParams::default(), &cm)
+                .await
+                .unwrap(),
+        );
+    }
+    let rv = created[1].metadata.resource_version.clone().unwrap();
+
+    // A watch that allows bookmarks gets them, carrying the newest version examined.
+    let mut stream = config_maps
+        .watch(&WatchParams::default().timeout(10), &rv)
+        .await
+        .unwrap()
+        .boxed();
+    let event = tokio::time::timeout(Duration::from_secs(5), stream.try_next())
+        .await
+        .expect("a bookmark within 5 s")
+        .unwrap();
+    match event {
+        Some(WatchEvent::Bookmark(bookmark)) => {
+            assert_eq!(bookmark.metadata.resource_version, rv)
+        }
+        other => panic!("expected a bookmark, got {other:?}"),
+    }
+
+    // timeoutSeconds ends the stream.
+    let mut short = config_maps
+        .watch(&WatchParams::default().disable_bookmarks().timeout(1), &rv)
+        .await
+        .unwrap()
+        .boxed();
+    let end = tokio::time::timeout(Duration::from_secs(5), short.try_next())
+        .await
+        .expect("the watch ends after its timeout");
+    assert!(end.unwrap().is_none());
+
+    // A watcher using streaming lists (sendInitialEvents) gets both objects, then InitDone.
+    let stream = watcher(
+        config_maps.clone(),
+        watcher::Config::default().streaming_lists(),
+    );
+    let mut stream = std::pin::pin!(stream);
+    let mut initial = Vec::new();
+    let collect = async {
+        while let Some(event) = stream.try_next().await.unwrap() {
+            match event {
+                watcher::Event::InitApply(cm) => initial.push(cm.metadata.name.unwrap()),
+                watcher::Event::InitDone => return,
+                _ => {}
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), collect)
+        .await
+        .expect("InitDone within 10 s");
+    assert_eq!(initial, ["a", "b"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watcher_resumes_across_a_restart_without_relisting_or_losing_events() {
+    install_crypto_provider();
+    let tmp = tempfile::tempdir().unwrap();
+    let state = tmp.path().join("state.json");
+    let mut server = ApiServer::start(tmp.path(), &["--state-file", state.to_str().unwrap()]);
+    let secrets: Api<Secret> = Api::namespaced(server.recovery_client(), "ns");
+    secrets
+        .create(&PostParams::default(), &secret("s", "0"))
+        .await
+        .unwrap();
+    let mut events = Events::spawn(
+        kube::runtime::WatchStreamExt::default_backoff(watcher(
+            secrets.clone(),
+            watcher::Config::default().fields("metadata.name=s"),
+        )),
+        label,
+    );
+    assert_eq!(
+        events.until(|e| e == "init-done").await,
+        ["init", "init-apply 0", "init-done"]
+    );
+
+    // Crash and restart; change the object several times while the watcher reconnects (its
+    // backoff) and after: it replays them from the saved history, in order, without a relist.
+    server.restart();
+    let secrets: Api<Secret> = Api::namespaced(server.recovery_client(), "ns");
+    assert_eq!(
+        value(&secrets.get("s").await.unwrap()),
+        "0",
+        "state survived"
+    );
+    for i in 1..=5 {
+        let mut current = secrets.get("s").await.unwrap();
+        current.data = secret("s", &i.to_string()).data;
+        secrets
+            .replace("s", &PostParams::default(), &current)
+            .await
+            .unwrap();
+    }
+    secrets.delete("s", &DeleteParams::default()).await.unwrap();
+    let seen = events.until(|e| e == "delete").await;
+    assert_eq!(
+        seen,
+        [
+            "apply 1", "apply 2", "apply 3", "apply 4", "apply 5", "delete"
+        ],
+        "a relist (init) or a lost, repeated or reordered event"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seed_manifests_are_loaded_at_start_and_do_not_override_saved_state() {
+    install_crypto_provider();
+    let tmp = tempfile::tempdir().unwrap();
+    let seeds = tmp.path().join("seeds");
+    std::fs::create_dir(&seeds).unwrap();
+    std::fs::write(
+        seeds.join("objects.yaml"),
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: loadbalancer-serving-signer\n  \
+         namespace: openshift-kube-apiserver-operator\nstringData:\n  v: seeded\n---\n\
+         apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: client-ca\n  namespace: \
+         openshift-kube-apiserver\ndata:\n  ca-bundle.crt: pem\n",
+    )
+    .unwrap();
+    let state = tmp.path().join("state.json");
+    let mut server = ApiServer::start(
+        tmp.path(),
+        &[
+            "--seed-dir",
+            seeds.to_str().unwrap(),
+            "--state-file",
+            state.to_str().unwrap(),
+        ],
+    );
+    let secrets: Api<Secret> = Api::namespaced(
+        server.recovery_client(),
+        "openshift-kube-apiserver-operator",
+    );
+    let mut signer = secrets.get("loadbalancer-serving-signer").await.unwrap();
+    assert_eq!(value(&signer), "seeded");
+    let config_maps: Api<ConfigMap> =
+        Api::namespaced(server.recovery_client(), "openshift-kube-apiserver");
+    assert!(config_maps.get_opt("client-ca").await.unwrap().is_some());
+
+    // Changed, restarted with the same seeds: the change stays.
+    signer.data = secret("x", "changed").data;
+    secrets
+        .replace(
+            "loadbalancer-serving-signer",
+            &PostParams::default(),
+            &signer,
+        )
+        .await
+        .unwrap();
+    server.restart();
+    let secrets: Api<Secret> = Api::namespaced(
+        server.recovery_client(),
+        "openshift-kube-apiserver-operator",
+    );
+    assert_eq!(
+        value(&secrets.get("loadbalancer-serving-signer").await.unwrap()),
+        "changed"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_ends_open_watches_and_exits_cleanly() {
+    install_crypto_provider();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut server = ApiServer::start(tmp.path(), &[]);
+    let secrets: Api<Secret> = Api::namespaced(server.recovery_client(), "ns");
+    let mut stream = secrets
+        .watch(&WatchParams::default().disable_bookmarks(), "0")
+        .await
+        .unwrap()
+        .boxed();
+    let started = std::time::Instant::now();
+    // The drain timeout is 10 s: a clean exit well before it means the watch did not hold
+    // shutdown up.
+    let status = tokio::task::block_in_place(|| server.server.terminate(Duration::from_secs(8)))
+        .expect("mini-apiserver still running 8 s after SIGTERM");
+    assert!(status.success(), "exit status {status}");
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "{:?}",
+        started.elapsed()
+    );
+    let end = tokio::time::timeout(Duration::from_secs(5), stream.try_next())
+        .await
+        .expect("the watch stream ends");
+    assert!(!matches!(end, Ok(Some(_))), "{end:?}");
+}
+
+#[test]
+fn start_up_errors_name_the_culprit_and_set_the_exit_code() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let mut ca = e2e::Ca::new();
+    let (cert, key, _) = ca.leaf();
+    std::fs::write(dir.join("tls.crt"), cert).unwrap();
+    std::fs::write(dir.join("tls.key"), key).unwrap();
+    std::fs::write(dir.join("tokens.csv"), "t0k3n-s3cr3t,alice,1\n").unwrap();
+    std::fs::write(dir.join("bad-tokens.csv"), "ok,alice,1\nt0k3n-s3cr3t\n").unwrap();
+    std::fs::write(dir.join("bad-rules.csv"), "alice,get\n").unwrap();
+    let path = |name: &str| dir.join(name).display().to_string();
+    let run = |extra: &[&str], tokens: &str| {
+        let output = std::process::Command::new(e2e::bin_path("mini-apiserver"))
+            .args(["--listen", "127.0.0.1:0", "--cert", &path("tls.crt")])
+            .args([
+                "--key",
+                &path("tls.key"),
+                "--token-auth-file",
+                &path(tokens),
+            ])
+            .args(extra)
+            .output()
+            .unwrap();
+        (
+            output.status.code(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    };
+    let (code, stderr) = run(&["--sni", "localhost-recovery"], "tokens.csv");
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("--sni localhost-recovery"), "{stderr}");
+    let (code, stderr) = run(
+        &["--sni", "x=/nonexistent.crt,/nonexistent.key"],
+        "tokens.csv",
+    );
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("/nonexistent"), "{stderr}");
+    let (code, stderr) = run(&[], "bad-tokens.csv");
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("bad-tokens.csv") && stderr.contains("line 2"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("t0k3n-s3cr3t"), "a token was printed");
+    let (code, stderr) = run(
+        &["--authorization-file", &path("bad-rules.csv")],
+        "tokens.csv",
+    );
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("bad-rules.csv"), "{stderr}");
+    let (code, stderr) = run(&["--state-file", &path("tokens.csv")], "tokens.csv");
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("corrupt state file"), "{stderr}");
 }

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use e2e::{ApiServer, install_crypto_provider};
+use e2e::{AbortOnDrop, ApiServer, install_crypto_provider};
 use futures::TryStreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, PostParams};
@@ -39,7 +39,7 @@ async fn fifty_watchers_each_see_a_thousand_updates_in_order() {
         // One client per watcher: separate connections, as separate processes would have.
         let api: Api<ConfigMap> = Api::namespaced(server.recovery_client(), "load");
         let (written, ready) = (Arc::clone(&written), ready_tx.clone());
-        watchers.push(tokio::spawn(async move {
+        watchers.push(AbortOnDrop(tokio::spawn(async move {
             let stream = watcher(
                 api,
                 watcher::Config::default().fields("metadata.name=counter"),
@@ -67,7 +67,7 @@ async fn fifty_watchers_each_see_a_thousand_updates_in_order() {
                 }
             }
             (seen, latencies)
-        }));
+        })));
     }
     for _ in 0..WATCHERS {
         tokio::time::timeout(Duration::from_secs(60), ready_rx.recv())
@@ -89,11 +89,10 @@ async fn fifty_watchers_each_see_a_thousand_updates_in_order() {
     let write_time = start.elapsed();
 
     let mut all_latencies = Vec::new();
-    for watcher in watchers {
-        let (seen, latencies) = tokio::time::timeout(Duration::from_secs(120), watcher)
-            .await
-            .unwrap()
-            .unwrap();
+    for (index, mut watcher) in watchers.into_iter().enumerate() {
+        let (seen, latencies) = watcher
+            .join(&format!("watcher {index}"), Duration::from_secs(120))
+            .await;
         let expected: Vec<usize> = (1..=UPDATES).collect();
         assert_eq!(
             seen, expected,
@@ -106,12 +105,20 @@ async fn fifty_watchers_each_see_a_thousand_updates_in_order() {
     let pick = |p: f64| all_latencies[((all_latencies.len() - 1) as f64 * p) as usize];
     eprintln!(
         "load: {UPDATES} updates in {:.2} s ({:.0} updates/s), {WATCHERS} watchers all in order; \
-         all deliveries done after {:.2} s; fan-out latency p50 {:?} p99 {:?} max {:?} (debug build)",
+         all {} deliveries done after {:.2} s ({:.0} deliveries/s); \
+         fan-out latency p50 {:?} p99 {:?} max {:?} ({} build)",
         write_time.as_secs_f64(),
         UPDATES as f64 / write_time.as_secs_f64(),
+        WATCHERS * UPDATES,
         fan_out.as_secs_f64(),
+        (WATCHERS * UPDATES) as f64 / fan_out.as_secs_f64(),
         pick(0.5),
         pick(0.99),
-        all_latencies.last().unwrap()
+        all_latencies.last().unwrap(),
+        if cfg!(debug_assertions) {
+            "debug"
+        } else {
+            "release"
+        }
     );
 }

@@ -1,13 +1,22 @@
-//! Run with: `cargo run -p examples --bin mini-apiserver -- --listen 127.0.0.1:6443 --cert tls.crt --key tls.key --token-auth-file tokens.csv`
+//! Run with: `cargo run -p examples --bin mini-apiserver -- --listen 127.0.0.1:6443 --cert tls.crt --key tls.key --token-auth-file tokens.csv [--sni localhost-recovery=r.crt,r.key] [--state-file state.json]`
 //!
 //! A small Kubernetes-API-compatible server for Secrets, ConfigMaps, Events and Leases, serving
 //! TLS through reload-lib: it plays the kube-apiserver in the recovery demo and the end-to-end
-//! tests. See `examples::mini_apiserver` for what it supports.
+//! tests. See `examples::mini_apiserver` for what it supports. Logs: `RUST_LOG` (stderr).
+//!
+//! Exit codes: 0 after SIGTERM/SIGINT, 1 on a runtime error (unreadable files, bad
+//! certificates, address in use), 2 on bad flags.
 
 use clap::Parser;
 
 fn main() -> std::process::ExitCode {
-    let flags = examples::mini_apiserver::Flags::parse();
+    let settings = match examples::mini_apiserver::Flags::parse().settings() {
+        Ok(settings) => settings,
+        Err(err) => {
+            eprintln!("mini-apiserver: {err:#}");
+            return std::process::ExitCode::from(2);
+        }
+    };
     examples::serve::init_tracing();
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let runtime = match tokio::runtime::Runtime::new() {
@@ -17,7 +26,7 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(examples::mini_apiserver::run(flags)) {
+    match runtime.block_on(examples::mini_apiserver::run(settings)) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("mini-apiserver: {err:#}");

@@ -1,22 +1,29 @@
 //! HTTP → verbs: path and query parsing, authentication, discovery, CRUD, list and watch.
+//!
+//! Paths: `/api/v1[/namespaces/NS]/{secrets,configmaps,events}[/NAME]` and
+//! `/apis/coordination.k8s.io/v1[/namespaces/NS]/leases[/NAME]`; discovery at `/api`,
+//! `/api/v1`, `/apis`, `/apis/coordination.k8s.io[/v1]`, `/version`; `/healthz`, `/readyz`,
+//! `/livez` without authentication. Bodies are JSON (YAML accepted where the content type says
+//! so), at most [`MAX_BODY`] bytes. Lists are served from the newest state: a `continue` token
+//! is a position (namespace, name), so later pages reflect later changes (kube-apiserver keeps
+//! the first page's snapshot instead).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
-use http_body_util::{BodyExt, Limited, StreamBody};
-use hyper::body::{Frame, Incoming};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
 
-use super::auth::{Tokens, User};
+use super::auth::{Attributes, Authorizer, Tokens, User};
 use super::resource::Resource;
 use super::select::Selector;
 use super::status::ApiError;
-use super::store::{PatchKind, Store, meta_str};
+use super::store::{PatchKind, Preconditions, Store, meta_str};
+use super::watch::{self, Start, WatchRequest};
 use crate::serve::{Body, ConnInfo, full};
 
 /// Request bodies above this size are refused (the apiserver's own limit is about 3 MiB).
@@ -27,10 +34,16 @@ pub const MAX_BODY: usize = 3 * 1024 * 1024;
 pub struct Api {
     /// The objects.
     pub store: Arc<Store>,
-    /// Who may call.
+    /// Who is calling.
     pub tokens: Tokens,
+    /// What they may do.
+    pub authorizer: Authorizer,
     /// Whether TLS client certificates (verified against `--client-ca`) authenticate users.
     pub client_cert_auth: bool,
+    /// Time between watch bookmarks.
+    pub bookmark_interval: Duration,
+    /// Cancelled when the server shuts down: open watches end.
+    pub shutdown: tokio_util::sync::CancellationToken,
 }
 
 /// Where a request goes.
@@ -167,21 +180,22 @@ fn authenticate(api: &Api, conn: &ConnInfo, request: &Request<Incoming>) -> Opti
     // The TLS layer verified the chain against --client-ca before we get here.
     if api.client_cert_auth
         && let Some(leaf) = conn.peer_certs.first()
-        && let Ok(info) = reload_lib::CertInfo::from_der(leaf)
     {
-        let name = info
-            .subject
-            .split(',')
-            .find_map(|rdn| rdn.trim().strip_prefix("CN="))
-            .unwrap_or("");
-        if !name.is_empty() {
-            return Some(User {
-                name: name.to_owned(),
-                groups: Vec::new(),
-            });
-        }
+        return user_from_certificate(leaf);
     }
     None
+}
+
+/// The user a client certificate names: CN as user, O values as groups (kube-apiserver's rule).
+fn user_from_certificate(der: &[u8]) -> Option<User> {
+    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
+    let subject = cert.subject();
+    let name = subject.iter_common_name().next()?.as_str().ok()?.to_owned();
+    let groups = subject
+        .iter_organization()
+        .filter_map(|o| o.as_str().ok().map(str::to_owned))
+        .collect();
+    (!name.is_empty()).then_some(User { name, groups })
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -209,7 +223,12 @@ async fn objects(
             )));
         }
     };
-    if !api.tokens.allows(user, verb) {
+    let attributes = Attributes {
+        verb,
+        namespace: namespace.as_deref(),
+        resource: resource.plural(),
+    };
+    if !api.authorizer.allows(user, &attributes) {
         return Err(ApiError::forbidden(format!(
             "User \"{}\" cannot {verb} resource \"{}\" in namespace \"{}\"",
             user.name,
@@ -224,7 +243,10 @@ async fn objects(
     let store = &api.store;
     match verb {
         "list" => list(store, query, resource, namespace.as_deref()),
-        "watch" => watch(store, query, resource, namespace),
+        "watch" => Ok(watch::respond(
+            store,
+            watch_request(query, resource, namespace, api)?,
+        )),
         "get" => Ok(json_ok(&store.get(
             resource,
             &namespaced(&namespace)?,
@@ -271,7 +293,9 @@ async fn objects(
         }
         "delete" => {
             let ns = namespaced(&namespace)?;
-            let object = store.delete(resource, &ns, name.as_deref().unwrap_or(""))?;
+            let preconditions = delete_preconditions(request).await?;
+            let object =
+                store.delete(resource, &ns, name.as_deref().unwrap_or(""), &preconditions)?;
             log_change("deleted", resource, &object);
             Ok(json_ok(&object))
         }
@@ -311,6 +335,7 @@ fn list(
                 .ok_or_else(|| ApiError::bad_request("invalid continue token"))?,
         ),
     };
+    check_list_version(store, query)?;
     let (items, rv, next) = store.list(resource, namespace, &selector, limit, after.as_ref());
     let mut metadata = json!({ "resourceVersion": rv.to_string() });
     if let Some((ns, name)) = next {
@@ -330,20 +355,55 @@ fn decode_continue(token: &str) -> Option<(String, String)> {
     Some((ns.to_owned(), name.to_owned()))
 }
 
-/// Streams watch events as JSON lines until `timeoutSeconds`, the client leaving, or a 410.
-fn watch(
-    store: &Arc<Store>,
+/// A list is always served from the newest state. That satisfies `resourceVersion` unset, `"0"`
+/// and `NotOlderThan` any version this server has reached; an exact older version (or one from
+/// the future) cannot be served: 410 Expired (clients then list without it), and
+/// "Too large resource version" (504, as kube-apiserver) for one from the future.
+fn check_list_version(store: &Store, query: &Query) -> Result<(), ApiError> {
+    let Some(text) = query.get("resourceVersion").filter(|v| !v.is_empty()) else {
+        return Ok(());
+    };
+    let wanted = parse_version(text)?;
+    let current = store.resource_version();
+    if wanted > current {
+        return Err(ApiError::too_large_resource_version(wanted, current));
+    }
+    if query.get("resourceVersionMatch") == Some("Exact") && wanted != current {
+        return Err(ApiError::expired(format!(
+            "too old resource version: {wanted} ({current})"
+        )));
+    }
+    Ok(())
+}
+
+fn parse_version(text: &str) -> Result<u64, ApiError> {
+    text.parse::<u64>()
+        .map_err(|_| ApiError::bad_request(format!("invalid resourceVersion {text:?}")))
+}
+
+/// The watch parameters of a request.
+fn watch_request(
     query: &Query,
     resource: Resource,
     namespace: Option<String>,
-) -> Result<Response<Body>, ApiError> {
+    api: &Api,
+) -> Result<WatchRequest, ApiError> {
     let selector = Selector::parse(query.get("labelSelector"), query.get("fieldSelector"))?;
-    let from = match query.get("resourceVersion") {
-        None | Some("") | Some("0") => None,
-        Some(text) => Some(
-            text.parse::<u64>()
-                .map_err(|_| ApiError::bad_request(format!("invalid resourceVersion {text:?}")))?,
-        ),
+    let bookmarks = query.flag("allowWatchBookmarks");
+    let start = if query.flag("sendInitialEvents") {
+        if !bookmarks || query.get("resourceVersionMatch") != Some("NotOlderThan") {
+            return Err(ApiError::invalid(
+                "ListOptions",
+                "",
+                "sendInitialEvents needs allowWatchBookmarks=true and resourceVersionMatch=NotOlderThan",
+            ));
+        }
+        Start::InitialEvents
+    } else {
+        match query.get("resourceVersion") {
+            None | Some("" | "0") => Start::Current,
+            Some(text) => Start::After(parse_version(text)?),
+        }
     };
     let timeout = match query.get("timeoutSeconds") {
         None => Duration::from_secs(1800),
@@ -352,120 +412,78 @@ fn watch(
                 .map_err(|_| ApiError::bad_request(format!("invalid timeoutSeconds {text:?}")))?,
         ),
     };
-    let bookmarks = query.flag("allowWatchBookmarks");
-    // A start that is already too old is reported like the apiserver does: HTTP 200 and an
-    // ERROR event with a 410 Status, which is what makes clients relist.
-    let (tx, rx) = mpsc::channel::<Bytes>(256);
-    let store = Arc::clone(store);
-    tokio::spawn(async move {
-        let filter = WatchFilter {
-            resource,
-            namespace,
-            selector,
-        };
-        if let Err(err) = stream_events(&store, &filter, from, timeout, bookmarks, &tx).await {
-            let _ = tx
-                .send(line(&json!({"type": "ERROR", "object": err.to_status()})))
-                .await;
-        }
-    });
-    let body = StreamBody::new(futures::stream::unfold(rx, |mut rx| async move {
-        rx.recv()
-            .await
-            .map(|bytes| (Ok::<_, std::io::Error>(Frame::data(bytes)), rx))
-    }));
-    Ok(Response::builder()
-        .header(http::header::CONTENT_TYPE, "application/json")
-        .body(BodyExt::boxed(body))
-        .expect("static response parts are valid"))
+    Ok(WatchRequest {
+        resource,
+        namespace,
+        selector,
+        start,
+        timeout,
+        bookmarks,
+        bookmark_interval: api.bookmark_interval,
+        shutdown: api.shutdown.clone(),
+    })
 }
 
-struct WatchFilter {
-    resource: Resource,
-    namespace: Option<String>,
-    selector: Selector,
-}
-
-impl WatchFilter {
-    fn matches(&self, resource: Resource, object: &Value) -> bool {
-        resource == self.resource
-            && self
-                .namespace
-                .as_deref()
-                .is_none_or(|ns| ns == meta_str(object, "namespace"))
-            && self.selector.matches(object)
+/// `DeleteOptions.preconditions` from a DELETE body (an empty body means none).
+async fn delete_preconditions(request: Request<Incoming>) -> Result<Preconditions, ApiError> {
+    let body = read_bytes(request).await?;
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(Preconditions::default());
     }
-}
-
-/// The watch loop. Reads the history after the last resourceVersion sent, so a slow client
-/// delays only itself, and nothing is lost or repeated.
-async fn stream_events(
-    store: &Store,
-    filter: &WatchFilter,
-    from: Option<u64>,
-    timeout: Duration,
-    bookmarks: bool,
-    tx: &mpsc::Sender<Bytes>,
-) -> Result<(), ApiError> {
-    let mut latest = store.subscribe();
-    latest.borrow_and_update();
-    let mut last = match from {
-        Some(from) => from,
-        None => {
-            // No starting point: the current state as ADDED events, then changes.
-            let (items, rv, _) = store.list(
-                filter.resource,
-                filter.namespace.as_deref(),
-                &filter.selector,
-                None,
-                None,
-            );
-            for item in items {
-                if tx
-                    .send(line(&json!({"type": "ADDED", "object": item})))
-                    .await
-                    .is_err()
-                {
-                    return Ok(());
-                }
-            }
-            rv
-        }
+    let options: Value = serde_json::from_slice(&body)
+        .map_err(|err| ApiError::bad_request(format!("malformed DeleteOptions: {err}")))?;
+    let field = |name: &str| {
+        options["preconditions"][name]
+            .as_str()
+            .filter(|v| !v.is_empty())
+            .map(str::to_owned)
     };
-    let deadline = tokio::time::Instant::now() + timeout;
-    let mut bookmark_timer = tokio::time::interval(Duration::from_secs(5));
-    bookmark_timer.tick().await;
-    loop {
-        for change in store.changes_since(last)? {
-            if filter.matches(change.resource, &change.object) {
-                let event = json!({"type": change.kind.event_type(), "object": change.object});
-                if tx.send(line(&event)).await.is_err() {
-                    return Ok(());
-                }
-            }
-            last = change.rv;
-        }
-        tokio::select! {
-            changed = latest.changed() => if changed.is_err() { return Ok(()) },
-            () = tokio::time::sleep_until(deadline) => return Ok(()),
-            _ = bookmark_timer.tick(), if bookmarks => {
-                let bookmark = json!({"type": "BOOKMARK", "object": {
-                    "kind": filter.resource.kind(), "apiVersion": filter.resource.api_version(),
-                    "metadata": {"resourceVersion": last.to_string()}
-                }});
-                if tx.send(line(&bookmark)).await.is_err() {
-                    return Ok(());
-                }
-            }
-            () = tx.closed() => return Ok(()),
-        }
-    }
+    Ok(Preconditions {
+        resource_version: field("resourceVersion"),
+        uid: field("uid"),
+    })
 }
 
-fn line(value: &Value) -> Bytes {
-    let mut bytes = serde_json::to_vec(value).unwrap_or_default();
-    bytes.push(b'\n');
-    Bytes::from(bytes)
+/// How much of an oversized body is read and thrown away before answering 413, so that the
+/// client finishes sending and reads the answer instead of a connection reset.
+const DRAIN_LIMIT: usize = 16 * 1024 * 1024;
+/// How long draining an oversized body may take.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The request body, at most [`MAX_BODY`] bytes (413 above).
+async fn read_bytes(request: Request<Incoming>) -> Result<bytes::Bytes, ApiError> {
+    let declared = request
+        .headers()
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|len| len > MAX_BODY + DRAIN_LIMIT) {
+        // Too big to be worth draining: answer now (the client may see a reset instead).
+        return Err(ApiError::too_large(MAX_BODY));
+    }
+    let mut body = request.into_body();
+    let mut bytes = Vec::new();
+    while let Some(frame) = body.frame().await {
+        let frame =
+            frame.map_err(|err| ApiError::bad_request(format!("cannot read the body: {err}")))?;
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        if bytes.len() + data.len() > MAX_BODY {
+            let drain = async {
+                let mut drained = bytes.len() + data.len();
+                while drained <= MAX_BODY + DRAIN_LIMIT
+                    && let Some(Ok(frame)) = body.frame().await
+                {
+                    drained += frame.data_ref().map_or(0, |d| d.len());
+                }
+            };
+            let _ = tokio::time::timeout(DRAIN_TIMEOUT, drain).await;
+            return Err(ApiError::too_large(MAX_BODY));
+        }
+        bytes.extend_from_slice(&data);
+    }
+    Ok(bytes.into())
 }
 
 async fn read_body(request: Request<Incoming>) -> Result<Value, ApiError> {
@@ -474,20 +492,7 @@ async fn read_body(request: Request<Incoming>) -> Result<Value, ApiError> {
         .get(http::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|ct| ct.contains("yaml"));
-    let bytes = Limited::new(request.into_body(), MAX_BODY)
-        .collect()
-        .await
-        .map_err(|err| {
-            if err
-                .downcast_ref::<http_body_util::LengthLimitError>()
-                .is_some()
-            {
-                ApiError::too_large(MAX_BODY)
-            } else {
-                ApiError::bad_request(format!("cannot read the body: {err}"))
-            }
-        })?
-        .to_bytes();
+    let bytes = read_bytes(request).await?;
     if is_yaml && serde_json::from_slice::<Value>(&bytes).is_err() {
         serde_norway::from_slice::<Value>(&bytes)
             .map_err(|err| ApiError::bad_request(format!("malformed YAML: {err}")))
@@ -619,6 +624,81 @@ mod tests {
             parse_route("/apis/coordination.k8s.io/v1/namespaces/ns/secrets"),
             None
         );
+    }
+
+    fn api() -> Api {
+        Api {
+            store: Arc::new(Store::open(None, 100).unwrap()),
+            tokens: Tokens::parse("t,u,1").unwrap(),
+            authorizer: Authorizer::default(),
+            client_cert_auth: false,
+            bookmark_interval: Duration::from_secs(5),
+            shutdown: tokio_util::sync::CancellationToken::new(),
+        }
+    }
+
+    #[test]
+    fn watch_parameters_choose_where_the_stream_starts() {
+        let api = api();
+        let start = |query: &str| {
+            watch_request(&Query::parse(query), Resource::Secrets, None, &api).map(|w| w.start)
+        };
+        assert_eq!(start("watch=1").unwrap(), Start::Current);
+        assert_eq!(start("watch=1&resourceVersion=0").unwrap(), Start::Current);
+        assert_eq!(start("watch=1&resourceVersion=7").unwrap(), Start::After(7));
+        assert_eq!(
+            start("sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan&resourceVersion=0")
+                .unwrap(),
+            Start::InitialEvents
+        );
+        assert_eq!(
+            start("sendInitialEvents=true&resourceVersionMatch=NotOlderThan")
+                .unwrap_err()
+                .code,
+            422
+        );
+        assert_eq!(start("resourceVersion=abc").unwrap_err().code, 400);
+        assert_eq!(start("timeoutSeconds=-1").unwrap_err().code, 400);
+    }
+
+    #[test]
+    fn list_versions_are_checked_against_the_store() {
+        let api = api();
+        api.store
+            .create(
+                Resource::ConfigMaps,
+                "ns",
+                json!({"metadata": {"name": "a"}}),
+            )
+            .unwrap();
+        let check = |query: &str| check_list_version(&api.store, &Query::parse(query));
+        assert!(check("").is_ok());
+        assert!(check("resourceVersion=0").is_ok());
+        assert!(check("resourceVersion=1&resourceVersionMatch=Exact").is_ok());
+        assert_eq!(
+            check("resourceVersion=0&resourceVersionMatch=Exact")
+                .unwrap_err()
+                .code,
+            410
+        );
+        assert_eq!(check("resourceVersion=9").unwrap_err().code, 504);
+    }
+
+    #[test]
+    fn client_certificates_name_the_user_and_groups() {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "system:admin");
+        params
+            .distinguished_name
+            .push(rcgen::DnType::OrganizationName, "system:masters");
+        let cert = params.self_signed(&key).unwrap();
+        let user = user_from_certificate(cert.der()).unwrap();
+        assert_eq!(user.name, "system:admin");
+        assert_eq!(user.groups, ["system:masters"]);
+        assert!(user_from_certificate(b"not a certificate").is_none());
     }
 
     #[test]

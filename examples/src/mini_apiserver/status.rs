@@ -16,7 +16,8 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    fn new(code: u16, reason: &'static str, message: impl Into<String>) -> ApiError {
+    /// An error with any code and reason.
+    pub fn new(code: u16, reason: &'static str, message: impl Into<String>) -> ApiError {
         ApiError {
             code,
             reason,
@@ -91,6 +92,16 @@ impl ApiError {
         ApiError::new(410, "Expired", message)
     }
 
+    /// 504 Timeout "Too large resource version": a list asked for a state this server has not
+    /// reached (kube-apiserver's answer; clients retry or list without a version).
+    pub fn too_large_resource_version(wanted: u64, current: u64) -> ApiError {
+        ApiError::new(
+            504,
+            "Timeout",
+            format!("Too large resource version: {wanted}, current: {current}"),
+        )
+    }
+
     /// 413 RequestEntityTooLarge.
     pub fn too_large(limit: usize) -> ApiError {
         ApiError::new(
@@ -139,5 +150,23 @@ impl ApiError {
             status["details"] = json!({ "name": name, "kind": kind });
         }
         status
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_status_names_the_object_and_carries_reason_and_code() {
+        let status = ApiError::conflict("secrets", "Secret", "a").to_status();
+        assert_eq!(status["kind"], "Status");
+        assert_eq!(status["status"], "Failure");
+        assert_eq!(status["reason"], "Conflict");
+        assert_eq!(status["code"], 409);
+        assert_eq!(status["details"], json!({"name": "a", "kind": "Secret"}));
+        let decoded: k8s_openapi::apimachinery::pkg::apis::meta::v1::Status =
+            serde_json::from_value(status).unwrap();
+        assert_eq!(decoded.code, Some(409));
     }
 }

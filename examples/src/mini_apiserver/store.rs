@@ -1,15 +1,17 @@
 //! The object store: one increasing resourceVersion for everything, a bounded history of changes
-//! for watches, optional persistence to a state file.
+//! for watches, optional persistence to a state file (see [`super::persist`]).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::PathBuf;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
+use bytes::Bytes;
 use serde_json::{Map, Value, json};
 use tokio::sync::watch;
 
+use super::persist::{self, PERSISTED_HISTORY, SavedChangeView, StateView};
 use super::resource::{Resource, is_dns_subdomain};
 use super::select::Selector;
 use super::status::ApiError;
@@ -18,7 +20,7 @@ use super::status::ApiError;
 pub const DEFAULT_HISTORY: usize = 10_000;
 
 /// What happened to an object.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum ChangeKind {
     /// Created.
     Added,
@@ -39,8 +41,8 @@ impl ChangeKind {
     }
 }
 
-/// One entry of the history.
-#[derive(Debug, Clone)]
+/// One entry of the history, shared by every watcher that sends it.
+#[derive(Debug)]
 pub struct Change {
     /// The resourceVersion this change produced.
     pub rv: u64,
@@ -48,8 +50,36 @@ pub struct Change {
     pub kind: ChangeKind,
     /// The resource.
     pub resource: Resource,
-    /// The object after the change (before, for deletes).
+    /// The object after the change (its last state, for deletes).
     pub object: Value,
+    /// The watch event line (`{"type":…,"object":…}` and a newline), encoded once for all
+    /// watchers.
+    pub line: Bytes,
+}
+
+impl Change {
+    fn new(rv: u64, kind: ChangeKind, resource: Resource, object: Value) -> Change {
+        let line = event_line(kind.event_type(), &object);
+        Change {
+            rv,
+            kind,
+            resource,
+            object,
+            line,
+        }
+    }
+}
+
+/// One watch event as a JSON line.
+pub fn event_line(event_type: &str, object: &Value) -> Bytes {
+    let mut bytes = Vec::with_capacity(256);
+    bytes.extend_from_slice(b"{\"type\":\"");
+    bytes.extend_from_slice(event_type.as_bytes());
+    bytes.extend_from_slice(b"\",\"object\":");
+    // Encoding a `Value` to a Vec cannot fail (string keys only, no I/O).
+    let _ = serde_json::to_writer(&mut bytes, object);
+    bytes.extend_from_slice(b"}\n");
+    Bytes::from(bytes)
 }
 
 type Key = (Resource, String, String);
@@ -58,7 +88,7 @@ type Key = (Resource, String, String);
 struct Inner {
     rv: u64,
     objects: BTreeMap<Key, Value>,
-    history: VecDeque<Change>,
+    history: VecDeque<Arc<Change>>,
     /// Every change with a resourceVersion above this is in `history`.
     floor: u64,
     capacity: usize,
@@ -86,15 +116,18 @@ pub enum PatchKind {
     Apply,
 }
 
-/// The persisted state.
-#[derive(serde::Serialize, serde::Deserialize)]
-struct State {
-    resource_version: u64,
-    objects: Vec<(Resource, Value)>,
+/// Conditions a delete must meet (`DeleteOptions.preconditions`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Preconditions {
+    /// The object must have this resourceVersion.
+    pub resource_version: Option<String>,
+    /// The object must have this uid.
+    pub uid: Option<String>,
 }
 
 impl Store {
-    /// An empty store, or the one saved in `state_file` if it exists.
+    /// An empty store, or the one saved in `state_file` if it exists. `capacity` is the number
+    /// of changes kept for watches.
     ///
     /// # Errors
     /// An unreadable or corrupt state file, named.
@@ -107,26 +140,47 @@ impl Store {
             capacity: capacity.max(1),
             next_uid: 1,
         };
-        if let Some(path) = &state_file {
-            match std::fs::read(path) {
-                Ok(bytes) => {
-                    let state: State = serde_json::from_slice(&bytes).map_err(|err| {
-                        anyhow::anyhow!("corrupt state file {}: {err}", path.display())
-                    })?;
-                    inner.rv = state.resource_version;
-                    // Nothing before a restart can be replayed: watches from older versions relist.
-                    inner.floor = state.resource_version;
-                    for (resource, object) in state.objects {
-                        let key = (
-                            resource,
-                            meta_str(&object, "namespace"),
-                            meta_str(&object, "name"),
-                        );
-                        inner.objects.insert(key, object);
-                    }
+        if let Some(state) = state_file
+            .as_deref()
+            .map(persist::load)
+            .transpose()?
+            .flatten()
+        {
+            inner.rv = state.resource_version;
+            for (resource, object) in state.objects {
+                let key = (
+                    resource,
+                    meta_str(&object, "namespace"),
+                    meta_str(&object, "name"),
+                );
+                inner.objects.insert(key, object);
+            }
+            // Watches resume across the restart from any version the saved tail covers.
+            inner.floor = state.history_floor.unwrap_or(state.resource_version);
+            let mut expected = inner.floor;
+            for saved in state.history {
+                if saved.rv <= expected || saved.rv > state.resource_version {
+                    anyhow::bail!(
+                        "corrupt state file {}: history out of order at resourceVersion {}",
+                        state_file
+                            .as_deref()
+                            .unwrap_or_else(|| std::path::Path::new(""))
+                            .display(),
+                        saved.rv
+                    );
                 }
-                Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
-                Err(err) => anyhow::bail!("cannot read state file {}: {err}", path.display()),
+                expected = saved.rv;
+                inner.history.push_back(Arc::new(Change::new(
+                    saved.rv,
+                    saved.kind,
+                    saved.resource,
+                    saved.object,
+                )));
+            }
+            while inner.history.len() > inner.capacity {
+                if let Some(dropped) = inner.history.pop_front() {
+                    inner.floor = dropped.rv;
+                }
             }
         }
         let (latest, _) = watch::channel(inner.rv);
@@ -160,8 +214,9 @@ impl Store {
             .ok_or_else(|| ApiError::not_found(resource.plural(), resource.kind(), name))
     }
 
-    /// Matching objects in name order after `after` (a continue token: the last name returned),
-    /// at most `limit`; returns them, the list's resourceVersion and the next continue token.
+    /// Matching objects in (namespace, name) order after `after` (a continue position: the last
+    /// object returned), at most `limit`; returns them, the list's resourceVersion and the next
+    /// continue position.
     pub fn list(
         &self,
         resource: Resource,
@@ -191,13 +246,21 @@ impl Store {
         (items, inner.rv, next)
     }
 
-    /// Changes after `since`, in order; `Err` when some of them are no longer in history.
-    pub fn changes_since(&self, since: u64) -> Result<Vec<Change>, ApiError> {
+    /// Changes after `since`, in order. `Err` (410 Expired) when some of them are no longer in
+    /// history, or when `since` is newer than anything this store has produced (a client that
+    /// knew another incarnation of the server: waiting for that version would skip events).
+    pub fn changes_since(&self, since: u64) -> Result<Vec<Arc<Change>>, ApiError> {
         let inner = self.lock();
         if since < inner.floor {
             return Err(ApiError::expired(format!(
                 "too old resource version: {since} ({})",
                 inner.floor + 1
+            )));
+        }
+        if since > inner.rv {
+            return Err(ApiError::expired(format!(
+                "too large resource version: {since}, current: {}",
+                inner.rv
             )));
         }
         // History is in resourceVersion order: find the tail with a binary search.
@@ -310,21 +373,36 @@ impl Store {
         self.replace(&mut inner, key, current, object, check)
     }
 
-    /// Deletes an object; returns its last state.
+    /// Deletes an object if it meets `preconditions`; returns its last state (with the
+    /// resourceVersion of the deletion).
     pub fn delete(
         &self,
         resource: Resource,
         namespace: &str,
         name: &str,
+        preconditions: &Preconditions,
     ) -> Result<Value, ApiError> {
         let mut inner = self.lock();
         let key = (resource, namespace.to_owned(), name.to_owned());
-        let Some(mut object) = inner.objects.remove(&key) else {
+        let Some(current) = inner.objects.get(&key) else {
             return Err(ApiError::not_found(
                 resource.plural(),
                 resource.kind(),
                 name,
             ));
+        };
+        for (field, wanted) in [
+            ("resourceVersion", &preconditions.resource_version),
+            ("uid", &preconditions.uid),
+        ] {
+            if let Some(wanted) = wanted
+                && meta_str_opt(current, field).as_ref() != Some(wanted)
+            {
+                return Err(ApiError::conflict(resource.plural(), resource.kind(), name));
+            }
+        }
+        let Some(mut object) = inner.objects.remove(&key) else {
+            unreachable!("checked above under the same lock");
         };
         inner.rv += 1;
         object["metadata"]["resourceVersion"] = json!(inner.rv.to_string());
@@ -380,12 +458,9 @@ impl Store {
 
     fn record(&self, inner: &mut Inner, resource: Resource, object: Value, kind: ChangeKind) {
         let rv = inner.rv;
-        inner.history.push_back(Change {
-            rv,
-            kind,
-            resource,
-            object,
-        });
+        inner
+            .history
+            .push_back(Arc::new(Change::new(rv, kind, resource, object)));
         while inner.history.len() > inner.capacity {
             if let Some(dropped) = inner.history.pop_front() {
                 inner.floor = dropped.rv;
@@ -395,27 +470,34 @@ impl Store {
         self.latest.send_replace(rv);
     }
 
-    /// Writes the state file atomically (under the store lock, so saves are in order).
+    /// Writes the state file (under the store lock, so saves are in order and a watcher never
+    /// sees a change that a restart would lose).
     fn persist(&self, inner: &Inner) {
         let Some(path) = &self.state_file else { return };
-        let state = State {
+        let keep = inner.history.len().min(PERSISTED_HISTORY);
+        let skipped = inner.history.len() - keep;
+        let history_floor = match skipped {
+            0 => inner.floor,
+            n => inner.history[n - 1].rv,
+        };
+        let state = StateView {
             resource_version: inner.rv,
-            objects: inner
-                .objects
-                .iter()
-                .map(|((r, _, _), o)| (*r, o.clone()))
+            objects: inner.objects.iter().map(|((r, _, _), o)| (*r, o)).collect(),
+            history: inner
+                .history
+                .range(skipped..)
+                .map(|c| SavedChangeView {
+                    rv: c.rv,
+                    kind: c.kind,
+                    resource: c.resource,
+                    object: &c.object,
+                })
                 .collect(),
+            history_floor: Some(history_floor),
         };
-        let bytes = match serde_json::to_vec(&state) {
-            Ok(bytes) => bytes,
-            Err(err) => {
-                tracing::error!(error = %err, "cannot encode the state");
-                return;
-            }
-        };
-        // The state holds Secrets: owner-only.
-        if let Err(err) = reload_lib::fs::write_file_atomic(path, &bytes, 0o600) {
-            tracing::error!(path = %path.display(), error = &err as &dyn std::error::Error, "cannot save the state file");
+        if let Err(err) = persist::save(path, &state) {
+            let err: &dyn std::error::Error = err.as_ref();
+            tracing::error!(error = err, "Cannot save the state file");
         }
     }
 }
@@ -681,7 +763,9 @@ mod tests {
         let mut changed = created.clone();
         changed["data"]["x"] = json!(BASE64.encode("y"));
         store.update(Resource::Secrets, "ns", "a", changed).unwrap();
-        store.delete(Resource::Secrets, "ns", "a").unwrap();
+        store
+            .delete(Resource::Secrets, "ns", "a", &Preconditions::default())
+            .unwrap();
         let kinds: Vec<_> = store
             .changes_since(0)
             .unwrap()
@@ -816,7 +900,7 @@ mod tests {
     }
 
     #[test]
-    fn state_survives_a_restart_and_older_versions_expire() {
+    fn state_and_history_survive_a_restart() {
         let tmp = tempfile::tempdir().unwrap();
         let path = tmp.path().join("state.json");
         let store = Store::open(Some(path.clone()), 100).unwrap();
@@ -826,12 +910,85 @@ mod tests {
         let store = Store::open(Some(path.clone()), 100).unwrap();
         assert_eq!(store.resource_version(), 2);
         assert!(store.get(Resource::Secrets, "ns", "b").is_ok());
-        assert_eq!(store.changes_since(1).unwrap_err().code, 410);
-        assert!(store.changes_since(2).unwrap().is_empty());
+        let resumed = store.changes_since(1).unwrap();
+        assert_eq!(resumed.len(), 1);
+        assert_eq!(resumed[0].rv, 2);
+        assert_eq!(store.changes_since(0).unwrap().len(), 2);
         use std::os::unix::fs::PermissionsExt;
         assert_eq!(
             std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
             0o600
         );
+    }
+
+    #[test]
+    fn only_the_newest_history_is_saved_and_older_versions_expire_after_a_restart() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("state.json");
+        let store = Store::open(Some(path.clone()), 10_000).unwrap();
+        let total = PERSISTED_HISTORY as u64 + 10;
+        for i in 0..total {
+            store
+                .create(
+                    Resource::ConfigMaps,
+                    "ns",
+                    json!({"metadata": {"name": format!("c{i}")}}),
+                )
+                .unwrap();
+        }
+        assert!(store.changes_since(0).is_ok(), "in memory: all of it");
+        drop(store);
+        let store = Store::open(Some(path), 10_000).unwrap();
+        assert_eq!(store.changes_since(9).unwrap_err().code, 410);
+        assert_eq!(
+            store.changes_since(10).unwrap().len(),
+            PERSISTED_HISTORY,
+            "the saved tail"
+        );
+    }
+
+    #[test]
+    fn a_version_newer_than_the_store_is_expired_not_waited_for() {
+        let store = Store::open(None, 100).unwrap();
+        store.create(Resource::Secrets, "ns", secret("a")).unwrap();
+        assert_eq!(store.changes_since(1).unwrap().len(), 0);
+        let err = store.changes_since(50).unwrap_err();
+        assert_eq!((err.code, err.reason), (410, "Expired"));
+    }
+
+    #[test]
+    fn delete_preconditions_conflict_when_they_do_not_hold() {
+        let store = Store::open(None, 100).unwrap();
+        let created = store.create(Resource::Secrets, "ns", secret("a")).unwrap();
+        let stale = Preconditions {
+            resource_version: Some("99".into()),
+            uid: None,
+        };
+        assert_eq!(
+            store
+                .delete(Resource::Secrets, "ns", "a", &stale)
+                .unwrap_err()
+                .code,
+            409
+        );
+        let current = Preconditions {
+            resource_version: Some(meta_str(&created, "resourceVersion")),
+            uid: Some(meta_str(&created, "uid")),
+        };
+        let deleted = store
+            .delete(Resource::Secrets, "ns", "a", &current)
+            .unwrap();
+        assert_eq!(deleted["metadata"]["resourceVersion"], "2");
+    }
+
+    #[test]
+    fn watch_lines_are_encoded_once_as_json() {
+        let store = Store::open(None, 100).unwrap();
+        store.create(Resource::Secrets, "ns", secret("a")).unwrap();
+        let change = &store.changes_since(0).unwrap()[0];
+        assert!(change.line.ends_with(b"\n"));
+        let event: Value = serde_json::from_slice(&change.line).unwrap();
+        assert_eq!(event["type"], "ADDED");
+        assert_eq!(event["object"], change.object);
     }
 }

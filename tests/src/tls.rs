@@ -1,0 +1,124 @@
+//! Client-side TLS helpers: handshakes that report the served certificate, and plain HTTPS
+//! requests without a client library.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, ServerName};
+
+/// A client config trusting every certificate in `ca_pem` (a bundle), with resumption off so
+/// every connection makes a full handshake.
+///
+/// # Panics
+/// When `ca_pem` holds no valid certificate.
+pub fn client_config(ca_pem: &str) -> Arc<rustls::ClientConfig> {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots
+            .add(cert.expect("a PEM certificate"))
+            .expect("a valid CA certificate");
+    }
+    assert!(!roots.is_empty(), "no CA certificate in the bundle");
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("the provider supports the default versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.resumption = rustls::client::Resumption::disabled();
+    Arc::new(config)
+}
+
+/// The leaf certificate a server presented.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Leaf {
+    /// DER.
+    pub der: Vec<u8>,
+    /// Serial number, lowercase hex without leading zeros.
+    pub serial: String,
+}
+
+/// Serial of a DER certificate, lowercase hex without leading zeros (the format
+/// [`crate::pki::Issued::serial`] uses).
+///
+/// # Panics
+/// When `der` is not a certificate.
+pub fn serial_of(der: &[u8]) -> String {
+    let (_, cert) = x509_parser::parse_x509_certificate(der).expect("a DER certificate");
+    let serial: String = cert
+        .raw_serial()
+        .iter()
+        .skip_while(|b| **b == 0)
+        .map(|b| format!("{b:02x}"))
+        .collect::<String>()
+        .trim_start_matches('0')
+        .to_owned();
+    if serial.is_empty() {
+        "0".to_owned()
+    } else {
+        serial
+    }
+}
+
+/// Makes one full TLS handshake with `addr` asking for `server_name` (SNI), verifying against
+/// `ca_pem`; returns the leaf certificate served.
+///
+/// # Errors
+/// Connection and handshake failures (an untrusted certificate among them).
+pub async fn handshake_leaf(
+    addr: SocketAddr,
+    server_name: &str,
+    ca_pem: &str,
+) -> std::io::Result<Leaf> {
+    let tcp = tokio::net::TcpStream::connect(addr).await?;
+    let name = ServerName::try_from(server_name.to_owned()).map_err(std::io::Error::other)?;
+    let tls = tokio_rustls::TlsConnector::from(client_config(ca_pem))
+        .connect(name, tcp)
+        .await?;
+    let der = tls
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|certs| certs.first())
+        .ok_or_else(|| std::io::Error::other("the server sent no certificate"))?
+        .to_vec();
+    let serial = serial_of(&der);
+    Ok(Leaf { der, serial })
+}
+
+/// One HTTP/1.1 GET over a fresh TLS connection; returns (status code, body).
+///
+/// # Errors
+/// Connection and handshake failures.
+pub async fn https_get(
+    addr: SocketAddr,
+    server_name: &str,
+    config: Arc<rustls::ClientConfig>,
+    path: &str,
+) -> std::io::Result<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let tcp = tokio::net::TcpStream::connect(addr).await?;
+    let name = ServerName::try_from(server_name.to_owned()).map_err(std::io::Error::other)?;
+    let mut tls = tokio_rustls::TlsConnector::from(config)
+        .connect(name, tcp)
+        .await?;
+    tls.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: {server_name}\r\nConnection: close\r\n\r\n")
+            .as_bytes(),
+    )
+    .await?;
+    let mut response = Vec::new();
+    let _ = tls.read_to_end(&mut response).await;
+    let text = String::from_utf8_lossy(&response).into_owned();
+    let status = text
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    Ok((status, body))
+}
