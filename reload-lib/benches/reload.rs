@@ -86,25 +86,31 @@ fn static_acceptor(pair: &Pair) -> tokio_rustls::TlsAcceptor {
     tokio_rustls::TlsAcceptor::from(Arc::new(config))
 }
 
-async fn handshake_static(
-    acceptor: &tokio_rustls::TlsAcceptor,
-    client: &Arc<rustls::ClientConfig>,
-) {
+/// One full handshake over an in-memory duplex; `accept` is the server side under test.
+async fn handshake<F, Fut>(client: &Arc<rustls::ClientConfig>, accept: F)
+where
+    F: FnOnce(tokio::io::DuplexStream) -> Fut,
+    Fut: std::future::Future<
+            Output = std::io::Result<tokio_rustls::server::TlsStream<tokio::io::DuplexStream>>,
+        >,
+{
     let (c, s) = tokio::io::duplex(64 * 1024);
     let connector = tokio_rustls::TlsConnector::from(Arc::clone(client));
     let name = ServerName::try_from("localhost").unwrap();
-    let (client, server) = tokio::join!(connector.connect(name, c), acceptor.accept(s));
+    let (client, server) = tokio::join!(connector.connect(name, c), accept(s));
     client.unwrap();
     server.unwrap();
 }
 
-async fn handshake_reloading(acceptor: &reload_lib::Acceptor, client: &Arc<rustls::ClientConfig>) {
-    let (c, s) = tokio::io::duplex(64 * 1024);
-    let connector = tokio_rustls::TlsConnector::from(Arc::clone(client));
-    let name = ServerName::try_from("localhost").unwrap();
-    let (client, server) = tokio::join!(connector.connect(name, c), acceptor.accept(s));
-    client.unwrap();
-    server.unwrap();
+/// A set that reloads only when asked (no watch traffic), so each `reload()` is exactly one pass.
+fn start_polled(rt: &Runtime, bundle: &Path) -> ServingSet {
+    rt.block_on(
+        ServingSet::builder(CertKeyPaths::bundle(bundle))
+            .poll_only(true)
+            .poll_interval(Duration::from_secs(3600))
+            .start(),
+    )
+    .unwrap()
 }
 
 fn handshakes(c: &mut Criterion) {
@@ -122,10 +128,10 @@ fn handshakes(c: &mut Criterion) {
     let mut group = c.benchmark_group("handshake");
     // Interleaved in one run so machine noise hits both alike.
     group.bench_function("static", |b| {
-        b.iter(|| rt.block_on(handshake_static(&fixed, &client)))
+        b.iter(|| rt.block_on(handshake(&client, |s| fixed.accept(s))))
     });
     group.bench_function("reloading", |b| {
-        b.iter(|| rt.block_on(handshake_reloading(&reloading, &client)))
+        b.iter(|| rt.block_on(handshake(&client, |s| reloading.accept(s))))
     });
     group.finish();
 }
@@ -139,14 +145,7 @@ fn reloads(c: &mut Criterion) {
         let bundle = dir.path().join("credential.pem");
         write_bundle(&bundle, &pairs[0]);
         // No watch traffic: only explicit reloads, so each iteration is exactly one pass.
-        let set = rt
-            .block_on(
-                ServingSet::builder(CertKeyPaths::bundle(&bundle))
-                    .poll_only(true)
-                    .poll_interval(Duration::from_secs(3600))
-                    .start(),
-            )
-            .unwrap();
+        let set = start_polled(&rt, &bundle);
         let mut i = 0usize;
         group.bench_function(name, |b| {
             b.iter_custom(|iters| {
@@ -178,14 +177,7 @@ fn percentiles() {
         let pairs = [pair(rsa), pair(rsa)];
         let bundle = dir.path().join("credential.pem");
         write_bundle(&bundle, &pairs[0]);
-        let polled = rt
-            .block_on(
-                ServingSet::builder(CertKeyPaths::bundle(&bundle))
-                    .poll_only(true)
-                    .poll_interval(Duration::from_secs(3600))
-                    .start(),
-            )
-            .unwrap();
+        let polled = start_polled(&rt, &bundle);
         let (mut round_trips, mut work) = (Vec::new(), Vec::new());
         for i in 1..=1000 {
             write_bundle(&bundle, &pairs[i % 2]);

@@ -106,7 +106,7 @@ async fn metrics_are_served_and_bad_start_up_material_is_refused_with_the_file_n
         .iter()
         .find_map(|l| l.strip_prefix("metrics on "))
         .expect("metrics address");
-    let body = http_get_plain(metrics_addr, "/metrics");
+    let body = e2e::plain_http_get(metrics_addr, "/metrics").1;
     assert!(
         body.contains(r#"reload_reloads_total{set="https-server",result="ok"} 1"#),
         "{body}"
@@ -144,17 +144,4 @@ async fn metrics_are_served_and_bad_start_up_material_is_refused_with_the_file_n
         .output()
         .unwrap();
     assert_eq!(output.status.code(), Some(2));
-}
-
-fn http_get_plain(addr: &str, path: &str) -> String {
-    use std::io::{Read, Write};
-    let mut tcp = std::net::TcpStream::connect(addr).unwrap();
-    write!(
-        tcp,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut response = String::new();
-    tcp.read_to_string(&mut response).unwrap();
-    response
 }

@@ -69,30 +69,6 @@ fn start_syncer(api: &ApiServer, dest: &Path, extra: &[&str]) -> Syncer {
     Syncer { child, metrics }
 }
 
-fn http_get(addr: &str, path: &str) -> (u16, String) {
-    use std::io::{Read, Write};
-    let mut tcp = std::net::TcpStream::connect(addr).unwrap();
-    write!(
-        tcp,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut response = String::new();
-    tcp.read_to_string(&mut response).unwrap();
-    let status = response
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    (
-        status,
-        response
-            .split_once("\r\n\r\n")
-            .map(|(_, b)| b.to_owned())
-            .unwrap_or_default(),
-    )
-}
-
 /// Waits (bounded) for `condition`.
 fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -178,7 +154,7 @@ async fn secrets_and_config_maps_are_mirrored_and_served_by_a_reloading_server()
         read(&host_file).as_deref() == Some(ca.pem.as_str())
     });
     wait_until("readiness", || {
-        http_get(&syncer.metrics, "/readyz").0 == 200
+        e2e::plain_http_get(&syncer.metrics, "/readyz").0 == 200
     });
     assert_eq!(mode(&serving.join("tls.key")), 0o600);
     assert_eq!(
@@ -271,12 +247,12 @@ async fn secrets_and_config_maps_are_mirrored_and_served_by_a_reloading_server()
         .await
         .unwrap();
     wait_until("not ready", || {
-        http_get(&syncer.metrics, "/readyz").0 == 503
+        e2e::plain_http_get(&syncer.metrics, "/readyz").0 == 503
     });
     assert_eq!(read(&serving.join("tls.crt")).unwrap(), kept);
-    let (_, reasons) = http_get(&syncer.metrics, "/readyz");
+    let (_, reasons) = e2e::plain_http_get(&syncer.metrics, "/readyz");
     assert!(reasons.contains("secret/serving-cert"), "{reasons}");
-    let (_, metrics) = http_get(&syncer.metrics, "/metrics");
+    let (_, metrics) = e2e::plain_http_get(&syncer.metrics, "/metrics");
     assert!(
         metrics.contains(
             "cert_syncer_syncs_total{kind=\"secret\",name=\"serving-cert\",result=\"written\"}"
@@ -335,7 +311,7 @@ async fn a_key_that_would_escape_or_shadow_the_layout_is_refused_and_nothing_is_
     let mut syncer = start_syncer(&api, &dest, &["--optional-secrets", "evil"]);
     // Give it time to see the object and refuse it.
     wait_until("the refusal to be counted", || {
-        http_get(&syncer.metrics, "/metrics")
+        e2e::plain_http_get(&syncer.metrics, "/metrics")
             .1
             .contains("result=\"error\"")
     });
