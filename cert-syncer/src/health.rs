@@ -48,7 +48,8 @@ impl Readiness {
     }
 }
 
-/// Serves until `shutdown`. Prints `metrics on ADDR` once listening.
+/// Serves until `shutdown`. Prints `listening on ADDR` on stdout once listening (as every
+/// binary of the workspace does, so scripts and tests find the port).
 pub async fn serve(
     addr: SocketAddr,
     registry: Arc<Registry>,
@@ -58,7 +59,7 @@ pub async fn serve(
     let listener = TcpListener::bind(addr)
         .await
         .map_err(|err| anyhow::anyhow!("cannot listen on {addr} for metrics: {err}"))?;
-    println!("metrics on {}", listener.local_addr()?);
+    println!("listening on {}", listener.local_addr()?);
     loop {
         let (tcp, _) = tokio::select! {
             accepted = listener.accept() => accepted?,

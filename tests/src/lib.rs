@@ -1,17 +1,20 @@
 //! Harness for the end-to-end tests: finding the workspace binaries and running them as child
 //! processes ([`process`]), a throwaway PKI ([`pki`]), client-side TLS helpers ([`tls`]), and a
-//! `mini-apiserver` with kube clients that connect as cert-syncer does ([`apiserver`]).
+//! `mini-apiserver` with kube clients that connect as cert-syncer does ([`apiserver`]), and
+//! `cert-syncer sync` connected to it ([`syncer`]).
 //!
 //! The most used items are re-exported here.
 
 pub mod apiserver;
 pub mod pki;
 pub mod process;
+pub mod syncer;
 pub mod tls;
 
 pub use apiserver::ApiServer;
 pub use pki::{Ca, CertFiles, CertSpec, Issued, TempPki};
 pub use process::{ChildProcess, Server, bin, bin_path};
+pub use syncer::{Syncer, SyncerSpec};
 pub use tls::{Leaf, client_config, handshake_leaf, https_get, serial_of};
 
 /// Installs the process-wide rustls provider (aws-lc-rs) kube-client needs; idempotent.

@@ -5,69 +5,14 @@
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use e2e::{ApiServer, Ca, Server, bin, install_crypto_provider};
+use e2e::syncer::{NS, read, tls_secret};
+use e2e::{ApiServer, Ca, Server, Syncer, bin, install_crypto_provider};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, DeleteParams, PostParams};
-
-const NS: &str = "openshift-kube-apiserver";
-
-fn tls_secret(name: &str, cert: &str, key: &str) -> Secret {
-    Secret {
-        metadata: kube::api::ObjectMeta {
-            name: Some(name.to_owned()),
-            ..Default::default()
-        },
-        data: Some(BTreeMap::from([
-            ("tls.crt".to_owned(), ByteString(cert.as_bytes().to_vec())),
-            ("tls.key".to_owned(), ByteString(key.as_bytes().to_vec())),
-        ])),
-        ..Default::default()
-    }
-}
-
-struct Syncer {
-    child: Child,
-    metrics: String,
-}
-
-impl Drop for Syncer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start_syncer(api: &ApiServer, dest: &Path, extra: &[&str]) -> Syncer {
-    let mut child = Command::new(bin("cert-syncer"))
-        .arg("sync")
-        .args(["--server", &format!("https://{}", api.server.addr)])
-        .args(["--tls-server-name-override", "localhost-recovery"])
-        .arg("--ca-file")
-        .arg(api.dir.join("recovery-ca.crt"))
-        .arg("--token-file")
-        .arg(api.dir.join("token"))
-        .args(["--namespace", NS, "--metrics-listen", "127.0.0.1:0"])
-        .arg("--destination-dir")
-        .arg(dest)
-        .args(extra)
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let mut line = String::new();
-    std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line).unwrap();
-    let metrics = line
-        .trim()
-        .strip_prefix("metrics on ")
-        .expect("metrics address")
-        .to_owned();
-    Syncer { child, metrics }
-}
 
 /// Waits (bounded) for `condition`.
 fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
@@ -76,10 +21,6 @@ fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
         std::thread::sleep(Duration::from_millis(10));
     }
-}
-
-fn read(path: &Path) -> Option<String> {
-    std::fs::read_to_string(path).ok()
 }
 
 fn mode(path: &Path) -> u32 {
@@ -129,7 +70,7 @@ async fn secrets_and_config_maps_are_mirrored_and_served_by_a_reloading_server()
     let dest = tmp.path().join("resources");
     let host_file = tmp.path().join("host/kubelet-ca.crt");
     std::fs::create_dir_all(host_file.parent().unwrap()).unwrap();
-    let syncer = start_syncer(
+    let syncer = Syncer::start(
         &api,
         &dest,
         &[
@@ -153,9 +94,7 @@ async fn secrets_and_config_maps_are_mirrored_and_served_by_a_reloading_server()
     wait_until("the host file", || {
         read(&host_file).as_deref() == Some(ca.pem.as_str())
     });
-    wait_until("readiness", || {
-        e2e::plain_http_get(&syncer.metrics, "/readyz").0 == 200
-    });
+    wait_until("readiness", || syncer.readyz().0 == 200);
     assert_eq!(mode(&serving.join("tls.key")), 0o600);
     assert_eq!(
         mode(&dest.join("configmaps/client-ca/ca-bundle.crt")),
@@ -246,13 +185,11 @@ async fn secrets_and_config_maps_are_mirrored_and_served_by_a_reloading_server()
         .delete("serving-cert", &DeleteParams::default())
         .await
         .unwrap();
-    wait_until("not ready", || {
-        e2e::plain_http_get(&syncer.metrics, "/readyz").0 == 503
-    });
+    wait_until("not ready", || syncer.readyz().0 == 503);
     assert_eq!(read(&serving.join("tls.crt")).unwrap(), kept);
-    let (_, reasons) = e2e::plain_http_get(&syncer.metrics, "/readyz");
+    let (_, reasons) = syncer.readyz();
     assert!(reasons.contains("secret/serving-cert"), "{reasons}");
-    let (_, metrics) = e2e::plain_http_get(&syncer.metrics, "/metrics");
+    let metrics = syncer.metrics();
     assert!(
         metrics.contains(
             "cert_syncer_syncs_total{kind=\"secret\",name=\"serving-cert\",result=\"written\"}"
@@ -308,14 +245,12 @@ async fn a_key_that_would_escape_or_shadow_the_layout_is_refused_and_nothing_is_
     );
 
     let dest = tmp.path().join("resources");
-    let mut syncer = start_syncer(&api, &dest, &["--optional-secrets", "evil"]);
+    let mut syncer = Syncer::start(&api, &dest, &["--optional-secrets", "evil"]);
     // Give it time to see the object and refuse it.
     wait_until("the refusal to be counted", || {
-        e2e::plain_http_get(&syncer.metrics, "/metrics")
-            .1
-            .contains("result=\"error\"")
+        syncer.metrics().contains("result=\"error\"")
     });
     assert!(!dest.join("secrets/evil/tls.crt").exists());
     assert!(!dest.join("secrets/x").exists() && !tmp.path().join("x").exists());
-    let _ = syncer.child.kill();
+    syncer.process.kill();
 }

@@ -137,6 +137,8 @@ fn is_dns_subdomain(name: &str) -> bool {
 /// Shared by the per-object tasks.
 struct Context {
     client: kube::Client,
+    /// Keeps the reloading CA alive; explains TLS failures.
+    connection: crate::connection::Connection,
     settings: Settings,
     metrics: Metrics,
     readiness: Readiness,
@@ -152,7 +154,8 @@ struct Context {
 /// Runs until SIGTERM/SIGINT (exit 0) or until authentication has failed for too long (error).
 pub async fn run(args: SyncArgs) -> anyhow::Result<()> {
     let settings = Settings::from_args(&args)?;
-    let client = crate::connection::client(&args.connection).await?;
+    let connection = crate::connection::connect(&args.connection).await?;
+    let client = connection.client.clone();
     let shutdown = crate::shutdown::on_signal()?;
     let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry);
@@ -176,6 +179,7 @@ pub async fn run(args: SyncArgs) -> anyhow::Result<()> {
             args.pod_name.as_deref(),
         ),
         client,
+        connection,
         settings,
         metrics,
         readiness,
@@ -265,12 +269,17 @@ impl Context {
                     let span = tracing::info_span!("sync", object = %object.label(), secret.namespace = %self.settings.namespace);
                     let _entered = span.enter();
                     self.auth_ok();
+                    self.readiness.clear("tls");
                     self.reconcile(object, api, seen.is_some()).await;
                 }
                 Some(Err(err)) => {
                     let status = watch_error_status(&err);
                     if matches!(status, Some(401 | 403)) {
                         self.auth_failed(object, &err.to_string());
+                    } else if let Some(reason) = self.connection.target.explain(&err) {
+                        self.readiness
+                            .block("tls", "the apiserver's certificate is not trusted");
+                        tracing::error!(object = %object.label(), "{reason}; retrying with backoff");
                     } else {
                         tracing::warn!(object = %object.label(), error = &err as &dyn std::error::Error, "watch failed; retrying with backoff");
                     }

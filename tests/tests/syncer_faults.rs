@@ -1,0 +1,345 @@
+//! `cert-syncer sync` under faults, as processes: the apiserver goes away and comes back, the
+//! token is rotated and the old one revoked, the CA file does not match the SNI certificate,
+//! and the syncer itself is SIGKILLed in the middle of a burst of writes.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use e2e::apiserver::ADMIN_TOKEN;
+use e2e::pki::write_atomic;
+use e2e::syncer::{NS, read};
+use e2e::{ApiServer, Syncer, SyncerSpec, install_crypto_provider};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, PostParams};
+
+/// Waits (bounded) for `condition`, polling every 10 ms.
+fn wait_until(what: &str, timeout: Duration, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !condition() {
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A Secret whose every key carries the generation `generation`, so a torn directory (keys of
+/// two generations) is visible.
+fn tagged_secret(name: &str, generation: u64) -> Secret {
+    Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.to_owned()),
+            ..Default::default()
+        },
+        data: Some(
+            ["tls.crt", "tls.key", "ca.crt"]
+                .iter()
+                .map(|key| {
+                    (
+                        (*key).to_owned(),
+                        ByteString(format!("{name} {key} generation {generation}\n").into_bytes()),
+                    )
+                })
+                .collect(),
+        ),
+        ..Default::default()
+    }
+}
+
+/// Replaces the data of Secret `name` (get, then update with its resourceVersion).
+async fn put(secrets: &Api<Secret>, name: &str, generation: u64) {
+    let mut current = secrets.get(name).await.expect("the secret exists");
+    current.data = tagged_secret(name, generation).data;
+    secrets
+        .replace(name, &PostParams::default(), &current)
+        .await
+        .expect("update accepted");
+}
+
+/// The generation that `dir/tls.crt` shows, if any.
+fn shown_generation(dir: &Path) -> Option<u64> {
+    read(&dir.join("tls.crt"))?
+        .trim()
+        .rsplit(' ')
+        .next()?
+        .parse()
+        .ok()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_apiserver_outage_is_ridden_out_and_the_disk_converges_after_each_restart() {
+    install_crypto_provider();
+    let tmp = tempfile::tempdir().unwrap();
+    let state = tmp.path().join("state.json");
+    let mut api = ApiServer::start(tmp.path(), &["--state-file", state.to_str().unwrap()]);
+    let secrets: Api<Secret> = Api::namespaced(api.client_with_token(ADMIN_TOKEN), NS);
+    secrets
+        .create(&PostParams::default(), &tagged_secret("serving-cert", 1))
+        .await
+        .unwrap();
+    let dest = tmp.path().join("resources");
+    let mut syncer = Syncer::start(&api, &dest, &["--secrets", "serving-cert"]);
+    let dir = dest.join("secrets/serving-cert");
+    wait_until("the first sync", Duration::from_secs(20), || {
+        shown_generation(&dir) == Some(1)
+    });
+
+    for generation in 2..=4 {
+        // Down for a while: the syncer keeps running and keeps the files.
+        api.server.kill();
+        std::thread::sleep(Duration::from_millis(1500));
+        assert!(
+            syncer.process.child.try_wait().unwrap().is_none(),
+            "the syncer exited during the outage"
+        );
+        assert_eq!(shown_generation(&dir), Some(generation - 1));
+        // Back (same address, same state), and an update right away, while the syncer is
+        // still backing off: it must resume and land it.
+        api.restart();
+        put(&secrets, "serving-cert", generation).await;
+        let started = Instant::now();
+        wait_until(
+            "the update made after the restart",
+            Duration::from_secs(30),
+            || shown_generation(&dir) == Some(generation),
+        );
+        eprintln!(
+            "outage {}: update after restart on disk in {:?}",
+            generation - 1,
+            started.elapsed()
+        );
+    }
+    wait_until("ready again", Duration::from_secs(10), || {
+        syncer.readyz().0 == 200
+    });
+    let log = syncer.process.stderr_text();
+    assert!(log.contains("serving-cert"), "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotated_token_is_used_at_once_after_the_old_one_is_revoked() {
+    install_crypto_provider();
+    let tmp = tempfile::tempdir().unwrap();
+    let state = tmp.path().join("state.json");
+    let mut api = ApiServer::start(tmp.path(), &["--state-file", state.to_str().unwrap()]);
+    let secrets: Api<Secret> = Api::namespaced(api.client_with_token(ADMIN_TOKEN), NS);
+    secrets
+        .create(&PostParams::default(), &tagged_secret("serving-cert", 1))
+        .await
+        .unwrap();
+    let dest = tmp.path().join("resources");
+    let syncer = Syncer::start(&api, &dest, &["--secrets", "serving-cert"]);
+    let dir = dest.join("secrets/serving-cert");
+    wait_until("the first sync", Duration::from_secs(20), || {
+        shown_generation(&dir) == Some(1)
+    });
+
+    // The new token goes into the syncer's token file; the apiserver comes back knowing only
+    // the new one. kube-client alone would keep sending the revoked token for up to 60 s.
+    const NEW_TOKEN: &str = "rotated-token-9f8e7d6c5b4a";
+    write_atomic(&api.dir.join("token"), NEW_TOKEN.as_bytes());
+    write_atomic(
+        &api.dir.join("tokens.csv"),
+        format!("{NEW_TOKEN},admin,1,\"system:masters\"\n").as_bytes(),
+    );
+    api.restart();
+    let secrets: Api<Secret> = Api::namespaced(api.client_with_token(NEW_TOKEN), NS);
+    let revoked: Api<Secret> = Api::namespaced(api.client_with_token(ADMIN_TOKEN), NS);
+    assert!(
+        revoked.get("serving-cert").await.is_err(),
+        "the old token must be refused now"
+    );
+    put(&secrets, "serving-cert", 2).await;
+    let started = Instant::now();
+    wait_until(
+        "the update, fetched with the new token",
+        Duration::from_secs(20),
+        || shown_generation(&dir) == Some(2),
+    );
+    eprintln!("token rotation: update on disk in {:?}", started.elapsed());
+    wait_until("ready", Duration::from_secs(10), || {
+        syncer.readyz().0 == 200
+    });
+    let log = syncer.process.stderr_text();
+    assert!(
+        !log.contains(NEW_TOKEN) && !log.contains(ADMIN_TOKEN),
+        "{log}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ca_that_does_not_match_the_sni_certificate_is_refused_with_the_reason_until_fixed() {
+    install_crypto_provider();
+    let tmp = tempfile::tempdir().unwrap();
+    let api = ApiServer::start(tmp.path(), &[]);
+    let secrets: Api<Secret> = Api::namespaced(api.client_with_token(ADMIN_TOKEN), NS);
+    secrets
+        .create(&PostParams::default(), &tagged_secret("serving-cert", 1))
+        .await
+        .unwrap();
+    // The CA of the default certificate: right for `localhost`, wrong for
+    // `localhost-recovery`.
+    let ca_file = tmp.path().join("syncer-ca.crt");
+    write_atomic(&ca_file, api.serving_ca.as_bytes());
+    let dest = tmp.path().join("resources");
+    let mut spec = SyncerSpec::new(&api, &dest, &["--secrets", "serving-cert"]);
+    spec.ca_file = ca_file.clone();
+    let syncer = spec.start();
+    wait_until("the refusal, explained", Duration::from_secs(20), || {
+        let log = syncer.process.stderr_text();
+        log.contains("localhost-recovery is not trusted by")
+            && log.contains(&ca_file.display().to_string())
+    });
+    let (status, reasons) = syncer.readyz();
+    assert_eq!(status, 503);
+    assert!(reasons.contains("tls"), "{reasons}");
+    assert!(!dest.join("secrets").exists(), "nothing may be written");
+
+    // The right CA lands in the same file: picked up without a restart.
+    write_atomic(&ca_file, api.recovery_ca.as_bytes());
+    wait_until(
+        "the sync with the fixed CA",
+        Duration::from_secs(30),
+        || shown_generation(&dest.join("secrets/serving-cert")) == Some(1),
+    );
+    wait_until("ready", Duration::from_secs(10), || {
+        syncer.readyz().0 == 200
+    });
+}
+
+/// Every object directory: `..data` names one generation holding every key, all of one
+/// generation; each visible key is a link into `..data`.
+fn assert_one_complete_generation(dir: &Path, keys: &[&str]) {
+    let Ok(target) = std::fs::read_link(dir.join("..data")) else {
+        // Killed before the first commit: no generation visible at all is fine; keys must not
+        // be visible either.
+        for key in keys {
+            assert!(
+                std::fs::symlink_metadata(dir.join(key)).is_err(),
+                "{} visible without ..data",
+                dir.join(key).display()
+            );
+        }
+        return;
+    };
+    let generation = dir.join(&target);
+    let mut seen = BTreeMap::new();
+    for key in keys {
+        let text = read(&generation.join(key)).unwrap_or_else(|| {
+            panic!(
+                "{} lacks {key}: an incomplete generation was committed",
+                generation.display()
+            )
+        });
+        seen.insert(*key, text.trim().rsplit(' ').next().unwrap().to_owned());
+        if let Ok(link) = std::fs::read_link(dir.join(key)) {
+            assert_eq!(link, Path::new("..data").join(key));
+        }
+    }
+    let first = seen.values().next().unwrap();
+    assert!(
+        seen.values().all(|g| g == first),
+        "{} mixes generations: {seen:?}",
+        dir.display()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_during_a_burst_of_updates_leaves_one_complete_generation_per_directory() {
+    install_crypto_provider();
+    let tmp = tempfile::tempdir().unwrap();
+    let api = ApiServer::start(tmp.path(), &[]);
+    let secrets: Api<Secret> = Api::namespaced(api.client_with_token(ADMIN_TOKEN), NS);
+    let names: Vec<String> = (0..4).map(|i| format!("burst-{i}")).collect();
+    for name in &names {
+        secrets
+            .create(&PostParams::default(), &tagged_secret(name, 0))
+            .await
+            .unwrap();
+    }
+    let keys = ["tls.crt", "tls.key", "ca.crt"];
+    let dest = tmp.path().join("resources");
+    let flag = names.join(",");
+
+    // The burst: every Secret updated round-robin as fast as the apiserver takes it.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (secrets, names, stop) = (secrets.clone(), names.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut generation = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                generation += 1;
+                for name in &names {
+                    put(&secrets, name, generation).await;
+                }
+            }
+            generation
+        })
+    };
+
+    // Pseudo-random kill points between 50 and 400 ms after start (no RNG crate needed).
+    let mut seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos() as u64
+        | 1;
+    let rounds = 25;
+    for round in 0..rounds {
+        let mut syncer = Syncer::start(&api, &dest, &["--secrets", &flag]);
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        let delay = Duration::from_millis(50 + seed % 350);
+        tokio::time::sleep(delay).await;
+        syncer.process.kill();
+        for name in &names {
+            assert_one_complete_generation(&dest.join("secrets").join(name), &keys);
+        }
+        if round % 5 == 0 {
+            eprintln!("round {round}: killed after {delay:?}, every directory complete");
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let last = writer.await.unwrap();
+
+    // A final run converges to the last generation; its next write cleans up what killed
+    // writes left behind (uncommitted generation directories).
+    let syncer = Syncer::start(&api, &dest, &["--secrets", &flag]);
+    for name in &names {
+        let dir = dest.join("secrets").join(name);
+        wait_until(
+            &format!("{name} at generation {last}"),
+            Duration::from_secs(20),
+            || shown_generation(&dir) == Some(last),
+        );
+        put(&secrets, name, last + 1).await;
+        wait_until(
+            &format!("{name} at generation {}", last + 1),
+            Duration::from_secs(20),
+            || shown_generation(&dir) == Some(last + 1),
+        );
+    }
+    wait_until("ready", Duration::from_secs(10), || {
+        syncer.readyz().0 == 200
+    });
+    for name in &names {
+        let dir = dest.join("secrets").join(name);
+        assert_one_complete_generation(&dir, &keys);
+        for key in keys {
+            assert!(dir.join(key).exists(), "{name}/{key} visible");
+        }
+        let leftovers: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("..") && n != "..data")
+            .collect();
+        // The current generation and at most the previous one (kept for readers in flight).
+        assert!(
+            leftovers.len() <= 2 && !leftovers.iter().any(|n| n.ends_with("_tmp")),
+            "{name}: {leftovers:?}"
+        );
+    }
+}
