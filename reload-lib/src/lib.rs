@@ -55,3 +55,7 @@ pub use reload::{Served, ServedCert, Status};
 pub use server::{Acceptor, ClientAuth, ServingSet, ServingSetBuilder, ServingSnapshot};
 pub use source::CertKeyPaths;
 pub use watch::WatchMode;
+
+/// Entry points for the fuzz targets in `fuzz/`; not part of the API.
+#[doc(hidden)]
+pub use material::fuzz as __fuzz;
