@@ -16,9 +16,9 @@ use tokio::sync::watch;
 
 use crate::error::{Error, Result};
 use crate::material::{ParsedBundle, ParsedPair};
-use crate::reload::{self, Handle, Material, ServedCert, Status, Timing};
+use crate::reload::{self, Handle, Material, Pass, Served, ServedCert, Status, Timing};
 use crate::source::{CertKeyPaths, PassReader};
-use crate::watch::Interest;
+use crate::watch::{Dirty, Interest};
 
 /// Configures and starts a [`ClientTls`]. Made by [`ClientTls::builder`].
 #[must_use]
@@ -190,7 +190,7 @@ impl ClientTls {
 struct ClientSnapshot {
     verifier: Arc<WebPkiServerVerifier>,
     identity: Option<Arc<CertifiedKey>>,
-    served: Vec<ServedCert>,
+    served: Served,
 }
 
 impl std::fmt::Debug for ClientSnapshot {
@@ -221,11 +221,49 @@ impl Material for ClientMaterial {
         interest
     }
 
+    /// The roots and the identity are one unit, re-read together on any change.
     fn load(
         &mut self,
         current: Option<&ClientSnapshot>,
+        _dirty: Dirty,
         _now: i64,
-    ) -> Result<Option<ClientSnapshot>> {
+    ) -> Pass<ClientSnapshot> {
+        let sources = 1 + usize::from(self.identity.is_some());
+        match self.load_all(current) {
+            Ok(snapshot) => {
+                // A handful of certificates: compare with what was served.
+                let was_served = |cert: &ServedCert| {
+                    current.is_some_and(|current| {
+                        current.served.iter().any(|old| {
+                            old.source == cert.source && old.info.sha256 == cert.info.sha256
+                        })
+                    })
+                };
+                let newly_served = snapshot
+                    .iter()
+                    .flat_map(|s| s.served.iter_shared())
+                    .filter(|cert| !was_served(cert))
+                    .cloned()
+                    .collect();
+                Pass {
+                    snapshot,
+                    newly_served,
+                    rejected: None,
+                    sources_read: sources,
+                    sources_parsed: sources,
+                }
+            }
+            Err(err) => Pass::failed(err, sources),
+        }
+    }
+
+    fn served(snapshot: &ClientSnapshot) -> Served {
+        snapshot.served.clone()
+    }
+}
+
+impl ClientMaterial {
+    fn load_all(&mut self, current: Option<&ClientSnapshot>) -> Result<Option<ClientSnapshot>> {
         let mut pass = PassReader::default();
         let mut bytes = vec![pass.read(&self.roots)?];
         if let Some(identity) = &self.identity {
@@ -282,12 +320,8 @@ impl Material for ClientMaterial {
         Ok(Some(ClientSnapshot {
             verifier,
             identity,
-            served,
+            served: served.into_iter().collect(),
         }))
-    }
-
-    fn describe(snapshot: &ClientSnapshot) -> Vec<ServedCert> {
-        snapshot.served.clone()
     }
 }
 

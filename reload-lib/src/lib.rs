@@ -51,7 +51,11 @@ pub mod watch;
 pub use client::{ClientTls, ClientTlsBuilder};
 pub use error::{Error, InvalidMaterial, Result};
 pub use material::CertInfo;
-pub use reload::{ServedCert, Status};
+pub use reload::{Served, ServedCert, Status};
 pub use server::{Acceptor, ClientAuth, ServingSet, ServingSetBuilder, ServingSnapshot};
 pub use source::CertKeyPaths;
 pub use watch::WatchMode;
+
+/// Entry points for the fuzz targets in `fuzz/`; not part of the API.
+#[doc(hidden)]
+pub use material::fuzz as __fuzz;

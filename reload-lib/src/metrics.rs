@@ -11,7 +11,8 @@
 //!
 //! Seconds to expiry is `reload_certificate_not_after_timestamp_seconds - time()` in PromQL.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -20,7 +21,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 
-use crate::reload::Status;
+use crate::reload::{ServedCert, Status};
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct SetLabels {
@@ -83,19 +84,27 @@ impl ReloadMetrics {
     pub(crate) fn follow(self, set: String, mut status: watch::Receiver<Status>) {
         let mut seen_ok = 0;
         let mut seen_failed = 0;
+        let mut expiry = Expiry::default();
         // The start-up state is recorded before `start()` returns, so a scrape right after
         // start-up already sees it.
         let first = status.borrow_and_update().clone();
-        self.record(&set, &first, &mut seen_ok, &mut seen_failed);
+        self.record(&set, &first, &mut seen_ok, &mut seen_failed, &mut expiry);
         tokio::spawn(async move {
             while status.changed().await.is_ok() {
                 let current = status.borrow_and_update().clone();
-                self.record(&set, &current, &mut seen_ok, &mut seen_failed);
+                self.record(&set, &current, &mut seen_ok, &mut seen_failed, &mut expiry);
             }
         });
     }
 
-    fn record(&self, set: &str, status: &Status, seen_ok: &mut u64, seen_failed: &mut u64) {
+    fn record(
+        &self,
+        set: &str,
+        status: &Status,
+        seen_ok: &mut u64,
+        seen_failed: &mut u64,
+        expiry: &mut Expiry,
+    ) {
         let ok = ResultLabels {
             set: set.to_owned(),
             result: "ok",
@@ -121,19 +130,80 @@ impl ReloadMetrics {
         self.generation
             .get_or_create(&labels)
             .set(status.generation as i64);
-        let mut earliest: BTreeMap<&str, i64> = BTreeMap::new();
-        for cert in status.served.iter() {
-            earliest
-                .entry(cert.source.as_str())
-                .and_modify(|t| *t = (*t).min(cert.info.not_after))
-                .or_insert(cert.info.not_after);
-        }
-        for (source, not_after) in earliest {
+        for source in expiry.update(status.served.iter_shared()) {
             let labels = SourceLabels {
                 set: set.to_owned(),
-                source: source.to_owned(),
+                source,
             };
-            self.not_after.get_or_create(&labels).set(not_after);
+            match expiry.earliest(&labels.source) {
+                Some(not_after) => {
+                    self.not_after.get_or_create(&labels).set(not_after);
+                }
+                None => {
+                    self.not_after.remove(&labels);
+                }
+            }
         }
+    }
+}
+
+/// The notAfter of every served certificate by source label, updated by comparing entries
+/// with the last status seen: entries shared with it (the same `Arc`) are skipped, so a change
+/// to one pair of a large set touches one label.
+#[derive(Debug, Default)]
+struct Expiry {
+    /// The entry recorded at each position of [`Status::served`].
+    seen: Vec<Arc<ServedCert>>,
+    /// Per source label: (notAfter, position) of the certificates recorded under it.
+    by_source: HashMap<String, BTreeSet<(i64, usize)>>,
+}
+
+impl Expiry {
+    /// Records `served`; returns the labels whose earliest notAfter may have changed.
+    fn update<'a>(
+        &mut self,
+        served: impl Iterator<Item = &'a Arc<ServedCert>>,
+    ) -> BTreeSet<String> {
+        let mut touched = BTreeSet::new();
+        let mut len = 0;
+        for (index, cert) in served.enumerate() {
+            len = index + 1;
+            match self.seen.get(index) {
+                Some(old) if Arc::ptr_eq(old, cert) => continue,
+                Some(old) => {
+                    let old = Arc::clone(old);
+                    self.forget(index, &old, &mut touched);
+                    self.seen[index] = Arc::clone(cert);
+                }
+                None => self.seen.push(Arc::clone(cert)),
+            }
+            self.by_source
+                .entry(cert.source.clone())
+                .or_default()
+                .insert((cert.info.not_after, index));
+            touched.insert(cert.source.clone());
+        }
+        for index in (len..self.seen.len()).rev() {
+            let old = self.seen.remove(index);
+            self.forget(index, &old, &mut touched);
+        }
+        touched
+    }
+
+    fn forget(&mut self, index: usize, old: &ServedCert, touched: &mut BTreeSet<String>) {
+        if let Some(entries) = self.by_source.get_mut(&old.source) {
+            entries.remove(&(old.info.not_after, index));
+            if entries.is_empty() {
+                self.by_source.remove(&old.source);
+            }
+        }
+        touched.insert(old.source.clone());
+    }
+
+    fn earliest(&self, source: &str) -> Option<i64> {
+        self.by_source
+            .get(source)
+            .and_then(|entries| entries.first())
+            .map(|(not_after, _)| *not_after)
     }
 }

@@ -5,17 +5,22 @@
 //! wake-ups that arrive during a reload are coalesced into one more pass (the `Notify` permit is
 //! the dirty flag). A failed pass is retried shortly after (torn in-place writes converge without
 //! waiting for the resync), with exponential backoff.
+//!
+//! A pass re-reads what the watcher marked (a file, or a directory for `..data` swaps), not the
+//! whole set; explicit reloads, resyncs, polls and queue overflows mark everything. The material
+//! compares content per source, so only sources whose bytes changed are parsed again.
 
+use std::ops::Index;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use arc_swap::ArcSwap;
-use tokio::sync::{Notify, mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use crate::error::{Error, Result};
 use crate::material::CertInfo;
-use crate::watch::{Interest, Subscription, WatchMode, subscribe};
+use crate::watch::{Changes, Dirty, Interest, Subscription, WatchMode, subscribe};
 
 /// Something the reloader can (re)build from files.
 pub(crate) trait Material: Send + 'static {
@@ -25,16 +30,46 @@ pub(crate) trait Material: Send + 'static {
     /// The files to watch.
     fn interest(&self) -> Interest;
 
-    /// Reads and checks everything. `Ok(None)` when the content equals what `current` was built
-    /// from. `now` is seconds since the Unix epoch.
+    /// One pass: reads what `dirty` marks (plus whatever the material itself is retrying), checks
+    /// it and builds a new snapshot when something changed. Without `current` (start-up) `dirty`
+    /// marks everything and any rejection fails the start. `now` is seconds since the Unix epoch.
     fn load(
         &mut self,
         current: Option<&Self::Snapshot>,
+        dirty: Dirty,
         now: i64,
-    ) -> Result<Option<Self::Snapshot>>;
+    ) -> Pass<Self::Snapshot>;
 
     /// What a snapshot serves, for logs, status and metrics.
-    fn describe(snapshot: &Self::Snapshot) -> Vec<ServedCert>;
+    fn served(snapshot: &Self::Snapshot) -> Served;
+}
+
+/// The outcome of one [`Material::load`] pass.
+pub(crate) struct Pass<S> {
+    /// The snapshot to publish, when something changed and passed the checks.
+    pub(crate) snapshot: Option<S>,
+    /// What `snapshot` serves that was not served before (for the log).
+    pub(crate) newly_served: Vec<Arc<ServedCert>>,
+    /// The first rejection of the pass. Other sources' changes may still be in `snapshot`: one
+    /// bad source keeps its last good material without holding the others back.
+    pub(crate) rejected: Option<Error>,
+    /// Sources whose files were read.
+    pub(crate) sources_read: usize,
+    /// Sources whose content differed from what is served, so were parsed and checked again.
+    pub(crate) sources_parsed: usize,
+}
+
+impl<S> Pass<S> {
+    /// A pass that failed as a whole.
+    pub(crate) fn failed(err: Error, sources_read: usize) -> Self {
+        Self {
+            snapshot: None,
+            newly_served: Vec::new(),
+            rejected: Some(err),
+            sources_read,
+            sources_parsed: sources_read,
+        }
+    }
 }
 
 /// One certificate in use, and where it came from.
@@ -49,6 +84,96 @@ pub struct ServedCert {
     pub info: CertInfo,
 }
 
+/// Every certificate a set serves, in source order: the default pair, then SNI pairs in
+/// configuration order, then CA certificates (client-CA bundle, or the client's roots).
+///
+/// Cheap to clone: statuses share the entries of sources that did not change, so publishing a
+/// change to one pair of a large set does not copy the others.
+#[derive(Clone, Default)]
+pub struct Served {
+    pairs: imbl::Vector<Arc<ServedCert>>,
+    extra: Arc<[Arc<ServedCert>]>,
+}
+
+impl Served {
+    pub(crate) fn new(pairs: imbl::Vector<Arc<ServedCert>>, extra: Arc<[Arc<ServedCert>]>) -> Self {
+        Self { pairs, extra }
+    }
+
+    /// How many certificates are listed.
+    pub fn len(&self) -> usize {
+        self.pairs.len() + self.extra.len()
+    }
+
+    /// Whether nothing is listed.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The certificate at `index`, if any.
+    pub fn get(&self, index: usize) -> Option<&ServedCert> {
+        self.shared(index).map(|cert| &**cert)
+    }
+
+    /// Every certificate, in order.
+    pub fn iter(&self) -> impl Iterator<Item = &ServedCert> + '_ {
+        self.iter_shared().map(|cert| &**cert)
+    }
+
+    /// The shared entry at `index` (pointer-equal across statuses while unchanged).
+    pub(crate) fn shared(&self, index: usize) -> Option<&Arc<ServedCert>> {
+        match index.checked_sub(self.pairs.len()) {
+            None => self.pairs.get(index),
+            Some(extra) => self.extra.get(extra),
+        }
+    }
+
+    /// The entries of the pairs (the part before the CA certificates).
+    pub(crate) fn pairs(&self) -> &imbl::Vector<Arc<ServedCert>> {
+        &self.pairs
+    }
+
+    /// How many entries are pairs (the rest are CA certificates).
+    pub(crate) fn pair_count(&self) -> usize {
+        self.pairs.len()
+    }
+
+    pub(crate) fn iter_shared(&self) -> impl Iterator<Item = &Arc<ServedCert>> + '_ {
+        self.pairs.iter().chain(self.extra.iter())
+    }
+}
+
+impl Index<usize> for Served {
+    type Output = ServedCert;
+
+    /// # Panics
+    /// When `index` is out of range.
+    fn index(&self, index: usize) -> &ServedCert {
+        match self.get(index) {
+            Some(cert) => cert,
+            None => panic!(
+                "served certificate {index} out of range (len {})",
+                self.len()
+            ),
+        }
+    }
+}
+
+impl std::fmt::Debug for Served {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+impl FromIterator<ServedCert> for Served {
+    fn from_iter<I: IntoIterator<Item = ServedCert>>(iter: I) -> Self {
+        Self {
+            pairs: iter.into_iter().map(Arc::new).collect(),
+            extra: Arc::new([]),
+        }
+    }
+}
+
 /// The state of a reloadable set, published to subscribers on every reload attempt that changes
 /// something (a new generation, or a new failure).
 #[derive(Debug, Clone)]
@@ -57,19 +182,28 @@ pub struct Status {
     /// Increases by one with every published snapshot; 1 after start-up.
     pub generation: u64,
     /// What is served now.
-    pub served: Arc<[ServedCert]>,
+    pub served: Served,
     /// Successful reloads that published a new snapshot (start-up included).
     pub reloads_ok: u64,
-    /// Reload attempts that were rejected (bad, torn or unreadable material).
+    /// Reload attempts that were rejected (bad, torn or unreadable material). A pass that
+    /// publishes the changes of some sources while rejecting another counts here and in
+    /// `reloads_ok`.
     pub reloads_failed: u64,
     /// The most recent failure, cleared when the files again hold what is served or something
-    /// newer is published.
+    /// newer is published without any source being rejected.
     pub last_error: Option<Arc<Error>>,
     /// When the last snapshot was published, seconds since the Unix epoch.
     pub last_success_unix: i64,
     /// How long the pass that built the current snapshot took: reading, parsing, checking,
     /// building the configuration and publishing it.
     pub last_reload_duration: Duration,
+    /// How many sources (a certificate/key pair, a CA bundle with its CRLs, the client's roots)
+    /// the pass that built the current snapshot read. A watch event re-reads only the sources
+    /// whose files it names; explicit reloads, resyncs, polls and queue overflows read all.
+    pub last_reload_sources_read: usize,
+    /// How many of those had changed content, so were parsed and checked again (the others keep
+    /// their parsed entry, shared with the previous snapshot).
+    pub last_reload_sources_parsed: usize,
 }
 
 /// Tuning shared by server and client sets.
@@ -108,7 +242,7 @@ pub(crate) struct Handle<S> {
     pub(crate) current: Arc<ArcSwap<S>>,
     pub(crate) status: tokio::sync::watch::Receiver<Status>,
     pub(crate) mode: WatchMode,
-    wake: Arc<Notify>,
+    changes: Arc<Changes>,
     commands: mpsc::Sender<oneshot::Sender<Result<bool>>>,
 }
 
@@ -133,9 +267,10 @@ impl<S> Handle<S> {
         outcome.await.map_err(|_| Error::ReloaderGone)?
     }
 
-    /// Schedules a reload pass without waiting (coalesced with any pending one).
+    /// Schedules a pass that re-reads everything, without waiting (coalesced with any pending
+    /// one).
     pub(crate) fn trigger(&self) {
-        self.wake.notify_one();
+        self.changes.mark_all();
     }
 }
 
@@ -149,7 +284,7 @@ pub(crate) fn start<M: Material>(
 where
     M::Snapshot: 'static,
 {
-    let wake = Arc::new(Notify::new());
+    let changes = Arc::new(Changes::default());
     // Watches first, then the first read: a change between the two is then never missed.
     let (subscription, mode) = if timing.force_poll {
         (
@@ -157,26 +292,33 @@ where
             WatchMode::Polling("polling was configured".to_owned()),
         )
     } else {
-        subscribe(&material.interest(), Arc::clone(&wake))
+        subscribe(&material.interest(), Arc::clone(&changes))
     };
     if let WatchMode::Polling(reason) = &mode {
         tracing::warn!(set = %name, %reason, poll_interval = ?timing.poll, "watching by polling");
     }
     let now = unix_now();
     let started = std::time::Instant::now();
-    let first = material
-        .load(None, now)?
-        .expect("a load without a current snapshot always builds one");
-    let served: Arc<[ServedCert]> = M::describe(&first).into();
-    log_served(&name, &served, None, now);
+    // Anything marked before this read is in it.
+    changes.take();
+    let pass = material.load(None, Dirty::all(), now);
+    if let Some(err) = pass.rejected {
+        return Err(err);
+    }
+    let first = pass
+        .snapshot
+        .expect("a pass without a current snapshot builds one or is rejected");
+    log_served(&name, &pass.newly_served, now);
     let status = Status {
         generation: 1,
-        served,
+        served: M::served(&first),
         reloads_ok: 1,
         reloads_failed: 0,
         last_error: None,
         last_success_unix: now,
         last_reload_duration: started.elapsed(),
+        last_reload_sources_read: pass.sources_read,
+        last_reload_sources_parsed: pass.sources_parsed,
     };
     let (status_tx, status_rx) = tokio::sync::watch::channel(status);
     let current = Arc::new(ArcSwap::from_pointee(first));
@@ -185,7 +327,7 @@ where
         material,
         current: Arc::clone(&current),
         status: status_tx,
-        wake: Arc::clone(&wake),
+        changes: Arc::clone(&changes),
         commands: command_rx,
         timing,
         polling: matches!(mode, WatchMode::Polling(_)),
@@ -200,7 +342,7 @@ where
         current,
         status: status_rx,
         mode,
-        wake,
+        changes,
         commands,
     })
 }
@@ -209,7 +351,7 @@ struct Task<M: Material> {
     material: M,
     current: Arc<ArcSwap<M::Snapshot>>,
     status: tokio::sync::watch::Sender<Status>,
-    wake: Arc<Notify>,
+    changes: Arc<Changes>,
     commands: mpsc::Receiver<oneshot::Sender<Result<bool>>>,
     timing: Timing,
     polling: bool,
@@ -233,21 +375,22 @@ impl<M: Material> Task<M> {
                     // Every handle is gone: nobody can use what we would publish.
                     None => return,
                     Some(reply) => {
-                        let outcome = self.attempt();
+                        let outcome = self.attempt(Dirty::all());
                         let _ = reply.send(outcome);
                     }
                 },
-                () = self.wake.notified() => {
+                () = self.changes.notified() => {
                     // A fresh event restarts the retry schedule.
                     self.retry_delay = None;
-                    let _ = self.attempt();
+                    let _ = self.attempt(Dirty::default());
                 }
                 () = sleep_until(retry_at), if retry_at.is_some() => {
-                    let _ = self.attempt();
+                    // The material re-reads the sources it rejected.
+                    let _ = self.attempt(Dirty::default());
                 }
                 () = sleep_until(next_resync), if next_resync.is_some() => {
                     tracing::trace!(set = %self.name, "periodic resync");
-                    let _ = self.attempt();
+                    let _ = self.attempt(Dirty::all());
                     next_resync = self.resync_interval().map(|d| Instant::now() + d);
                 }
             }
@@ -262,33 +405,44 @@ impl<M: Material> Task<M> {
         }
     }
 
-    /// One reload pass. Publishes on success; on failure keeps what is served and schedules a
-    /// retry.
-    fn attempt(&mut self) -> Result<bool> {
+    /// One reload pass over what `dirty` and the watcher marked. Publishes what changed and
+    /// passed the checks; on a rejection keeps the rejected source's last good material and
+    /// schedules a retry.
+    fn attempt(&mut self, mut dirty: Dirty) -> Result<bool> {
         let span = tracing::debug_span!("reload", set = %self.name);
         let _entered = span.enter();
+        // Take the marks before reading: a change after this point wakes another pass.
+        dirty.merge(self.changes.take());
         let now = unix_now();
         let started = std::time::Instant::now();
         let current = self.current.load_full();
-        match self.material.load(Some(&current), now) {
-            Ok(Some(snapshot)) => {
-                let served: Arc<[ServedCert]> = M::describe(&snapshot).into();
-                self.current.store(Arc::new(snapshot));
-                let took = started.elapsed();
-                let previous = self.status.borrow().served.clone();
-                log_served(&self.name, &served, Some(&previous), now);
-                self.status.send_modify(|status| {
-                    status.generation += 1;
-                    status.served = served;
-                    status.reloads_ok += 1;
+        let pass = self.material.load(Some(&current), dirty, now);
+        let published = pass.snapshot.is_some();
+        if let Some(snapshot) = pass.snapshot {
+            let served = M::served(&snapshot);
+            self.current.store(Arc::new(snapshot));
+            let took = started.elapsed();
+            log_served(&self.name, &pass.newly_served, now);
+            let clean = pass.rejected.is_none();
+            self.status.send_modify(|status| {
+                status.generation += 1;
+                status.served = served;
+                status.reloads_ok += 1;
+                if clean {
                     status.last_error = None;
-                    status.last_success_unix = now;
-                    status.last_reload_duration = took;
-                });
+                }
+                status.last_success_unix = now;
+                status.last_reload_duration = took;
+                status.last_reload_sources_read = pass.sources_read;
+                status.last_reload_sources_parsed = pass.sources_parsed;
+            });
+        }
+        match pass.rejected {
+            None if published => {
                 self.recovered();
                 Ok(true)
             }
-            Ok(None) => {
+            None => {
                 if self.failing_since.is_some() {
                     tracing::info!(set = %self.name, "files again hold the served material");
                     self.status.send_modify(|status| status.last_error = None);
@@ -296,7 +450,7 @@ impl<M: Material> Task<M> {
                 self.recovered();
                 Ok(false)
             }
-            Err(err) => {
+            Some(err) => {
                 let since = *self.failing_since.get_or_insert_with(Instant::now);
                 let message = err.to_string();
                 // Writers that replace the certificate and the key one after the other (or
@@ -338,16 +492,8 @@ async fn sleep_until(deadline: Option<Instant>) {
 }
 
 /// One info line per certificate that is new in this snapshot.
-fn log_served(set: &str, served: &[ServedCert], previous: Option<&[ServedCert]>, now: i64) {
-    for cert in served {
-        let unchanged = previous.is_some_and(|previous| {
-            previous
-                .iter()
-                .any(|p| p.source == cert.source && p.info.sha256 == cert.info.sha256)
-        });
-        if unchanged {
-            continue;
-        }
+fn log_served(set: &str, newly_served: &[Arc<ServedCert>], now: i64) {
+    for cert in newly_served {
         let info = &cert.info;
         if info.is_expired_at(now) {
             tracing::warn!(set, source = %cert.source, cert.path = %cert.path.display(), cert.not_after = %info.not_after_rfc3339(), "serving an expired certificate: nothing better is available");

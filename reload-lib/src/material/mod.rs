@@ -2,6 +2,8 @@
 //! chain and key that belong together, a [`ParsedBundle`] only for a non-empty, fully parsable
 //! CA bundle.
 
+#[doc(hidden)]
+pub mod fuzz;
 mod info;
 mod names;
 

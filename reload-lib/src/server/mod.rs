@@ -4,24 +4,27 @@
 mod acceptor;
 mod resolver;
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use rustls::ServerConfig;
 use rustls::crypto::CryptoProvider;
+use rustls::server::danger::ClientCertVerifier;
 use rustls::server::{ServerSessionMemoryCache, StoresServerSessions, WebPkiClientVerifier};
+use rustls::sign::CertifiedKey;
+use sha2::{Digest as _, Sha256};
 use tokio::sync::watch;
 
 use crate::error::{Error, InvalidMaterial, Result};
 use crate::material::{CertInfo, ParsedBundle, ParsedPair, covers, normalize_name};
-use crate::reload::{self, Handle, Material, ServedCert, Status, Timing};
+use crate::reload::{self, Handle, Material, Pass, Served, ServedCert, Status, Timing};
 use crate::source::{CertKeyPaths, PassReader};
-use crate::watch::{Interest, WatchMode};
+use crate::watch::{Dirty, Interest, WatchMode, watch_path};
 
 pub use acceptor::Acceptor;
-use resolver::SniResolver;
+use resolver::{PairEntry, Rank, SniResolver};
 
 /// Whether and how clients present certificates.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -215,16 +218,17 @@ impl ServingSetBuilder {
         let provider = self
             .provider
             .unwrap_or_else(|| Arc::new(rustls::crypto::aws_lc_rs::default_provider()));
-        let material = ServingMaterial {
-            default: self.default,
-            sni: self.sni,
-            client_ca: self.client_ca,
-            provider,
-            alpn: self.alpn,
-            configure: self.configure,
-            session_cache_size: self.session_cache_size,
-            previous_bytes: Vec::new(),
-        };
+        let material = ServingMaterial::new(
+            self.default,
+            self.sni,
+            self.client_ca,
+            Settings {
+                provider,
+                alpn: self.alpn,
+                configure: self.configure,
+                session_cache_size: self.session_cache_size,
+            },
+        );
         let handle = reload::start(material, self.timing, self.name.clone())?;
         #[cfg(feature = "metrics")]
         if let Some(metrics) = self.metrics {
@@ -368,14 +372,16 @@ impl ServingSet {
 
 /// One published state of a [`ServingSet`]: immutable, shared by every handshake that starts
 /// while it is current.
+///
+/// Snapshots share structure: a pair whose files did not change between two snapshots is the
+/// same parsed entry (the same `Arc`) in both, and the SNI maps of a new snapshot copy only the
+/// map nodes leading to the names of the pairs that changed.
 pub struct ServingSnapshot {
     /// Increases by one with every swap.
     pub generation: u64,
     config: Arc<ServerConfig>,
     resolver: Arc<SniResolver>,
-    infos: Vec<CertInfo>,
-    sources: Vec<(String, PathBuf)>,
-    client_ca: Option<(PathBuf, ParsedBundle)>,
+    served: Served,
     session_storage: Arc<dyn StoresServerSessions>,
 }
 
@@ -383,7 +389,8 @@ impl std::fmt::Debug for ServingSnapshot {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ServingSnapshot")
             .field("generation", &self.generation)
-            .field("sources", &self.sources)
+            .field("pairs", &self.pair_count())
+            .field("sni_names", &self.resolver.name_count())
             .finish_non_exhaustive()
     }
 }
@@ -391,231 +398,474 @@ impl std::fmt::Debug for ServingSnapshot {
 impl ServingSnapshot {
     /// The certificate served to a client asking for `server_name` (`None`: no SNI).
     pub fn certificate_for(&self, server_name: Option<&str>) -> &CertInfo {
-        let name = server_name.map(normalize_name);
-        &self.infos[self.resolver.select(name.as_deref())]
+        &self.entry_for(server_name).served.info
+    }
+
+    /// The chain and key served to a client asking for `server_name` (`None`: no SNI): what
+    /// rustls hands out. A pair whose files did not change is the same `Arc` in every snapshot,
+    /// so `Arc::ptr_eq` across two snapshots tells whether a swap touched it.
+    pub fn certified_key_for(&self, server_name: Option<&str>) -> &Arc<CertifiedKey> {
+        &self.entry_for(server_name).certified
+    }
+
+    /// How many certificate/key pairs the snapshot holds: the default pair and every SNI pair.
+    pub fn pair_count(&self) -> usize {
+        self.served.pair_count()
     }
 
     /// The `ServerConfig` of this snapshot.
     pub fn server_config(&self) -> &Arc<ServerConfig> {
         &self.config
     }
+
+    fn entry_for(&self, server_name: Option<&str>) -> &Arc<PairEntry> {
+        match server_name {
+            Some(name) => self.resolver.select(Some(&normalize_name(name))),
+            None => self.resolver.select(None),
+        }
+    }
 }
 
-/// Everything the reloader reads for a serving set, and what it read last.
-struct ServingMaterial {
-    default: CertKeyPaths,
-    sni: Vec<SniEntry>,
-    client_ca: Option<ClientCaConfig>,
+/// How a pair's names are chosen, which sets its precedence.
+#[derive(Debug, Clone)]
+enum Role {
+    /// The default pair: served without SNI and for unmatched names; its own certificate names
+    /// come after every SNI pair's.
+    Default,
+    /// Configured names; each must be covered by the certificate's SANs.
+    Explicit(Vec<String>),
+    /// The certificate's DNS SANs (or its CN when it has none), re-read on every reload.
+    FromCertificate,
+}
+
+/// SHA-256 of the bytes a source was built from.
+type Digest = [u8; 32];
+
+/// One certificate/key pair of the set, and what was last accepted from it.
+struct PairSource {
+    paths: CertKeyPaths,
+    role: Role,
+    /// For logs, status and metrics: `default`, `sni:<names>` or `sni:from-certificate`.
+    label: String,
+    rank: Rank,
+    /// Digest of the bytes `entry` was built from.
+    digest: Option<Digest>,
+    /// What is served from this source; `None` only before start-up.
+    entry: Option<Arc<PairEntry>>,
+}
+
+impl PairSource {
+    /// The names this source claims when serving a certificate with `info`.
+    fn names(&self, info: &CertInfo) -> BTreeSet<String> {
+        match &self.role {
+            Role::Explicit(names) => names.iter().cloned().collect(),
+            Role::Default | Role::FromCertificate => certificate_names(info)
+                .iter()
+                .map(|name| normalize_name(name))
+                .collect(),
+        }
+    }
+}
+
+/// The client-CA bundle (with its CRLs), and what was last accepted from it.
+struct CaSource {
+    config: ClientCaConfig,
+    digest: Option<Digest>,
+    current: Option<Arc<AcceptedCa>>,
+}
+
+/// A parsed client-CA bundle and the verifier built from it.
+struct AcceptedCa {
+    bundle: ParsedBundle,
+    verifier: Arc<dyn ClientCertVerifier>,
+    served: Arc<[Arc<ServedCert>]>,
+}
+
+/// What every snapshot's `ServerConfig` is built with.
+struct Settings {
     provider: Arc<CryptoProvider>,
     alpn: Vec<Vec<u8>>,
     configure: Option<Configure>,
     session_cache_size: usize,
-    /// The bytes of every file the published snapshot was built from, in read order.
-    previous_bytes: Vec<Vec<u8>>,
 }
 
-/// Files read in one pass, in a fixed order.
-struct Read {
-    pairs: Vec<(Vec<u8>, Vec<u8>)>,
-    ca: Option<(Vec<u8>, Vec<Vec<u8>>)>,
+/// Everything the reloader reads for a serving set, per source, and what it accepted last.
+///
+/// Sources are numbered: the pairs `0..pairs.len()` (0 is the default pair, then SNI pairs in
+/// configuration order), then the client-CA bundle.
+struct ServingMaterial {
+    pairs: Vec<PairSource>,
+    client_ca: Option<CaSource>,
+    settings: Settings,
+    /// File (in [`watch_path`] form) → the sources that read it.
+    by_file: HashMap<PathBuf, Vec<usize>>,
+    /// Directory → the sources that read a file in it (for `..data` swaps).
+    by_dir: HashMap<PathBuf, Vec<usize>>,
+    /// Sources the last pass rejected: every pass re-reads them until they are accepted.
+    failing: BTreeSet<usize>,
 }
 
-impl Read {
-    fn flatten(&self) -> Vec<Vec<u8>> {
-        let mut all = Vec::new();
-        for (cert, key) in &self.pairs {
-            all.push(cert.clone());
-            all.push(key.clone());
-        }
-        if let Some((ca, crls)) = &self.ca {
-            all.push(ca.clone());
-            all.extend(crls.iter().cloned());
-        }
-        all
-    }
+/// What one pass accepted from a pair.
+struct AcceptedPair {
+    id: usize,
+    digest: Digest,
+    entry: Arc<PairEntry>,
 }
 
 impl ServingMaterial {
-    fn all_pairs(&self) -> impl Iterator<Item = &CertKeyPaths> {
-        std::iter::once(&self.default).chain(self.sni.iter().map(|e| &e.paths))
-    }
-
-    fn read(&self) -> Result<Read> {
-        let mut pass = PassReader::default();
-        let mut pairs = Vec::new();
-        for paths in self.all_pairs() {
-            let cert = pass.read(paths.cert())?;
-            let key = if paths.key() == paths.cert() {
-                cert.clone()
-            } else {
-                pass.read(paths.key())?
-            };
-            pairs.push((cert, key));
-        }
-        let ca = match &self.client_ca {
-            Some(ca) => {
-                let bundle = pass.read(&ca.path)?;
-                let crls = ca
-                    .crls
-                    .iter()
-                    .map(|p| pass.read(p))
-                    .collect::<Result<_>>()?;
-                Some((bundle, crls))
-            }
-            None => None,
-        };
-        Ok(Read { pairs, ca })
-    }
-
-    fn build(
-        &self,
-        read: &Read,
-        current: Option<&ServingSnapshot>,
-        now: i64,
-    ) -> Result<ServingSnapshot> {
-        let mut parsed = Vec::with_capacity(read.pairs.len());
-        for (index, (paths, (cert, key))) in self.all_pairs().zip(&read.pairs).enumerate() {
-            let pair = ParsedPair::parse(paths.cert(), cert, paths.key(), key, &self.provider)?;
-            // Never trade a valid certificate for an expired one.
-            if pair.info.is_expired_at(now)
-                && let Some(current) = current
-                && !current.infos[index].is_expired_at(now)
-            {
-                return Err(Error::invalid(
-                    paths.cert(),
-                    InvalidMaterial::Expired {
-                        not_after: pair.info.not_after_rfc3339(),
-                    },
-                ));
-            }
-            parsed.push(pair);
-        }
-        let resolver = self.resolver(&parsed)?;
-
-        let client_ca = match (&self.client_ca, &read.ca) {
-            (Some(config), Some((bundle, crls))) => {
-                let mut parsed = ParsedBundle::parse(&config.path, bundle)?;
-                for (path, pem) in config.crls.iter().zip(crls) {
-                    parsed.add_crls(path, pem)?;
+    fn new(
+        default: CertKeyPaths,
+        sni: Vec<SniEntry>,
+        client_ca: Option<ClientCaConfig>,
+        settings: Settings,
+    ) -> Self {
+        // Precedence: configured names in configuration order, then names from certificates in
+        // configuration order, then the default pair's own names.
+        const FROM_CERTIFICATE: Rank = 1 << 32;
+        const DEFAULT: Rank = 2 << 32;
+        let mut pairs = vec![PairSource {
+            paths: default,
+            role: Role::Default,
+            label: "default".to_owned(),
+            rank: DEFAULT,
+            digest: None,
+            entry: None,
+        }];
+        for (index, entry) in sni.into_iter().enumerate() {
+            let (role, label, rank) = match entry.names {
+                SniNames::Explicit(names) => {
+                    let label = format!("sni:{}", names.join(","));
+                    (Role::Explicit(names), label, index as Rank)
                 }
-                Some((config, parsed))
-            }
-            _ => None,
+                SniNames::FromCertificate => (
+                    Role::FromCertificate,
+                    "sni:from-certificate".to_owned(),
+                    FROM_CERTIFICATE + index as Rank,
+                ),
+            };
+            pairs.push(PairSource {
+                paths: entry.paths,
+                role,
+                label,
+                rank,
+                digest: None,
+                entry: None,
+            });
+        }
+        let mut material = Self {
+            pairs,
+            client_ca: client_ca.map(|config| CaSource {
+                config,
+                digest: None,
+                current: None,
+            }),
+            settings,
+            by_file: HashMap::new(),
+            by_dir: HashMap::new(),
+            failing: BTreeSet::new(),
         };
+        let mut files: Vec<(usize, PathBuf)> = Vec::new();
+        for (id, pair) in material.pairs.iter().enumerate() {
+            files.push((id, pair.paths.cert().to_owned()));
+            files.push((id, pair.paths.key().to_owned()));
+        }
+        if let Some(ca) = &material.client_ca {
+            let id = material.ca_id();
+            files.push((id, ca.config.path.clone()));
+            files.extend(ca.config.crls.iter().map(|crl| (id, crl.clone())));
+        }
+        for (id, file) in files {
+            let file = watch_path(&file);
+            if let Some(dir) = file.parent() {
+                push_unique(material.by_dir.entry(dir.to_owned()).or_default(), id);
+            }
+            push_unique(material.by_file.entry(file).or_default(), id);
+        }
+        material
+    }
 
-        // Keep the session cache unless trust shrank: resumption then survives serving-cert
-        // rotations, while sessions authenticated under a removed CA cannot resume.
-        let keep_sessions = match (current.and_then(|c| c.client_ca.as_ref()), &client_ca) {
-            (Some((_, old)), Some((_, new))) => old.is_subset_of(new),
-            (None, None) => true,
-            _ => false,
+    /// The source number of the client-CA bundle.
+    fn ca_id(&self) -> usize {
+        self.pairs.len()
+    }
+
+    fn source_count(&self) -> usize {
+        self.pairs.len() + usize::from(self.client_ca.is_some())
+    }
+
+    /// The sources a pass reads: every one at start-up and for unattributed changes; otherwise
+    /// those whose files or directories were marked, and those still being retried.
+    fn sources_to_read(&self, dirty: &Dirty, start: bool) -> BTreeSet<usize> {
+        if start || dirty.all {
+            return (0..self.source_count()).collect();
+        }
+        let mut todo = self.failing.clone();
+        for file in &dirty.files {
+            todo.extend(self.by_file.get(file).into_iter().flatten());
+        }
+        for dir in &dirty.dirs {
+            todo.extend(self.by_dir.get(dir).into_iter().flatten());
+        }
+        todo
+    }
+
+    /// Reads pair `id`; `Ok(None)` when its bytes are what is served. Parses and checks
+    /// otherwise (counted in `parsed`).
+    fn pass_pair(
+        &self,
+        id: usize,
+        reader: &mut PassReader,
+        now: i64,
+        parsed: &mut usize,
+    ) -> Result<Option<AcceptedPair>> {
+        let source = &self.pairs[id];
+        let paths = &source.paths;
+        let cert = reader.read(paths.cert())?;
+        let key = if paths.key() == paths.cert() {
+            None
+        } else {
+            Some(reader.read(paths.key())?)
+        };
+        let digest = digest([&cert[..], key.as_deref().unwrap_or_default()]);
+        if source.digest == Some(digest) {
+            return Ok(None);
+        }
+        *parsed += 1;
+        let key = key.as_deref().unwrap_or(&cert);
+        let pair = ParsedPair::parse(
+            paths.cert(),
+            &cert,
+            paths.key(),
+            key,
+            &self.settings.provider,
+        )?;
+        // Never trade a valid certificate for an expired one.
+        if pair.info.is_expired_at(now)
+            && let Some(current) = &source.entry
+            && !current.served.info.is_expired_at(now)
+        {
+            return Err(Error::invalid(
+                paths.cert(),
+                InvalidMaterial::Expired {
+                    not_after: pair.info.not_after_rfc3339(),
+                },
+            ));
+        }
+        if let Role::Explicit(names) = &source.role {
+            for name in names {
+                if !pair.info.dns_names.iter().any(|dns| covers(dns, name)) {
+                    return Err(Error::invalid(
+                        paths.cert(),
+                        InvalidMaterial::NameNotCovered(name.clone()),
+                    ));
+                }
+            }
+        }
+        Ok(Some(AcceptedPair {
+            id,
+            digest,
+            entry: Arc::new(PairEntry {
+                certified: pair.certified,
+                served: Arc::new(ServedCert {
+                    source: source.label.clone(),
+                    path: paths.cert().to_owned(),
+                    info: pair.info,
+                }),
+            }),
+        }))
+    }
+
+    /// Reads the client-CA bundle and its CRLs; `Ok(None)` when unchanged. Otherwise parses
+    /// them and builds the verifier (counted in `parsed`).
+    fn pass_ca(
+        &self,
+        reader: &mut PassReader,
+        parsed: &mut usize,
+    ) -> Result<Option<(Digest, AcceptedCa)>> {
+        let Some(source) = &self.client_ca else {
+            return Ok(None);
+        };
+        let config = &source.config;
+        let bundle_pem = reader.read(&config.path)?;
+        let crl_pems = config
+            .crls
+            .iter()
+            .map(|path| reader.read(path))
+            .collect::<Result<Vec<_>>>()?;
+        let digest =
+            digest(std::iter::once(&bundle_pem[..]).chain(crl_pems.iter().map(|c| &c[..])));
+        if source.digest == Some(digest) {
+            return Ok(None);
+        }
+        *parsed += 1;
+        let mut bundle = ParsedBundle::parse(&config.path, &bundle_pem)?;
+        for (path, pem) in config.crls.iter().zip(&crl_pems) {
+            bundle.add_crls(path, pem)?;
+        }
+        let roots = Arc::new(bundle.root_store(&config.path)?);
+        let mut verifier =
+            WebPkiClientVerifier::builder_with_provider(roots, Arc::clone(&self.settings.provider))
+                .with_crls(bundle.crls.iter().cloned());
+        if config.auth == ClientAuth::Optional {
+            verifier = verifier.allow_unauthenticated();
+        }
+        let verifier = verifier.build().map_err(|source| Error::BuildVerifier {
+            path: config.path.clone(),
+            source,
+        })?;
+        let served = bundle
+            .infos
+            .iter()
+            .map(|info| {
+                Arc::new(ServedCert {
+                    source: "client-ca".to_owned(),
+                    path: config.path.clone(),
+                    info: info.clone(),
+                })
+            })
+            .collect();
+        Ok(Some((
+            digest,
+            AcceptedCa {
+                bundle,
+                verifier,
+                served,
+            },
+        )))
+    }
+
+    /// Builds the snapshot that serves `accepted` and `new_ca` on top of `current`, sharing
+    /// everything else, and commits them as the material's accepted state.
+    fn publish(
+        &mut self,
+        current: Option<&ServingSnapshot>,
+        accepted: Vec<AcceptedPair>,
+        new_ca: Option<(Digest, AcceptedCa)>,
+        newly_served: &mut Vec<Arc<ServedCert>>,
+    ) -> Result<ServingSnapshot> {
+        let (mut resolver, mut served_pairs) = match current {
+            Some(current) => ((*current.resolver).clone(), current.served.pairs().clone()),
+            None => {
+                // At start-up every pair is accepted, in order: the first is the default.
+                let default = &accepted
+                    .first()
+                    .expect("a start-up pass accepts every pair or is rejected")
+                    .entry;
+                (SniResolver::new(Arc::clone(default)), imbl::Vector::new())
+            }
+        };
+        for accepted in &accepted {
+            let source = &self.pairs[accepted.id];
+            let new_names = source.names(&accepted.entry.served.info);
+            if let Some(old) = &source.entry {
+                for name in source.names(&old.served.info).difference(&new_names) {
+                    resolver.release(name, source.rank);
+                }
+            }
+            for name in &new_names {
+                resolver.claim(name, source.rank, &accepted.entry);
+            }
+            if accepted.id == 0 {
+                resolver.default = Arc::clone(&accepted.entry);
+            }
+            let served = Arc::clone(&accepted.entry.served);
+            if source
+                .entry
+                .as_ref()
+                .is_none_or(|old| old.served.info.sha256 != served.info.sha256)
+            {
+                newly_served.push(Arc::clone(&served));
+            }
+            if current.is_some() {
+                served_pairs.set(accepted.id, served);
+            } else {
+                served_pairs.push_back(served);
+            }
+        }
+
+        let old_ca = self.client_ca.as_ref().and_then(|ca| ca.current.clone());
+        let (ca, keep_sessions) = match &new_ca {
+            Some((_, new)) => {
+                for cert in new.served.iter() {
+                    let known = old_ca.as_ref().is_some_and(|old| {
+                        old.served.iter().any(|o| o.info.sha256 == cert.info.sha256)
+                    });
+                    if !known {
+                        newly_served.push(Arc::clone(cert));
+                    }
+                }
+                // Keep the session cache unless trust shrank: resumption then survives
+                // serving-cert rotations, while sessions authenticated under a removed CA
+                // cannot resume.
+                let keep = old_ca
+                    .as_ref()
+                    .is_some_and(|old| old.bundle.is_subset_of(&new.bundle));
+                (Some(new), keep)
+            }
+            None => (old_ca.as_deref(), true),
         };
         let session_storage = match current {
             Some(current) if keep_sessions => Arc::clone(&current.session_storage),
-            _ => ServerSessionMemoryCache::new(self.session_cache_size)
+            _ => ServerSessionMemoryCache::new(self.settings.session_cache_size)
                 as Arc<dyn StoresServerSessions>,
         };
 
-        let builder = ServerConfig::builder_with_provider(Arc::clone(&self.provider))
+        let resolver = Arc::new(resolver);
+        let builder = ServerConfig::builder_with_provider(Arc::clone(&self.settings.provider))
             .with_protocol_versions(rustls::ALL_VERSIONS)
             .map_err(|source| Error::BuildConfig {
                 what: "protocol versions".to_owned(),
                 source,
             })?;
-        let resolver = Arc::new(resolver);
-        let mut config = match &client_ca {
-            Some((ca, bundle)) => {
-                let roots = Arc::new(bundle.root_store(&ca.path)?);
-                let mut verifier =
-                    WebPkiClientVerifier::builder_with_provider(roots, Arc::clone(&self.provider))
-                        .with_crls(bundle.crls.iter().cloned());
-                if ca.auth == ClientAuth::Optional {
-                    verifier = verifier.allow_unauthenticated();
-                }
-                let verifier = verifier.build().map_err(|source| Error::BuildVerifier {
-                    path: ca.path.clone(),
-                    source,
-                })?;
-                builder
-                    .with_client_cert_verifier(verifier)
-                    .with_cert_resolver(
-                        Arc::clone(&resolver) as Arc<dyn rustls::server::ResolvesServerCert>
-                    )
-            }
-            None => builder.with_no_client_auth().with_cert_resolver(
-                Arc::clone(&resolver) as Arc<dyn rustls::server::ResolvesServerCert>
-            ),
+        let builder = match ca {
+            Some(ca) => builder.with_client_cert_verifier(Arc::clone(&ca.verifier)),
+            None => builder.with_no_client_auth(),
         };
-        config.alpn_protocols = self.alpn.clone();
+        let mut config = builder.with_cert_resolver(
+            Arc::clone(&resolver) as Arc<dyn rustls::server::ResolvesServerCert>
+        );
+        config.alpn_protocols = self.settings.alpn.clone();
         config.session_storage = Arc::clone(&session_storage);
-        if let Some(configure) = &self.configure {
+        if let Some(configure) = &self.settings.configure {
             configure(&mut config);
         }
+        let ca_served = ca.map_or_else(|| Arc::from([]), |ca| Arc::clone(&ca.served));
 
-        let mut sources = vec![("default".to_owned(), self.default.cert().to_owned())];
-        for entry in &self.sni {
-            let label = match &entry.names {
-                SniNames::Explicit(names) => format!("sni:{}", names.join(",")),
-                SniNames::FromCertificate => "sni:from-certificate".to_owned(),
-            };
-            sources.push((label, entry.paths.cert().to_owned()));
+        // Nothing can fail from here on: commit.
+        for accepted in accepted {
+            let source = &mut self.pairs[accepted.id];
+            source.digest = Some(accepted.digest);
+            source.entry = Some(accepted.entry);
+        }
+        if let (Some(source), Some((digest, new))) = (&mut self.client_ca, new_ca) {
+            source.digest = Some(digest);
+            source.current = Some(Arc::new(new));
         }
         Ok(ServingSnapshot {
             generation: current.map_or(1, |c| c.generation + 1),
             config: Arc::new(config),
             resolver,
-            infos: parsed.into_iter().map(|p| p.info).collect(),
-            sources,
-            client_ca: client_ca.map(|(config, bundle)| (config.path.clone(), bundle)),
+            served: Served::new(served_pairs, ca_served),
             session_storage,
         })
     }
+}
 
-    /// Builds the name map. Precedence: configured names in configuration order, then names from
-    /// certificates in configuration order, then the default pair's own names; the first claim of
-    /// a name wins.
-    fn resolver(&self, parsed: &[ParsedPair]) -> Result<SniResolver> {
-        let mut exact = HashMap::new();
-        let mut wildcard = HashMap::new();
-        let mut claim = |name: &str, index: usize| {
-            let name = normalize_name(name);
-            let (map, key) = match name.strip_prefix("*.") {
-                Some(parent) => (&mut wildcard, parent.to_owned()),
-                None => (&mut exact, name),
-            };
-            map.entry(key).or_insert(index);
-        };
-        for (offset, entry) in self.sni.iter().enumerate() {
-            if let SniNames::Explicit(names) = &entry.names {
-                let pair = &parsed[offset + 1];
-                for name in names {
-                    if !pair.info.dns_names.iter().any(|dns| covers(dns, name)) {
-                        return Err(Error::invalid(
-                            entry.paths.cert(),
-                            InvalidMaterial::NameNotCovered(name.clone()),
-                        ));
-                    }
-                    claim(name, offset + 1);
-                }
-            }
-        }
-        for (offset, entry) in self.sni.iter().enumerate() {
-            if let SniNames::FromCertificate = entry.names {
-                for name in certificate_names(&parsed[offset + 1].info) {
-                    claim(&name, offset + 1);
-                }
-            }
-        }
-        for name in certificate_names(&parsed[0].info) {
-            claim(&name, 0);
-        }
-        Ok(SniResolver {
-            default: 0,
-            exact,
-            wildcard,
-            pairs: parsed.iter().map(|p| Arc::clone(&p.certified)).collect(),
-        })
+fn push_unique(ids: &mut Vec<usize>, id: usize) {
+    if !ids.contains(&id) {
+        ids.push(id);
     }
+}
+
+/// SHA-256 over `parts`, each prefixed with its length (so moving bytes between parts changes
+/// the digest).
+fn digest<'a>(parts: impl IntoIterator<Item = &'a [u8]>) -> Digest {
+    let mut hasher = Sha256::new();
+    for part in parts {
+        hasher.update((part.len() as u64).to_le_bytes());
+        hasher.update(part);
+    }
+    hasher.finalize().into()
 }
 
 /// DNS SANs, or the CN when there are none and it looks like a DNS name (as Kubernetes does).
@@ -640,53 +890,70 @@ impl Material for ServingMaterial {
 
     fn interest(&self) -> Interest {
         let mut interest = Interest::default();
-        for paths in self.all_pairs() {
-            interest.add_file(paths.cert());
-            interest.add_file(paths.key());
-        }
-        if let Some(ca) = &self.client_ca {
-            interest.add_file(&ca.path);
-            for crl in &ca.crls {
-                interest.add_file(crl);
-            }
+        for file in self.by_file.keys() {
+            interest.add_file(file);
         }
         interest
     }
 
+    /// Reads the marked sources (all at start-up), parses only those whose bytes changed, and
+    /// publishes a snapshot that replaces just their entries. A rejected source keeps its last
+    /// good entry and is retried; the others' changes are published regardless.
     fn load(
         &mut self,
         current: Option<&ServingSnapshot>,
+        dirty: Dirty,
         now: i64,
-    ) -> Result<Option<ServingSnapshot>> {
-        let read = self.read()?;
-        let bytes = read.flatten();
-        if current.is_some() && bytes == self.previous_bytes {
-            return Ok(None);
+    ) -> Pass<ServingSnapshot> {
+        let todo = self.sources_to_read(&dirty, current.is_none());
+        let mut reader = PassReader::default();
+        let mut pass = Pass {
+            snapshot: None,
+            newly_served: Vec::new(),
+            rejected: None,
+            sources_read: todo.len(),
+            sources_parsed: 0,
+        };
+        let mut accepted = Vec::new();
+        let mut new_ca = None;
+        let mut failing = BTreeSet::new();
+        for id in todo {
+            let outcome = if id == self.ca_id() {
+                self.pass_ca(&mut reader, &mut pass.sources_parsed)
+                    .map(|ca| new_ca = ca)
+            } else {
+                self.pass_pair(id, &mut reader, now, &mut pass.sources_parsed)
+                    .map(|pair| accepted.extend(pair))
+            };
+            if let Err(err) = outcome {
+                if pass.rejected.is_some() {
+                    tracing::debug!(
+                        error = &err as &dyn std::error::Error,
+                        "another source rejected in the same pass"
+                    );
+                }
+                failing.insert(id);
+                pass.rejected.get_or_insert(err);
+            }
         }
-        let snapshot = self.build(&read, current, now)?;
-        self.previous_bytes = bytes;
-        Ok(Some(snapshot))
+        self.failing = failing;
+        if (current.is_none() && pass.rejected.is_some())
+            || (accepted.is_empty() && new_ca.is_none())
+        {
+            return pass;
+        }
+        match self.publish(current, accepted, new_ca, &mut pass.newly_served) {
+            Ok(snapshot) => pass.snapshot = Some(snapshot),
+            Err(err) => {
+                pass.newly_served.clear();
+                pass.rejected = Some(err);
+            }
+        }
+        pass
     }
 
-    fn describe(snapshot: &ServingSnapshot) -> Vec<ServedCert> {
-        let mut served: Vec<ServedCert> = snapshot
-            .sources
-            .iter()
-            .zip(&snapshot.infos)
-            .map(|((source, path), info)| ServedCert {
-                source: source.clone(),
-                path: path.clone(),
-                info: info.clone(),
-            })
-            .collect();
-        if let Some((path, bundle)) = &snapshot.client_ca {
-            served.extend(bundle.infos.iter().map(|info| ServedCert {
-                source: "client-ca".to_owned(),
-                path: path.clone(),
-                info: info.clone(),
-            }));
-        }
-        served
+    fn served(snapshot: &ServingSnapshot) -> Served {
+        snapshot.served.clone()
     }
 }
 

@@ -9,10 +9,8 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
+use super::{Changes, Interest};
 use inotify::{EventMask, Inotify, WatchDescriptor, WatchMask, Watches};
-use tokio::sync::Notify;
-
-use super::Interest;
 
 /// One mask for every watch: inotify keeps one watch per inode, so a directory that is both
 /// watched and an ancestor of a missing one must have the same mask for both roles.
@@ -48,7 +46,7 @@ struct State {
 
 #[derive(Debug)]
 struct Subscriber {
-    wake: Arc<Notify>,
+    changes: Arc<Changes>,
     dirs: HashMap<PathBuf, BTreeSet<OsString>>,
 }
 
@@ -105,7 +103,7 @@ impl Watcher {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    pub(super) fn subscribe(&self, interest: &Interest, wake: Arc<Notify>) -> io::Result<u64> {
+    pub(super) fn subscribe(&self, interest: &Interest, changes: Arc<Changes>) -> io::Result<u64> {
         let mut state = self.lock();
         let id = state.next_id;
         state.next_id += 1;
@@ -117,7 +115,7 @@ impl Watcher {
         state.subscribers.insert(
             id,
             Subscriber {
-                wake,
+                changes,
                 dirs: interest.dirs.clone().into_iter().collect(),
             },
         );
@@ -305,22 +303,26 @@ impl State {
         }
     }
 
-    /// Wakes the subscribers of `dir` that care about `name`. Names starting with `..` are the
-    /// kubelet's `..data` machinery and concern everyone; `None` means the directory itself.
+    /// Marks and wakes the subscribers of `dir` that care about `name`. Names starting with `..`
+    /// are the kubelet's `..data` machinery and concern every file of the directory; `None` means
+    /// the directory itself.
     fn wake_for(&self, dir: &Path, name: Option<&std::ffi::OsStr>) {
-        let everyone = name.is_none_or(|n| n.as_encoded_bytes().starts_with(b".."));
+        let whole_dir = name.is_none_or(|n| n.as_encoded_bytes().starts_with(b".."));
         for subscriber in self.subscribers.values() {
-            if let Some(names) = subscriber.dirs.get(dir)
-                && (everyone || name.is_some_and(|n| names.contains(n)))
-            {
-                subscriber.wake.notify_one();
+            let Some(names) = subscriber.dirs.get(dir) else {
+                continue;
+            };
+            match name {
+                _ if whole_dir => subscriber.changes.mark_dir(dir),
+                Some(name) if names.contains(name) => subscriber.changes.mark_file(dir.join(name)),
+                _ => {}
             }
         }
     }
 
     fn wake_all(&self) {
         for subscriber in self.subscribers.values() {
-            subscriber.wake.notify_one();
+            subscriber.changes.mark_all();
         }
     }
 }

@@ -2,15 +2,17 @@
 //! directories (never files: a file watch dies when the file is renamed over). When inotify cannot
 //! be used, reloaders fall back to polling: never to no reload.
 //!
-//! The watcher only says "something in a directory you care about changed"; reloaders re-read and
-//! compare content, so a spurious wake-up costs one read and no swap.
+//! The watcher says which file (or, for the kubelet's `..data` machinery and re-armed directories,
+//! which directory) may have changed; reloaders re-read those and compare content, so a spurious
+//! wake-up costs one read and no swap. Events it cannot attribute (queue overflow, a failed read)
+//! mark everything.
 
 mod inotify;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use tokio::sync::Notify;
 
@@ -32,7 +34,7 @@ pub(crate) struct Interest {
 
 impl Interest {
     pub(crate) fn add_file(&mut self, file: &Path) {
-        let file = std::path::absolute(file).unwrap_or_else(|_| file.to_owned());
+        let file = watch_path(file);
         let dir = file
             .parent()
             .map(Path::to_owned)
@@ -41,6 +43,95 @@ impl Interest {
         if let Some(name) = file.file_name() {
             names.insert(name.to_owned());
         }
+    }
+}
+
+/// The form in which the watcher reports `path` in [`Dirty`] (absolute, not canonicalised: a
+/// symlinked file is reported under its own name).
+pub(crate) fn watch_path(path: &Path) -> PathBuf {
+    std::path::absolute(path).unwrap_or_else(|_| path.to_owned())
+}
+
+/// What may have changed since the reloader last looked.
+#[derive(Debug, Default)]
+pub(crate) struct Dirty {
+    /// Something nobody can attribute (queue overflow, watching stopped, an explicit reload, a
+    /// resync): re-read everything.
+    pub(crate) all: bool,
+    /// Files named in events (in [`watch_path`] form).
+    pub(crate) files: HashSet<PathBuf>,
+    /// Directories where any file may have changed: `..data` swaps, a directory re-armed.
+    pub(crate) dirs: HashSet<PathBuf>,
+}
+
+impl Dirty {
+    /// Everything.
+    pub(crate) fn all() -> Self {
+        Self {
+            all: true,
+            ..Self::default()
+        }
+    }
+
+    /// Adds what `other` marks.
+    pub(crate) fn merge(&mut self, other: Dirty) {
+        self.all |= other.all;
+        if !self.all {
+            self.files.extend(other.files);
+            self.dirs.extend(other.dirs);
+        }
+    }
+}
+
+/// Where the watcher records changes for one reloader and wakes it: a coalescing wake-up (one
+/// stored permit, the dirty flag) plus what was marked since the reloader last took it.
+#[derive(Debug, Default)]
+pub(crate) struct Changes {
+    wake: Notify,
+    dirty: Mutex<Dirty>,
+}
+
+impl Changes {
+    /// Waits for the next wake-up (returns at once if one is stored).
+    pub(crate) async fn notified(&self) {
+        self.wake.notified().await;
+    }
+
+    /// Takes what was marked so far, leaving nothing marked.
+    pub(crate) fn take(&self) -> Dirty {
+        std::mem::take(&mut *self.lock())
+    }
+
+    fn mark_file(&self, file: PathBuf) {
+        let mut dirty = self.lock();
+        if !dirty.all {
+            dirty.files.insert(file);
+        }
+        drop(dirty);
+        self.wake.notify_one();
+    }
+
+    fn mark_dir(&self, dir: &Path) {
+        let mut dirty = self.lock();
+        if !dirty.all && !dirty.dirs.contains(dir) {
+            dirty.dirs.insert(dir.to_owned());
+        }
+        drop(dirty);
+        self.wake.notify_one();
+    }
+
+    pub(crate) fn mark_all(&self) {
+        let mut dirty = self.lock();
+        *dirty = Dirty::all();
+        drop(dirty);
+        self.wake.notify_one();
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Dirty> {
+        // Marks are plain inserts: a panic elsewhere cannot leave them half done.
+        self.dirty
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
@@ -57,17 +148,18 @@ impl Drop for Subscription {
     }
 }
 
-/// Registers `interest`; `wake` is notified (coalescing: one stored permit) whenever one of the
-/// files may have changed, after an event-queue overflow, and when a watched directory comes back.
+/// Registers `interest`; `changes` is marked and woken whenever one of the files may have
+/// changed (the file, or its whole directory for `..data` swaps and re-armed directories), and
+/// marked entirely after an event-queue overflow.
 pub(crate) fn subscribe(
     interest: &Interest,
-    wake: Arc<Notify>,
+    changes: Arc<Changes>,
 ) -> (Option<Subscription>, WatchMode) {
     let watcher = match inotify::Watcher::global() {
         Ok(watcher) => watcher,
         Err(reason) => return (None, WatchMode::Polling(reason)),
     };
-    match watcher.subscribe(interest, wake) {
+    match watcher.subscribe(interest, changes) {
         Ok(id) => (Some(Subscription { id, watcher }), WatchMode::Inotify),
         Err(err) => (
             None,
