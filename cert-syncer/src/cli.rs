@@ -31,6 +31,9 @@ pub enum LogFormat {
 pub enum Command {
     /// Mirror named Secrets and ConfigMaps of one namespace into a directory.
     Sync(SyncArgs),
+    /// Regenerate signers, CA bundles and certificates declared in a config file, by default
+    /// only when they are expired or missing.
+    Regenerate(RegenerateArgs),
 }
 
 /// How to reach the apiserver (kubeconfig, or explicit flags).
@@ -95,6 +98,37 @@ pub struct SyncArgs {
     /// kubelet restarts the container.
     #[arg(long, value_parser = parse_duration, default_value = "5m")]
     pub auth_failure_exit_after: Duration,
+}
+
+/// Flags of `cert-syncer regenerate`.
+#[derive(Debug, Args)]
+pub struct RegenerateArgs {
+    #[command(flatten)]
+    pub connection: ConnectionArgs,
+    /// The rotation config (YAML): signers, bundles, targets.
+    #[arg(long)]
+    pub config: PathBuf,
+    /// `expired-only` acts only on expired or missing material (the recovery controller);
+    /// `rotate` also rotates past 80 % of the lifetime or the refresh period.
+    #[arg(long, value_enum, default_value_t = crate::regenerate::Mode::ExpiredOnly)]
+    pub mode: crate::regenerate::Mode,
+    /// Run one pass and exit: 0 when everything is valid or was regenerated, 1 when anything
+    /// failed (including broken config items).
+    #[arg(long)]
+    pub once: bool,
+    /// Serve /metrics, /healthz and /readyz on this address.
+    #[arg(long)]
+    pub metrics_listen: Option<SocketAddr>,
+    /// Name of this pod, for Kubernetes Events (downward API).
+    #[arg(long, env = "POD_NAME")]
+    pub pod_name: Option<String>,
+    /// Namespace of this pod, for Kubernetes Events (downward API).
+    #[arg(long, env = "POD_NAMESPACE")]
+    pub pod_namespace: Option<String>,
+    /// Evaluate as if the time were this (RFC 3339 or Unix seconds). For drills and tests of
+    /// the clock-skew guard; never set in production.
+    #[arg(long, hide = true)]
+    pub now: Option<String>,
 }
 
 /// A configuration error: exit code 2.

@@ -3,6 +3,9 @@
 //! `sync` mirrors named Secrets and ConfigMaps from the apiserver (over localhost, through the
 //! `localhost-recovery` SNI name) into a resource directory with atomic directory swaps.
 //!
+//! `regenerate` is the regeneration controller: it regenerates signers, CA bundles and
+//! certificates declared in a config file, by default only when they are expired or missing.
+//!
 //! `main` parses flags, installs logging and maps the outcome to an exit code: 0 after a clean
 //! shutdown, 1 on a fatal runtime error, 2 on bad flags or configuration.
 
@@ -12,8 +15,10 @@ use clap::Parser;
 
 mod cli;
 mod connection;
+mod events;
 mod health;
 mod metrics;
+mod regenerate;
 mod shutdown;
 mod sync;
 
@@ -32,6 +37,7 @@ fn main() -> ExitCode {
     let outcome = runtime.block_on(async {
         match cli.command {
             cli::Command::Sync(args) => sync::run(args).await,
+            cli::Command::Regenerate(args) => regenerate::run(args).await,
         }
     });
     match outcome {

@@ -3,7 +3,6 @@
 //! then written with the atomic directory writer (`..data` swap), so a reader never sees a
 //! half-written object.
 
-mod events;
 mod files;
 mod mapping;
 
@@ -21,9 +20,9 @@ use reload_lib::fs::{AtomicDirWriter, WriteOutcome};
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::{ConfigError, SyncArgs};
+use crate::events::EventRecorder;
 use crate::health::Readiness;
 use crate::metrics::{KeyLabels, Metrics, ObjectLabels, ResultLabels};
-use events::EventRecorder;
 use files::FileMapping;
 use mapping::{Fetched, Kind, ToFetched};
 
@@ -121,7 +120,7 @@ impl Settings {
 
 /// DNS-1123 subdomain: what the apiserver accepts as a Secret or ConfigMap name, and therefore
 /// a safe single path component.
-fn is_dns_subdomain(name: &str) -> bool {
+pub(crate) fn is_dns_subdomain(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 253
         && name.split('.').all(|label| {

@@ -1,0 +1,554 @@
+//! The rotation config file (YAML): signers, CA bundles and targets, each a namespaced object.
+//!
+//! Items are parsed one by one, so one broken item (a typo, a bad duration, a reference to an
+//! undeclared signer) is reported and skipped while every other item still recovers. Only a file
+//! that is not YAML at all, or not a mapping, fails as a whole.
+//!
+//! ```yaml
+//! namespace: openshift-kube-apiserver      # default for items without one
+//! backdate: 5m                             # notBefore margin and clock-skew tolerance
+//! signers:
+//!   - name: localhost-serving-signer
+//!     namespace: openshift-kube-apiserver-operator
+//!     validity: 10y
+//!     refresh: 8y
+//! bundles:
+//!   - name: localhost-serving-ca
+//!     signers: [localhost-serving-signer]
+//! targets:
+//!   - name: localhost-serving-cert-certkey
+//!     signer: localhost-serving-signer
+//!     serving: { hostnames: [localhost, 127.0.0.1] }
+//!     validity: 30d
+//!     refresh: 15d
+//!   - name: kubelet-client
+//!     signer: kube-apiserver-to-kubelet-signer
+//!     client: { user: "system:kube-apiserver", groups: [kube-master] }
+//!     validity: 30d
+//!     refresh: 15d
+//! ```
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::cli::ConfigError;
+
+/// A namespaced object name.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ObjectRef {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl fmt::Display for ObjectRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// A CA key pair in a Secret (`tls.crt`, `tls.key`).
+#[derive(Debug, Clone)]
+pub struct Signer {
+    pub object: ObjectRef,
+    pub validity: Duration,
+    pub refresh: Duration,
+}
+
+/// A ConfigMap whose `ca-bundle.crt` holds the CAs of its signers (current and not yet
+/// expired).
+#[derive(Debug, Clone)]
+pub struct Bundle {
+    pub object: ObjectRef,
+    /// Indexes into [`Rotation::signers`].
+    pub signers: Vec<usize>,
+}
+
+/// What a target certificate is for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Identity {
+    /// A serving certificate for these names (DNS names and IP addresses), sorted, deduplicated.
+    Serving { hostnames: Vec<String> },
+    /// A client certificate: subject CN = user, O = groups (sorted, deduplicated).
+    Client { user: String, groups: Vec<String> },
+}
+
+/// A leaf certificate key pair in a Secret, issued by one signer.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub object: ObjectRef,
+    /// Index into [`Rotation::signers`].
+    pub signer: usize,
+    pub identity: Identity,
+    pub validity: Duration,
+    pub refresh: Duration,
+}
+
+/// An item that could not be used, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Broken {
+    /// `signers[2]`, `targets[0] (ns/name)`, ...
+    pub item: String,
+    pub reason: String,
+}
+
+/// The validated config.
+#[derive(Debug, Clone, Default)]
+pub struct Rotation {
+    pub signers: Vec<Signer>,
+    pub bundles: Vec<Bundle>,
+    pub targets: Vec<Target>,
+    /// notBefore is set this far in the past; also the tolerated clock skew.
+    pub backdate: Duration,
+    /// Items that were skipped.
+    pub broken: Vec<Broken>,
+}
+
+impl Rotation {
+    /// Every object the config manages.
+    pub fn objects(&self) -> impl Iterator<Item = (super::ObjectKind, &ObjectRef)> {
+        use super::ObjectKind;
+        self.signers
+            .iter()
+            .map(|s| (ObjectKind::Secret, &s.object))
+            .chain(
+                self.bundles
+                    .iter()
+                    .map(|b| (ObjectKind::ConfigMap, &b.object)),
+            )
+            .chain(self.targets.iter().map(|t| (ObjectKind::Secret, &t.object)))
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    #[serde(default)]
+    namespace: Option<String>,
+    #[serde(default)]
+    backdate: Option<String>,
+    #[serde(default)]
+    signers: Vec<serde_norway::Value>,
+    #[serde(default)]
+    bundles: Vec<serde_norway::Value>,
+    #[serde(default)]
+    targets: Vec<serde_norway::Value>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SignerItem {
+    name: String,
+    #[serde(default)]
+    namespace: Option<String>,
+    validity: String,
+    refresh: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BundleItem {
+    name: String,
+    #[serde(default)]
+    namespace: Option<String>,
+    signers: Vec<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TargetItem {
+    name: String,
+    #[serde(default)]
+    namespace: Option<String>,
+    signer: String,
+    #[serde(default)]
+    serving: Option<ServingItem>,
+    #[serde(default)]
+    client: Option<ClientItem>,
+    validity: String,
+    refresh: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ServingItem {
+    hostnames: Vec<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ClientItem {
+    user: String,
+    #[serde(default)]
+    groups: Vec<String>,
+}
+
+/// Reads and validates the config file.
+///
+/// # Errors
+/// A [`ConfigError`] (exit 2) when the file cannot be read or is not a config at all; broken
+/// items are in [`Rotation::broken`] instead.
+pub fn load(path: &Path) -> Result<Rotation, ConfigError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|err| ConfigError(format!("cannot read config {}: {err}", path.display())))?;
+    parse(&text).map_err(|err| ConfigError(format!("config {}: {}", path.display(), err.0)))
+}
+
+/// Parses a config (see the module docs).
+///
+/// # Errors
+/// When the text is not YAML, not a mapping, has unknown top-level keys, or a bad `backdate`
+/// or default `namespace`.
+pub fn parse(text: &str) -> Result<Rotation, ConfigError> {
+    let file: File = serde_norway::from_str(text).map_err(|err| ConfigError(err.to_string()))?;
+    let default_namespace = match file.namespace {
+        Some(ns) if is_dns_label(&ns) => Some(ns),
+        Some(ns) => return Err(ConfigError(format!("namespace {ns:?} is not a DNS label"))),
+        None => None,
+    };
+    let backdate = match file.backdate.as_deref() {
+        Some(text) => parse_duration(text).map_err(|e| ConfigError(format!("backdate: {e}")))?,
+        None => Duration::from_secs(5 * 60),
+    };
+    let mut rotation = Rotation {
+        backdate,
+        ..Rotation::default()
+    };
+    let mut seen: BTreeSet<(super::ObjectKind, ObjectRef)> = BTreeSet::new();
+    let object = |name: &str, namespace: Option<String>| -> Result<ObjectRef, String> {
+        let namespace = namespace
+            .or_else(|| default_namespace.clone())
+            .ok_or("no namespace (set it on the item or at the top)")?;
+        if !is_dns_label(&namespace) {
+            return Err(format!("namespace {namespace:?} is not a DNS label"));
+        }
+        if !crate::sync::is_dns_subdomain(name) {
+            return Err(format!("name {name:?} is not a DNS subdomain"));
+        }
+        Ok(ObjectRef {
+            namespace,
+            name: name.to_owned(),
+        })
+    };
+
+    // Signers first: bundles and targets refer to them by name.
+    let mut signer_names: Vec<(String, Option<usize>)> = Vec::new();
+    for (i, value) in file.signers.into_iter().enumerate() {
+        let label = format!("signers[{i}]");
+        let name = item_name(&value);
+        let outcome = serde_norway::from_value::<SignerItem>(value)
+            .map_err(|e| e.to_string())
+            .and_then(|item| {
+                let object = object(&item.name, item.namespace)?;
+                let validity =
+                    parse_duration(&item.validity).map_err(|e| format!("validity: {e}"))?;
+                let refresh = parse_duration(&item.refresh).map_err(|e| format!("refresh: {e}"))?;
+                check_periods(validity, refresh)?;
+                if !seen.insert((super::ObjectKind::Secret, object.clone())) {
+                    return Err(format!("secret {object} is declared twice"));
+                }
+                Ok(Signer {
+                    object,
+                    validity,
+                    refresh,
+                })
+            });
+        match outcome {
+            Ok(signer) => {
+                signer_names.push((signer.object.name.clone(), Some(rotation.signers.len())));
+                rotation.signers.push(signer);
+            }
+            Err(reason) => {
+                if let Some(name) = name {
+                    signer_names.push((name, None));
+                }
+                rotation.broken.push(Broken {
+                    item: label,
+                    reason,
+                });
+            }
+        }
+    }
+    let find_signer = |name: &str| -> Result<usize, String> {
+        match signer_names.iter().find(|(n, _)| n == name) {
+            Some((_, Some(index))) => Ok(*index),
+            Some((_, None)) => Err(format!("signer {name} is broken (see its own error)")),
+            None => Err(format!("signer {name} is not declared")),
+        }
+    };
+
+    for (i, value) in file.bundles.into_iter().enumerate() {
+        let outcome = serde_norway::from_value::<BundleItem>(value)
+            .map_err(|e| e.to_string())
+            .and_then(|item| {
+                let object = object(&item.name, item.namespace)?;
+                if item.signers.is_empty() {
+                    return Err("no signers".to_owned());
+                }
+                let signers = item
+                    .signers
+                    .iter()
+                    .map(|name| find_signer(name))
+                    .collect::<Result<Vec<_>, _>>()?;
+                if !seen.insert((super::ObjectKind::ConfigMap, object.clone())) {
+                    return Err(format!("configmap {object} is declared twice"));
+                }
+                Ok(Bundle { object, signers })
+            });
+        match outcome {
+            Ok(bundle) => rotation.bundles.push(bundle),
+            Err(reason) => rotation.broken.push(Broken {
+                item: format!("bundles[{i}]"),
+                reason,
+            }),
+        }
+    }
+
+    for (i, value) in file.targets.into_iter().enumerate() {
+        let outcome = serde_norway::from_value::<TargetItem>(value)
+            .map_err(|e| e.to_string())
+            .and_then(|item| {
+                let object = object(&item.name, item.namespace)?;
+                let signer = find_signer(&item.signer)?;
+                if !rotation.bundles.iter().any(|b| b.signers.contains(&signer)) {
+                    return Err(format!(
+                        "signer {} is in no bundle: nothing would trust this certificate",
+                        item.signer
+                    ));
+                }
+                let identity = match (item.serving, item.client) {
+                    (Some(serving), None) => {
+                        let mut hostnames: Vec<String> = serving
+                            .hostnames
+                            .iter()
+                            .map(|h| h.trim().to_ascii_lowercase())
+                            .collect();
+                        if let Some(bad) = hostnames.iter().find(|h| !is_hostname_or_ip(h)) {
+                            return Err(format!("hostname {bad:?} is not a DNS name or IP"));
+                        }
+                        hostnames.sort();
+                        hostnames.dedup();
+                        if hostnames.is_empty() {
+                            return Err("serving: no hostnames".to_owned());
+                        }
+                        Identity::Serving { hostnames }
+                    }
+                    (None, Some(client)) => {
+                        if client.user.is_empty() {
+                            return Err("client: empty user".to_owned());
+                        }
+                        let mut groups = client.groups;
+                        groups.sort();
+                        groups.dedup();
+                        Identity::Client {
+                            user: client.user,
+                            groups,
+                        }
+                    }
+                    _ => return Err("exactly one of serving or client is required".to_owned()),
+                };
+                let validity =
+                    parse_duration(&item.validity).map_err(|e| format!("validity: {e}"))?;
+                let refresh = parse_duration(&item.refresh).map_err(|e| format!("refresh: {e}"))?;
+                check_periods(validity, refresh)?;
+                if !seen.insert((super::ObjectKind::Secret, object.clone())) {
+                    return Err(format!("secret {object} is declared twice"));
+                }
+                Ok(Target {
+                    object,
+                    signer,
+                    identity,
+                    validity,
+                    refresh,
+                })
+            });
+        match outcome {
+            Ok(target) => rotation.targets.push(target),
+            Err(reason) => rotation.broken.push(Broken {
+                item: format!("targets[{i}]"),
+                reason,
+            }),
+        }
+    }
+    Ok(rotation)
+}
+
+fn item_name(value: &serde_norway::Value) -> Option<String> {
+    value.get("name")?.as_str().map(str::to_owned)
+}
+
+fn check_periods(validity: Duration, refresh: Duration) -> Result<(), String> {
+    if validity < Duration::from_secs(60) {
+        return Err("validity must be at least 1m".to_owned());
+    }
+    if refresh.is_zero() || refresh > validity {
+        return Err("refresh must be above zero and at most the validity".to_owned());
+    }
+    Ok(())
+}
+
+/// `90s`, `5m`, `12h`, `30d`, `10y` (365 days), or plain seconds.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let (number, unit) = text
+        .find(|c: char| !c.is_ascii_digit())
+        .map_or((text, ""), |i| text.split_at(i));
+    let value: u64 = number
+        .parse()
+        .map_err(|_| format!("invalid duration {text:?}"))?;
+    let unit_secs = match unit {
+        "" | "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        "y" => 365 * 86_400,
+        _ => {
+            return Err(format!(
+                "invalid duration unit in {text:?} (use s, m, h, d or y)"
+            ));
+        }
+    };
+    value
+        .checked_mul(unit_secs)
+        .filter(|secs| *secs <= 200 * 365 * 86_400)
+        .map(Duration::from_secs)
+        .ok_or_else(|| format!("duration {text:?} is out of range"))
+}
+
+fn is_dns_label(name: &str) -> bool {
+    crate::sync::is_dns_subdomain(name) && !name.contains('.') && name.len() <= 63
+}
+
+fn is_hostname_or_ip(name: &str) -> bool {
+    name.parse::<std::net::IpAddr>().is_ok()
+        || (!name.is_empty()
+            && name.len() <= 253
+            && name.split('.').all(|label| {
+                !label.is_empty()
+                    && label.len() <= 63
+                    && label
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'*')
+            }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+namespace: openshift-kube-apiserver
+signers:
+  - name: localhost-serving-signer
+    namespace: openshift-kube-apiserver-operator
+    validity: 10y
+    refresh: 8y
+bundles:
+  - name: localhost-serving-ca
+    signers: [localhost-serving-signer]
+targets:
+  - name: localhost-serving-cert-certkey
+    signer: localhost-serving-signer
+    serving: { hostnames: [localhost, 127.0.0.1, LOCALHOST] }
+    validity: 30d
+    refresh: 15d
+  - name: kubelet-client
+    signer: localhost-serving-signer
+    client: { user: "system:kube-apiserver", groups: [kube-master] }
+    validity: 30d
+    refresh: 15d
+"#;
+
+    #[test]
+    fn a_good_config_is_validated_into_references() {
+        let rotation = parse(GOOD).unwrap();
+        assert!(rotation.broken.is_empty(), "{:?}", rotation.broken);
+        assert_eq!(rotation.backdate, Duration::from_secs(300));
+        assert_eq!(
+            rotation.signers[0].object.to_string(),
+            "openshift-kube-apiserver-operator/localhost-serving-signer"
+        );
+        assert_eq!(
+            rotation.bundles[0].object.namespace,
+            "openshift-kube-apiserver"
+        );
+        assert_eq!(
+            rotation.targets[0].identity,
+            Identity::Serving {
+                hostnames: vec!["127.0.0.1".into(), "localhost".into()]
+            }
+        );
+        assert_eq!(rotation.targets[1].signer, 0);
+        assert_eq!(rotation.objects().count(), 4);
+    }
+
+    #[test]
+    fn one_broken_item_degrades_only_itself_and_its_dependents() {
+        let text = r#"
+namespace: ns
+signers:
+  - { name: good, validity: 30d, refresh: 15d }
+  - { name: bad, validity: 30x, refresh: 15d }
+bundles:
+  - { name: good-ca, signers: [good] }
+  - { name: bad-ca, signers: [bad] }
+targets:
+  - { name: a, signer: good, serving: { hostnames: [a.example] }, validity: 1d, refresh: 12h }
+  - { name: b, signer: bad, serving: { hostnames: [b.example] }, validity: 1d, refresh: 12h }
+  - { name: c, signer: nobody, client: { user: u }, validity: 1d, refresh: 12h }
+  - { name: d, signer: good, serving: { hostnames: ["bad host"] }, validity: 1d, refresh: 12h }
+  - { name: e, signer: good, validity: 1d, refresh: 12h }
+  - { name: f, signer: good, serving: { hostnames: [f] }, validity: 1d, refresh: 2d }
+  - { name: a, signer: good, serving: { hostnames: [a] }, validity: 1d, refresh: 1h }
+  - { nam: typo }
+"#;
+        let rotation = parse(text).unwrap();
+        assert_eq!(rotation.signers.len(), 1);
+        assert_eq!(rotation.bundles.len(), 1);
+        assert_eq!(rotation.targets.len(), 1);
+        let reasons: Vec<String> = rotation
+            .broken
+            .iter()
+            .map(|b| format!("{}: {}", b.item, b.reason))
+            .collect();
+        let all = reasons.join("\n");
+        for expected in [
+            "signers[1]: validity: invalid duration unit",
+            "bundles[1]: signer bad is broken",
+            "targets[1]: signer bad is broken",
+            "targets[2]: signer nobody is not declared",
+            "targets[3]: hostname \"bad host\"",
+            "targets[4]: exactly one of serving or client",
+            "targets[5]: refresh must be",
+            "targets[6]: secret ns/a is declared twice",
+            "targets[7]: unknown field `nam`",
+        ] {
+            assert!(all.contains(expected), "missing {expected:?} in\n{all}");
+        }
+    }
+
+    #[test]
+    fn garbage_is_an_error_not_a_panic() {
+        for text in ["", "[1, 2]", "signers: 5", "{", "bogus: 1", "backdate: -1"] {
+            let _ = parse(text);
+        }
+        assert!(parse("bogus: 1").is_err());
+        assert!(parse("signers: 5").is_err());
+        assert!(parse("namespace: Not_A_Label").is_err());
+        assert!(parse("").is_ok() || parse("").is_err());
+    }
+
+    #[test]
+    fn durations_cover_days_and_years() {
+        assert_eq!(parse_duration("30d"), Ok(Duration::from_secs(30 * 86_400)));
+        assert_eq!(
+            parse_duration("10y"),
+            Ok(Duration::from_secs(3650 * 86_400))
+        );
+        assert!(parse_duration("99999999999999y").is_err());
+        assert!(parse_duration("5w").is_err());
+    }
+}

@@ -1,0 +1,104 @@
+//! Metrics of the regeneration controller.
+//!
+//! | metric | labels | meaning |
+//! |---|---|---|
+//! | `cert_regenerate_regenerations_total` | `kind` (`signer`/`bundle`/`target`), `object`, `reason` | writes made |
+//! | `cert_regenerate_failures_total` | | failed items, summed over passes |
+//! | `cert_regenerate_certificate_not_after_timestamp_seconds` | `kind`, `object` | notAfter of every managed certificate (bundles: the earliest CA) |
+//! | `cert_regenerate_last_pass_timestamp_seconds` | | end of the last pass |
+//! | `cert_regenerate_broken_config_items` | | config items skipped as invalid |
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+use super::pass::Report;
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WriteLabels {
+    pub kind: &'static str,
+    pub object: String,
+    pub reason: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CertLabels {
+    pub kind: &'static str,
+    pub object: String,
+}
+
+/// Handles to the metric families.
+#[derive(Debug, Clone, Default)]
+pub struct Metrics {
+    pub regenerations: Family<WriteLabels, Counter>,
+    pub failures: Counter,
+    pub not_after: Family<CertLabels, Gauge>,
+    pub last_pass: Gauge,
+    pub broken: Gauge,
+}
+
+impl Metrics {
+    pub fn register(registry: &mut Registry) -> Metrics {
+        let metrics = Metrics::default();
+        registry.register(
+            "cert_regenerate_regenerations",
+            "Objects written by the regeneration controller",
+            metrics.regenerations.clone(),
+        );
+        registry.register(
+            "cert_regenerate_failures",
+            "Items that failed in a pass",
+            metrics.failures.clone(),
+        );
+        registry.register(
+            "cert_regenerate_certificate_not_after_timestamp_seconds",
+            "notAfter of every managed certificate (bundles: the earliest CA)",
+            metrics.not_after.clone(),
+        );
+        registry.register(
+            "cert_regenerate_last_pass_timestamp_seconds",
+            "End of the last pass",
+            metrics.last_pass.clone(),
+        );
+        registry.register(
+            "cert_regenerate_broken_config_items",
+            "Config items skipped as invalid",
+            metrics.broken.clone(),
+        );
+        metrics
+    }
+
+    /// Folds one pass into the metrics.
+    pub fn record(&self, report: &Report) {
+        for written in &report.written {
+            self.regenerations
+                .get_or_create(&WriteLabels {
+                    kind: written.kind,
+                    object: written.object.to_string(),
+                    reason: written.reason_label,
+                })
+                .inc();
+        }
+        self.failures.inc_by(report.failures.len() as u64);
+        let mut earliest: std::collections::BTreeMap<(&'static str, String), i64> =
+            std::collections::BTreeMap::new();
+        for (kind, object, not_after) in &report.not_after {
+            let entry = earliest
+                .entry((kind, object.to_string()))
+                .or_insert(*not_after);
+            *entry = (*entry).min(*not_after);
+        }
+        for ((kind, object), not_after) in earliest {
+            self.not_after
+                .get_or_create(&CertLabels { kind, object })
+                .set(not_after);
+        }
+        self.last_pass.set(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs() as i64),
+        );
+    }
+}

@@ -1,0 +1,217 @@
+//! `cert-syncer regenerate`: the regeneration controller (library-go `certrotation` with
+//! "refresh only when expired" by default).
+//!
+//! - [`config`]: the YAML file of signers, bundles and targets, validated item by item;
+//! - [`decide`]: pure decisions from parsed certificates and the time;
+//! - [`pki`]: parsing and generation (rcgen, ECDSA P-256);
+//! - [`pass`]: one pass in dependency order with optimistic concurrency;
+//! - this module: the loop. A pass runs at start, whenever a declared object changes (one
+//!   watch per object), and when the next expiry (or rotation point) is reached: a timer aligned
+//!   to the data, not a polling period. Failed passes are retried with backoff.
+
+mod config;
+mod decide;
+mod metrics;
+mod pass;
+mod pki;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::Api;
+use kube::runtime::{WatchStreamExt, watcher};
+use prometheus_client::registry::Registry;
+use tokio::sync::Notify;
+
+pub use decide::Mode;
+
+use crate::cli::{ConfigError, RegenerateArgs};
+use crate::events::EventRecorder;
+use crate::health::Readiness;
+use metrics::Metrics;
+use pass::Pass;
+
+/// The two kinds of managed objects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ObjectKind {
+    Secret,
+    ConfigMap,
+}
+
+/// The longest the loop sleeps without a reason (a guard against clock jumps; not a poll:
+/// the pass it triggers normally finds nothing to do).
+const MAX_SLEEP: Duration = Duration::from_secs(6 * 3600);
+
+/// Runs the controller (or one pass with `--once`).
+pub async fn run(args: RegenerateArgs) -> anyhow::Result<()> {
+    let rotation = config::load(&args.config)?;
+    for broken in &rotation.broken {
+        tracing::error!(config = %args.config.display(), item = %broken.item, reason = %broken.reason, "config item skipped; the other items still run");
+    }
+    let fixed_now = args.now.as_deref().map(parse_now).transpose()?;
+    let connection = crate::connection::connect(&args.connection).await?;
+    let client = connection.client.clone();
+    let events = EventRecorder::new(
+        client.clone(),
+        args.pod_namespace.as_deref().unwrap_or("default"),
+        args.pod_name.as_deref(),
+    );
+    let mut registry = Registry::default();
+    let metrics = Metrics::register(&mut registry);
+    metrics.broken.set(rotation.broken.len() as i64);
+    let now = || fixed_now.unwrap_or_else(unix_now);
+
+    if args.once {
+        let report = Pass {
+            client: &client,
+            rotation: &rotation,
+            mode: args.mode,
+            now: now(),
+            events: &events,
+        }
+        .run()
+        .await;
+        metrics.record(&report);
+        log_report(&report);
+        let mut failures = report.failures;
+        failures.extend(
+            rotation
+                .broken
+                .iter()
+                .map(|b| format!("config {}: {}", b.item, b.reason)),
+        );
+        return if failures.is_empty() {
+            Ok(())
+        } else {
+            Err(anyhow::anyhow!(
+                "{} item(s) failed:\n  {}",
+                failures.len(),
+                failures.join("\n  ")
+            ))
+        };
+    }
+
+    let shutdown = crate::shutdown::on_signal()?;
+    let readiness = Readiness::default();
+    readiness.block("pass", "no pass completed yet");
+    if !rotation.broken.is_empty() {
+        readiness.block(
+            "config",
+            format!("{} config item(s) broken", rotation.broken.len()),
+        );
+    }
+    if let Some(addr) = args.metrics_listen {
+        let registry = Arc::new(registry);
+        let (readiness, shutdown) = (readiness.clone(), shutdown.clone());
+        tokio::spawn(async move {
+            if let Err(err) = crate::health::serve(addr, registry, readiness, shutdown).await {
+                tracing::error!(error = %err, "metrics server stopped");
+            }
+        });
+    }
+
+    // One watch per declared object; any change wakes the loop.
+    let wake = Arc::new(Notify::new());
+    let mut watches = Vec::new();
+    for (kind, object) in rotation.objects() {
+        let (client, wake, object) = (client.clone(), Arc::clone(&wake), object.clone());
+        watches.push(tokio::spawn(async move {
+            match kind {
+                ObjectKind::Secret => {
+                    let api: Api<Secret> = Api::namespaced(client, &object.namespace);
+                    follow(watcher::watch_object(api, &object.name), &wake, &object).await;
+                }
+                ObjectKind::ConfigMap => {
+                    let api: Api<ConfigMap> = Api::namespaced(client, &object.namespace);
+                    follow(watcher::watch_object(api, &object.name), &wake, &object).await;
+                }
+            }
+        }));
+    }
+    tracing::info!(mode = ?args.mode, signers = rotation.signers.len(), bundles = rotation.bundles.len(), targets = rotation.targets.len(), "regeneration controller started");
+
+    let mut retry = Duration::from_secs(1);
+    let mut sleep_for = Duration::ZERO;
+    loop {
+        tokio::select! {
+            () = tokio::time::sleep(sleep_for) => {}
+            () = wake.notified() => {}
+            () = shutdown.cancelled() => break,
+        }
+        let report = Pass {
+            client: &client,
+            rotation: &rotation,
+            mode: args.mode,
+            now: now(),
+            events: &events,
+        }
+        .run()
+        .await;
+        metrics.record(&report);
+        log_report(&report);
+        if report.failures.is_empty() {
+            readiness.clear("pass");
+            retry = Duration::from_secs(1);
+            sleep_for = report
+                .next_deadline
+                .map(|at| Duration::from_secs((at - now()).max(0) as u64 + 1))
+                .unwrap_or(MAX_SLEEP)
+                .min(MAX_SLEEP);
+            tracing::debug!(next = ?sleep_for, "pass complete");
+        } else {
+            readiness.block("pass", report.failures.join("; "));
+            sleep_for = retry;
+            retry = (retry * 2).min(Duration::from_secs(60));
+        }
+    }
+    for watch in watches {
+        watch.abort();
+    }
+    drop(connection);
+    Ok(())
+}
+
+async fn follow<K>(
+    stream: impl futures::Stream<Item = Result<Option<K>, watcher::Error>> + Send,
+    wake: &Notify,
+    object: &config::ObjectRef,
+) where
+    K: kube::Resource + Clone + std::fmt::Debug + Send + 'static,
+{
+    let stream = stream.default_backoff();
+    futures::pin_mut!(stream);
+    while let Some(event) = stream.next().await {
+        match event {
+            Ok(_) => wake.notify_one(),
+            Err(err) => {
+                tracing::warn!(object = %object, error = &err as &dyn std::error::Error, "watch failed; retrying with backoff")
+            }
+        }
+    }
+}
+
+fn log_report(report: &pass::Report) {
+    for failure in &report.failures {
+        tracing::error!(%failure, "regeneration failed for an item");
+    }
+    for written in &report.written {
+        tracing::info!(kind = written.kind, object = %written.object, reason = %written.reason, "written");
+    }
+}
+
+fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
+}
+
+fn parse_now(text: &str) -> Result<i64, ConfigError> {
+    if let Ok(seconds) = text.parse::<i64>() {
+        return Ok(seconds);
+    }
+    time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339)
+        .map(|t| t.unix_timestamp())
+        .map_err(|err| ConfigError(format!("--now {text:?}: {err}")))
+}

@@ -1,0 +1,559 @@
+//! One pass over the config, in dependency order: signers, then bundles, then targets. Every
+//! object is read live; every write carries the resourceVersion it was decided on, and a
+//! conflict (409) means another replica or the operator got there first: re-read and decide
+//! again, a bounded number of times. All replicas compute the same decisions from the same data,
+//! so after one of them writes, the others find nothing to do: no double regeneration, no
+//! ping-pong.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::Api;
+use kube::api::{ObjectMeta, PostParams};
+
+use super::config::{Identity, ObjectRef, Rotation};
+use super::decide::{self, Found, Mode, Reason};
+use super::pki::{self, Cert, KeyPairPem};
+use crate::events::EventRecorder;
+
+/// Attempts per object when writes conflict.
+const MAX_ATTEMPTS: usize = 5;
+
+pub const ANNOTATION_NOT_AFTER: &str = "auth.openshift.io/certificate-not-after";
+pub const ANNOTATION_NOT_BEFORE: &str = "auth.openshift.io/certificate-not-before";
+pub const ANNOTATION_ISSUER: &str = "auth.openshift.io/certificate-issuer";
+pub const ANNOTATION_HOSTNAMES: &str = "auth.openshift.io/certificate-hostnames";
+pub const LABEL_TYPE: &str = "auth.openshift.io/managed-certificate-type";
+
+/// A Secret as read (absent: `None`) with its parsed pair.
+type ReadSecret = Result<(Option<Secret>, Found), String>;
+/// A CA bundle ConfigMap as read, with its parsed certificates.
+type ReadBundle = Result<(Option<ConfigMap>, Vec<Cert>), String>;
+
+/// What a pass did.
+#[derive(Debug, Default)]
+pub struct Report {
+    /// `kind ns/name: reason`, one per write.
+    pub written: Vec<Written>,
+    /// `object: error`, one per failed item.
+    pub failures: Vec<String>,
+    /// notAfter of every managed certificate read or written (for metrics).
+    pub not_after: Vec<(&'static str, ObjectRef, i64)>,
+    /// Times at which a decision can change by time alone (expiries; rotation points in
+    /// rotate mode).
+    pub deadlines: Vec<i64>,
+    /// The nearest of `deadlines` after now.
+    pub next_deadline: Option<i64>,
+}
+
+/// One write.
+#[derive(Debug, Clone)]
+pub struct Written {
+    pub kind: &'static str,
+    pub object: ObjectRef,
+    pub reason: String,
+    pub reason_label: &'static str,
+}
+
+/// What the pass needs from outside.
+pub struct Pass<'a> {
+    pub client: &'a kube::Client,
+    pub rotation: &'a Rotation,
+    pub mode: Mode,
+    pub now: i64,
+    pub events: &'a EventRecorder,
+}
+
+impl Pass<'_> {
+    /// Runs the pass. Failures are collected per item; one broken item never stops the others.
+    pub async fn run(&self) -> Report {
+        let mut report = Report::default();
+        let rotation = self.rotation;
+
+        // Read everything first, for the clock check.
+        let mut signers: Vec<ReadSecret> = Vec::new();
+        for signer in &rotation.signers {
+            signers.push(self.read_secret(&signer.object).await);
+        }
+        let mut targets: Vec<ReadSecret> = Vec::new();
+        for target in &rotation.targets {
+            targets.push(self.read_secret(&target.object).await);
+        }
+        let mut bundles: Vec<ReadBundle> = Vec::new();
+        for bundle in &rotation.bundles {
+            bundles.push(self.read_bundle(&bundle.object).await);
+        }
+        let mut seen: Vec<(String, &Cert)> = Vec::new();
+        for (config, read) in rotation.signers.iter().zip(&signers) {
+            if let Ok((_, Some(Ok(pair)))) = read {
+                seen.push((format!("secret {}", config.object), pair.cert()));
+            }
+        }
+        for (config, read) in rotation.targets.iter().zip(&targets) {
+            if let Ok((_, Some(Ok(pair)))) = read {
+                seen.push((format!("secret {}", config.object), pair.cert()));
+            }
+        }
+        for (config, read) in rotation.bundles.iter().zip(&bundles) {
+            if let Ok((_, certs)) = read {
+                for cert in certs {
+                    seen.push((format!("configmap {}", config.object), cert));
+                }
+            }
+        }
+        if let Err(reason) = decide::clock_check(
+            seen.iter().map(|(object, cert)| (object.as_str(), *cert)),
+            rotation.backdate,
+            self.now,
+        ) {
+            tracing::error!("{reason}");
+            self.events
+                .record("ClockSkew", "clock", reason.clone(), true)
+                .await;
+            report.failures.push(format!("clock: {reason}"));
+            return report;
+        }
+
+        // 1. Signers.
+        let mut current_signers: Vec<Option<KeyPairPem>> = Vec::new();
+        for (config, read) in rotation.signers.iter().zip(signers) {
+            let outcome = match read {
+                Err(err) => Err(err),
+                Ok((object, found)) => {
+                    self.ensure_secret(
+                        &config.object,
+                        "signer",
+                        object,
+                        found,
+                        &mut report,
+                        |found| decide::signer(found, config, self.mode, self.now),
+                        |_| {
+                            let cn = format!(
+                                "{}_{}@{}",
+                                config.object.namespace, config.object.name, self.now
+                            );
+                            pki::new_signer(&cn, self.now, rotation.backdate, config.validity)
+                        },
+                    )
+                    .await
+                }
+            };
+            match outcome {
+                Ok(pair) => {
+                    let cert = pair.cert();
+                    report
+                        .not_after
+                        .push(("signer", config.object.clone(), cert.not_after));
+                    report
+                        .deadlines
+                        .extend(decide::deadlines(cert, config.refresh, self.mode));
+                    current_signers.push(Some(pair));
+                }
+                Err(err) => {
+                    report
+                        .failures
+                        .push(format!("secret {}: {err}", config.object));
+                    current_signers.push(None);
+                }
+            }
+        }
+
+        // 2. Bundles.
+        let mut bundle_contents: Vec<Option<Vec<Cert>>> = Vec::new();
+        for (config, read) in rotation.bundles.iter().zip(bundles) {
+            let missing: Vec<&ObjectRef> = config
+                .signers
+                .iter()
+                .filter(|i| current_signers[**i].is_none())
+                .map(|i| &rotation.signers[*i].object)
+                .collect();
+            if !missing.is_empty() {
+                report.failures.push(format!(
+                    "configmap {}: skipped, signer {} unavailable",
+                    config.object,
+                    missing
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ));
+                bundle_contents.push(None);
+                continue;
+            }
+            let signer_certs: Vec<&Cert> = config
+                .signers
+                .iter()
+                .filter_map(|i| current_signers[*i].as_ref().map(KeyPairPem::cert))
+                .collect();
+            let outcome = match read {
+                Err(err) => Err(err),
+                Ok((object, existing)) => {
+                    self.ensure_bundle(&config.object, object, existing, &signer_certs, &mut report)
+                        .await
+                }
+            };
+            match outcome {
+                Ok(certs) => {
+                    for cert in &certs {
+                        report
+                            .not_after
+                            .push(("bundle", config.object.clone(), cert.not_after));
+                        report.deadlines.push(cert.not_after);
+                    }
+                    bundle_contents.push(Some(certs));
+                }
+                Err(err) => {
+                    report
+                        .failures
+                        .push(format!("configmap {}: {err}", config.object));
+                    bundle_contents.push(None);
+                }
+            }
+        }
+
+        // 3. Targets.
+        for (config, read) in rotation.targets.iter().zip(targets) {
+            let Some(signer) = current_signers[config.signer].as_ref() else {
+                report.failures.push(format!(
+                    "secret {}: skipped, signer {} unavailable",
+                    config.object, rotation.signers[config.signer].object
+                ));
+                continue;
+            };
+            let mut roots: Vec<Cert> = Vec::new();
+            let mut unavailable = false;
+            for (bundle, content) in rotation.bundles.iter().zip(&bundle_contents) {
+                if bundle.signers.contains(&config.signer) {
+                    match content {
+                        Some(certs) => roots.extend(certs.iter().cloned()),
+                        None => unavailable = true,
+                    }
+                }
+            }
+            if unavailable {
+                report.failures.push(format!(
+                    "secret {}: skipped, its CA bundle is unavailable",
+                    config.object
+                ));
+                continue;
+            }
+            let outcome = match read {
+                Err(err) => Err(err),
+                Ok((object, found)) => {
+                    self.ensure_secret(
+                        &config.object,
+                        "target",
+                        object,
+                        found,
+                        &mut report,
+                        |found| {
+                            decide::target(
+                                found,
+                                config,
+                                &roots,
+                                signer.cert(),
+                                self.mode,
+                                self.now,
+                            )
+                        },
+                        |_| {
+                            pki::new_leaf(
+                                signer,
+                                &config.identity,
+                                self.now,
+                                rotation.backdate,
+                                config.validity,
+                            )
+                        },
+                    )
+                    .await
+                }
+            };
+            match outcome {
+                Ok(pair) => {
+                    let cert = pair.cert();
+                    report
+                        .not_after
+                        .push(("target", config.object.clone(), cert.not_after));
+                    report
+                        .deadlines
+                        .extend(decide::deadlines(cert, config.refresh, self.mode));
+                    if self.mode == Mode::Rotate {
+                        report.deadlines.push(
+                            signer.cert().not_before + (config.refresh.as_secs() / 10) as i64 + 1,
+                        );
+                    }
+                }
+                Err(err) => report
+                    .failures
+                    .push(format!("secret {}: {err}", config.object)),
+            }
+        }
+
+        report.next_deadline = report
+            .deadlines
+            .iter()
+            .copied()
+            .filter(|at| *at > self.now)
+            .min();
+        report
+    }
+
+    async fn read_secret(&self, object: &ObjectRef) -> ReadSecret {
+        let api: Api<Secret> = Api::namespaced(self.client.clone(), &object.namespace);
+        let secret = api
+            .get_opt(&object.name)
+            .await
+            .map_err(|err| format!("cannot read: {err}"))?;
+        let found = secret.as_ref().map(parse_secret);
+        Ok((secret, found))
+    }
+
+    async fn read_bundle(&self, object: &ObjectRef) -> ReadBundle {
+        let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), &object.namespace);
+        let map = api
+            .get_opt(&object.name)
+            .await
+            .map_err(|err| format!("cannot read: {err}"))?;
+        let text = map
+            .as_ref()
+            .and_then(|m| m.data.as_ref())
+            .and_then(|d| d.get("ca-bundle.crt"))
+            .cloned()
+            .unwrap_or_default();
+        let (certs, problems) = pki::parse_bundle(text.as_bytes());
+        for problem in problems {
+            tracing::warn!(configmap = %object, %problem, "unparsable block in ca-bundle.crt; it will be dropped");
+        }
+        Ok((map, certs))
+    }
+
+    /// Decides, generates and writes one Secret, re-reading and deciding again on conflict.
+    /// Returns the pair now stored.
+    #[allow(clippy::too_many_arguments)]
+    async fn ensure_secret(
+        &self,
+        object: &ObjectRef,
+        kind: &'static str,
+        mut existing: Option<Secret>,
+        mut found: Found,
+        report: &mut Report,
+        decide: impl Fn(&Found) -> Option<Reason>,
+        generate: impl Fn(&Found) -> Result<KeyPairPem, String>,
+    ) -> Result<KeyPairPem, String> {
+        let api: Api<Secret> = Api::namespaced(self.client.clone(), &object.namespace);
+        for _ in 0..MAX_ATTEMPTS {
+            let Some(reason) = decide(&found) else {
+                return match found {
+                    Some(Ok(pair)) => Ok(pair),
+                    _ => Err("kept without a usable pair (a bug)".to_owned()),
+                };
+            };
+            let pair = generate(&found)?;
+            let secret = secret_with(existing.clone(), object, kind, &pair);
+            let result = match &existing {
+                None => api.create(&PostParams::default(), &secret).await,
+                Some(_) => {
+                    api.replace(&object.name, &PostParams::default(), &secret)
+                        .await
+                }
+            };
+            match result {
+                Ok(_) => {
+                    let cert = pair.cert();
+                    tracing::info!(secret = %object, kind, %reason, serial = %cert.serial, not_after = %pki::rfc3339(cert.not_after), "regenerated");
+                    self.events
+                        .record(
+                            if kind == "signer" {
+                                "SignerRegenerated"
+                            } else {
+                                "CertificateRegenerated"
+                            },
+                            &format!("secret/{object}"),
+                            format!(
+                                "Regenerated {kind} secret {object} ({reason}); new notAfter {}",
+                                pki::rfc3339(cert.not_after)
+                            ),
+                            false,
+                        )
+                        .await;
+                    report.written.push(Written {
+                        kind,
+                        object: object.clone(),
+                        reason: reason.to_string(),
+                        reason_label: reason.label(),
+                    });
+                    return Ok(pair);
+                }
+                Err(err) if is_conflict(&err) => {
+                    tracing::info!(secret = %object, "changed since read (conflict); reading again");
+                    existing = api
+                        .get_opt(&object.name)
+                        .await
+                        .map_err(|err| format!("cannot re-read after a conflict: {err}"))?;
+                    found = existing.as_ref().map(parse_secret);
+                }
+                Err(err) => return Err(format!("cannot write: {err}")),
+            }
+        }
+        Err(format!("still conflicting after {MAX_ATTEMPTS} attempts"))
+    }
+
+    /// Brings one bundle to its desired content; returns the content now stored.
+    async fn ensure_bundle(
+        &self,
+        object: &ObjectRef,
+        mut existing: Option<ConfigMap>,
+        mut certs: Vec<Cert>,
+        signers: &[&Cert],
+        report: &mut Report,
+    ) -> Result<Vec<Cert>, String> {
+        let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), &object.namespace);
+        for _ in 0..MAX_ATTEMPTS {
+            let desired = decide::bundle(&certs, signers, self.now);
+            let text = pki::bundle_pem(&desired);
+            let current = existing
+                .as_ref()
+                .and_then(|m| m.data.as_ref())
+                .and_then(|d| d.get("ca-bundle.crt"));
+            if current == Some(&text) {
+                return Ok(desired);
+            }
+            let mut map = existing.clone().unwrap_or_else(|| ConfigMap {
+                metadata: ObjectMeta {
+                    name: Some(object.name.clone()),
+                    namespace: Some(object.namespace.clone()),
+                    labels: Some(BTreeMap::from([(
+                        LABEL_TYPE.to_owned(),
+                        "ca-bundle".to_owned(),
+                    )])),
+                    ..ObjectMeta::default()
+                },
+                ..ConfigMap::default()
+            });
+            map.data
+                .get_or_insert_with(BTreeMap::new)
+                .insert("ca-bundle.crt".to_owned(), text);
+            let result = match &existing {
+                None => api.create(&PostParams::default(), &map).await,
+                Some(_) => {
+                    api.replace(&object.name, &PostParams::default(), &map)
+                        .await
+                }
+            };
+            match result {
+                Ok(_) => {
+                    let added = desired
+                        .iter()
+                        .filter(|c| !certs.iter().any(|o| o.der == c.der))
+                        .count();
+                    let removed = certs
+                        .iter()
+                        .filter(|c| !desired.iter().any(|d| d.der == c.der))
+                        .count();
+                    tracing::info!(configmap = %object, cas = desired.len(), added, removed, "CA bundle updated");
+                    self.events
+                        .record(
+                            "CABundleUpdated",
+                            &format!("configmap/{object}"),
+                            format!("Updated CA bundle {object}: {} CAs ({added} added, {removed} expired or unparsable removed)", desired.len()),
+                            false,
+                        )
+                        .await;
+                    report.written.push(Written {
+                        kind: "bundle",
+                        object: object.clone(),
+                        reason: format!("{added} added, {removed} removed"),
+                        reason_label: "bundle",
+                    });
+                    return Ok(desired);
+                }
+                Err(err) if is_conflict(&err) => {
+                    tracing::info!(configmap = %object, "changed since read (conflict); reading again");
+                    let (map, read) = self
+                        .read_bundle(object)
+                        .await
+                        .map_err(|err| format!("after a conflict: {err}"))?;
+                    existing = map;
+                    certs = read;
+                }
+                Err(err) => return Err(format!("cannot write: {err}")),
+            }
+        }
+        Err(format!("still conflicting after {MAX_ATTEMPTS} attempts"))
+    }
+}
+
+fn is_conflict(err: &kube::Error) -> bool {
+    matches!(err, kube::Error::Api(status) if status.code == 409)
+}
+
+/// The pair in a Secret, or why it is unusable.
+fn parse_secret(secret: &Secret) -> Result<KeyPairPem, String> {
+    let data = secret.data.as_ref();
+    let get = |key: &str| data.and_then(|d| d.get(key)).map(|b| b.0.as_slice());
+    match (get("tls.crt"), get("tls.key")) {
+        (Some(cert), Some(key)) if !cert.is_empty() && !key.is_empty() => {
+            KeyPairPem::parse(cert, key)
+        }
+        _ => Err("tls.crt or tls.key is missing or empty".to_owned()),
+    }
+}
+
+/// `existing` (or a new Secret) with the new pair and the library-go annotations. Other keys,
+/// labels and annotations of an existing Secret are kept.
+fn secret_with(
+    existing: Option<Secret>,
+    object: &ObjectRef,
+    kind: &str,
+    pair: &KeyPairPem,
+) -> Secret {
+    let mut secret = existing.unwrap_or_else(|| Secret {
+        metadata: ObjectMeta {
+            name: Some(object.name.clone()),
+            namespace: Some(object.namespace.clone()),
+            labels: Some(BTreeMap::from([(LABEL_TYPE.to_owned(), kind.to_owned())])),
+            ..ObjectMeta::default()
+        },
+        type_: Some("kubernetes.io/tls".to_owned()),
+        ..Secret::default()
+    });
+    let data = secret.data.get_or_insert_with(BTreeMap::new);
+    data.insert(
+        "tls.crt".to_owned(),
+        ByteString(pair.cert_pem().into_bytes()),
+    );
+    data.insert(
+        "tls.key".to_owned(),
+        ByteString(pair.key_pem.clone().into_bytes()),
+    );
+    let cert = pair.cert();
+    let annotations = secret
+        .metadata
+        .annotations
+        .get_or_insert_with(BTreeMap::new);
+    annotations.insert(
+        ANNOTATION_NOT_AFTER.to_owned(),
+        pki::rfc3339(cert.not_after),
+    );
+    annotations.insert(
+        ANNOTATION_NOT_BEFORE.to_owned(),
+        pki::rfc3339(cert.not_before),
+    );
+    annotations.insert(
+        ANNOTATION_ISSUER.to_owned(),
+        cert.issuer_common_name.clone().unwrap_or_default(),
+    );
+    if let Some(Identity::Serving { .. }) = identity_of(cert) {
+        annotations.insert(ANNOTATION_HOSTNAMES.to_owned(), cert.hostnames.join(","));
+    }
+    secret
+}
+
+/// Serving certificates carry hostnames; signers and client certificates do not.
+fn identity_of(cert: &Cert) -> Option<Identity> {
+    (!cert.is_ca && !cert.hostnames.is_empty()).then(|| Identity::Serving {
+        hostnames: cert.hostnames.clone(),
+    })
+}

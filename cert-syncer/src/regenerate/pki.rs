@@ -1,0 +1,322 @@
+//! Certificates as the decisions see them (parsed from PEM, never from annotations), and the
+//! generation of new signers and leaves.
+
+use std::sync::Arc;
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose, SanType,
+};
+use rustls::RootCertStore;
+use rustls::client::WebPkiServerVerifier;
+use rustls::client::danger::ServerCertVerifier;
+use rustls::server::WebPkiClientVerifier;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use time::OffsetDateTime;
+
+use super::config::Identity;
+
+/// A parsed certificate with the facts the decisions use.
+#[derive(Clone)]
+pub struct Cert {
+    pub der: CertificateDer<'static>,
+    pub not_before: i64,
+    pub not_after: i64,
+    pub is_ca: bool,
+    /// DNS names (lowercase) and IP addresses as text, sorted.
+    pub hostnames: Vec<String>,
+    pub common_name: Option<String>,
+    pub organizations: Vec<String>,
+    pub issuer_common_name: Option<String>,
+    pub serial: String,
+}
+
+impl std::fmt::Debug for Cert {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cert")
+            .field("common_name", &self.common_name)
+            .field("serial", &self.serial)
+            .field("not_after", &self.not_after)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Cert {
+    /// Parses one DER certificate.
+    pub fn from_der(der: CertificateDer<'static>) -> Result<Cert, String> {
+        let info = reload_lib::CertInfo::from_der(&der)?;
+        let (_, parsed) =
+            x509_parser::parse_x509_certificate(&der).map_err(|err| err.to_string())?;
+        let common_name = parsed
+            .subject()
+            .iter_common_name()
+            .next()
+            .and_then(|cn| cn.as_str().ok())
+            .map(str::to_owned);
+        let issuer_common_name = parsed
+            .issuer()
+            .iter_common_name()
+            .next()
+            .and_then(|cn| cn.as_str().ok())
+            .map(str::to_owned);
+        let mut organizations: Vec<String> = parsed
+            .subject()
+            .iter_organization()
+            .filter_map(|o| o.as_str().ok().map(str::to_owned))
+            .collect();
+        organizations.sort();
+        let mut hostnames: Vec<String> = info
+            .dns_names
+            .iter()
+            .cloned()
+            .chain(info.ip_addresses.iter().map(ToString::to_string))
+            .collect();
+        hostnames.sort();
+        hostnames.dedup();
+        Ok(Cert {
+            der,
+            not_before: info.not_before,
+            not_after: info.not_after,
+            is_ca: info.is_ca,
+            hostnames,
+            common_name,
+            organizations,
+            issuer_common_name,
+            serial: info.serial,
+        })
+    }
+
+    /// PEM text.
+    pub fn pem(&self) -> String {
+        pem::encode_config(
+            &pem::Pem::new("CERTIFICATE", self.der.to_vec()),
+            pem::EncodeConfig::new().set_line_ending(pem::LineEnding::LF),
+        )
+    }
+
+    pub fn is_expired_at(&self, now: i64) -> bool {
+        now >= self.not_after
+    }
+}
+
+/// A certificate (with its chain, leaf first) and the matching private key.
+pub struct KeyPairPem {
+    pub chain: Vec<Cert>,
+    /// The key, PEM. Never logged; `Debug` omits it.
+    pub key_pem: String,
+}
+
+impl std::fmt::Debug for KeyPairPem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyPairPem")
+            .field("chain", &self.chain)
+            .finish_non_exhaustive()
+    }
+}
+
+impl KeyPairPem {
+    /// The leaf.
+    pub fn cert(&self) -> &Cert {
+        &self.chain[0]
+    }
+
+    /// Parses `tls.crt` and `tls.key`: PEM, at least one certificate, a private key that
+    /// matches the first certificate.
+    pub fn parse(cert_pem: &[u8], key_pem: &[u8]) -> Result<KeyPairPem, String> {
+        let ders = CertificateDer::pem_slice_iter(cert_pem)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|err| format!("tls.crt is not PEM: {err}"))?;
+        if ders.is_empty() {
+            return Err("tls.crt holds no certificate".to_owned());
+        }
+        let chain = ders
+            .into_iter()
+            .map(Cert::from_der)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|err| format!("tls.crt: {err}"))?;
+        let key = PrivateKeyDer::from_pem_slice(key_pem)
+            .map_err(|err| format!("tls.key is not a PEM private key: {err}"))?;
+        let provider = rustls::crypto::aws_lc_rs::default_provider();
+        // from_der checks that the key belongs to the leaf.
+        rustls::sign::CertifiedKey::from_der(vec![chain[0].der.clone()], key, &provider)
+            .map_err(|err| format!("tls.key does not fit tls.crt: {err}"))?;
+        let key_pem =
+            String::from_utf8(key_pem.to_vec()).map_err(|_| "tls.key is not text".to_owned())?;
+        Ok(KeyPairPem { chain, key_pem })
+    }
+
+    /// `tls.crt` text: the chain, leaf first.
+    pub fn cert_pem(&self) -> String {
+        self.chain.iter().map(Cert::pem).collect()
+    }
+}
+
+/// Parses a CA bundle; blocks that are not certificates are reported and skipped.
+pub fn parse_bundle(pem: &[u8]) -> (Vec<Cert>, Vec<String>) {
+    let mut certs = Vec::new();
+    let mut problems = Vec::new();
+    for (i, item) in CertificateDer::pem_slice_iter(pem).enumerate() {
+        match item.map_err(|e| e.to_string()).and_then(Cert::from_der) {
+            Ok(cert) => certs.push(cert),
+            Err(err) => problems.push(format!("block {i}: {err}")),
+        }
+    }
+    (certs, problems)
+}
+
+/// The bundle text: certificates in the given order.
+pub fn bundle_pem(certs: &[Cert]) -> String {
+    certs.iter().map(Cert::pem).collect()
+}
+
+/// Whether `leaf` chains to one of `roots` and is valid at `now`, for its identity's usage.
+pub fn verify_chain(
+    leaf: &KeyPairPem,
+    roots: &[Cert],
+    identity: &Identity,
+    now: i64,
+) -> Result<(), String> {
+    let mut store = RootCertStore::empty();
+    for root in roots {
+        store
+            .add(root.der.clone())
+            .map_err(|err| format!("bundle CA unusable: {err}"))?;
+    }
+    if store.is_empty() {
+        return Err("the bundle holds no CA".to_owned());
+    }
+    let store = Arc::new(store);
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let end_entity = &leaf.chain[0].der;
+    let intermediates = &leaf.chain[1..]
+        .iter()
+        .map(|c| c.der.clone())
+        .collect::<Vec<_>>();
+    let at = UnixTime::since_unix_epoch(std::time::Duration::from_secs(now.max(0) as u64));
+    match identity {
+        Identity::Serving { hostnames } => {
+            let verifier = WebPkiServerVerifier::builder_with_provider(store, provider)
+                .build()
+                .map_err(|err| err.to_string())?;
+            let name = ServerName::try_from(hostnames[0].clone()).map_err(|e| e.to_string())?;
+            verifier
+                .verify_server_cert(end_entity, intermediates, &name, &[], at)
+                .map(|_| ())
+                .map_err(|err| err.to_string())
+        }
+        Identity::Client { .. } => {
+            let verifier = WebPkiClientVerifier::builder_with_provider(store, provider)
+                .build()
+                .map_err(|err| err.to_string())?;
+            verifier
+                .verify_client_cert(end_entity, intermediates, at)
+                .map(|_| ())
+                .map_err(|err| err.to_string())
+        }
+    }
+}
+
+/// A new self-signed CA, valid from `now - backdate` for `validity`; CN as library-go names
+/// it: `<namespace>_<name>@<unix seconds>`.
+pub fn new_signer(
+    common_name: &str,
+    now: i64,
+    backdate: std::time::Duration,
+    validity: std::time::Duration,
+) -> Result<KeyPairPem, String> {
+    let key = KeyPair::generate().map_err(|e| e.to_string())?;
+    let mut params = CertificateParams::new(Vec::<String>::new()).map_err(|e| e.to_string())?;
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    params
+        .distinguished_name
+        .push(DnType::CommonName, common_name);
+    params.not_before = at(now - backdate.as_secs() as i64)?;
+    params.not_after = at(now + validity.as_secs() as i64)?;
+    let cert = params.self_signed(&key).map_err(|e| e.to_string())?;
+    let cert = Cert::from_der(cert.der().clone())?;
+    Ok(KeyPairPem {
+        chain: vec![cert],
+        key_pem: key.serialize_pem(),
+    })
+}
+
+/// A new leaf for `identity`, signed by `signer`, valid from `now - backdate` for `validity`
+/// but never past the signer's own notAfter.
+pub fn new_leaf(
+    signer: &KeyPairPem,
+    identity: &Identity,
+    now: i64,
+    backdate: std::time::Duration,
+    validity: std::time::Duration,
+) -> Result<KeyPairPem, String> {
+    let ca_key = KeyPair::from_pem(&signer.key_pem).map_err(|e| format!("signer key: {e}"))?;
+    let issuer = Issuer::from_ca_cert_der(&signer.cert().der, ca_key)
+        .map_err(|e| format!("signer certificate: {e}"))?;
+    let key = KeyPair::generate().map_err(|e| e.to_string())?;
+    let mut params = CertificateParams::new(Vec::<String>::new()).map_err(|e| e.to_string())?;
+    match identity {
+        Identity::Serving { hostnames } => {
+            for name in hostnames {
+                params
+                    .subject_alt_names
+                    .push(match name.parse::<std::net::IpAddr>() {
+                        Ok(ip) => SanType::IpAddress(ip),
+                        Err(_) => SanType::DnsName(
+                            name.clone()
+                                .try_into()
+                                .map_err(|e| format!("{name}: {e}"))?,
+                        ),
+                    });
+            }
+            params
+                .distinguished_name
+                .push(DnType::CommonName, hostnames[0].as_str());
+            params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        }
+        Identity::Client { user, groups } => {
+            params
+                .distinguished_name
+                .push(DnType::CommonName, user.as_str());
+            for group in groups {
+                params
+                    .distinguished_name
+                    .push(DnType::OrganizationName, group.as_str());
+            }
+            params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        }
+    }
+    params.key_usages = vec![
+        KeyUsagePurpose::DigitalSignature,
+        KeyUsagePurpose::KeyEncipherment,
+    ];
+    params.use_authority_key_identifier_extension = true;
+    params.not_before = at(now - backdate.as_secs() as i64)?;
+    let not_after = (now + validity.as_secs() as i64).min(signer.cert().not_after);
+    params.not_after = at(not_after)?;
+    let cert = params.signed_by(&key, &issuer).map_err(|e| e.to_string())?;
+    Ok(KeyPairPem {
+        chain: vec![Cert::from_der(cert.der().clone())?],
+        key_pem: key.serialize_pem(),
+    })
+}
+
+fn at(unix: i64) -> Result<OffsetDateTime, String> {
+    OffsetDateTime::from_unix_timestamp(unix).map_err(|e| e.to_string())
+}
+
+/// RFC 3339 (UTC, seconds), as library-go writes its annotations.
+pub fn rfc3339(unix: i64) -> String {
+    OffsetDateTime::from_unix_timestamp(unix)
+        .ok()
+        .and_then(|t| {
+            t.format(&time::format_description::well_known::Rfc3339)
+                .ok()
+        })
+        .unwrap_or_else(|| unix.to_string())
+}
