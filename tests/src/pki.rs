@@ -157,6 +157,11 @@ impl Ca {
         }
     }
 
+    /// The CA's private key, PEM (for tests that store the CA in a Secret as a signer).
+    pub fn key_pem(&self) -> String {
+        self.issuer.key().serialize_pem()
+    }
+
     /// Issues a certificate as `spec` says.
     ///
     /// # Panics

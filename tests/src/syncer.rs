@@ -107,6 +107,42 @@ impl Syncer {
     }
 }
 
+/// `cert-syncer regenerate --config CONFIG` on `api`'s recovery connection, plus `extra`.
+pub fn regenerate_command(api: &ApiServer, config: &Path, extra: &[&str]) -> Command {
+    let mut command = Command::new(bin_path("cert-syncer"));
+    command
+        .arg("regenerate")
+        .args(["--server", &api.url()])
+        .args(["--tls-server-name-override", "localhost-recovery"])
+        .arg("--ca-file")
+        .arg(api.dir.join("recovery-ca.crt"))
+        .arg("--token-file")
+        .arg(api.dir.join("token"))
+        .arg("--config")
+        .arg(config)
+        .args(extra)
+        .env(
+            "RUST_LOG",
+            std::env::var("RUST_LOG").unwrap_or("info".into()),
+        );
+    command
+}
+
+/// A ConfigMap holding `ca-bundle.crt`.
+pub fn bundle_config_map(name: &str, pem: &str) -> k8s_openapi::api::core::v1::ConfigMap {
+    k8s_openapi::api::core::v1::ConfigMap {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.to_owned()),
+            ..Default::default()
+        },
+        data: Some(BTreeMap::from([(
+            "ca-bundle.crt".to_owned(),
+            pem.to_owned(),
+        )])),
+        ..Default::default()
+    }
+}
+
 /// A `kubernetes.io/tls`-shaped Secret with `tls.crt` and `tls.key`.
 pub fn tls_secret(name: &str, cert: &str, key: &str) -> Secret {
     Secret {

@@ -1,0 +1,461 @@
+//! `cert-syncer regenerate` as a process against `mini-apiserver` over the recovery connection:
+//! expired-only vs rotate, an expired signer with its bundle and leaf, three replicas racing,
+//! garbage data under fresh annotations, and a clock set back.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use e2e::apiserver::ADMIN_TOKEN;
+use e2e::pki::write_atomic;
+use e2e::syncer::{NS, bundle_config_map, regenerate_command, tls_secret};
+use e2e::{ApiServer, Ca, CertSpec, install_crypto_provider};
+use futures::StreamExt;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::api::{Api, ListParams, PostParams, WatchEvent, WatchParams};
+use rustls::client::danger::ServerCertVerifier;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, ServerName, UnixTime};
+use time::OffsetDateTime;
+
+const CONFIG: &str = r#"
+namespace: openshift-kube-apiserver
+signers:
+  - { name: serving-signer, validity: 200d, refresh: 150d }
+bundles:
+  - { name: serving-ca, signers: [serving-signer] }
+targets:
+  - name: serving-cert
+    signer: serving-signer
+    serving: { hostnames: [localhost, 127.0.0.1] }
+    validity: 100d
+    refresh: 50d
+"#;
+
+fn days(n: i64) -> time::Duration {
+    time::Duration::days(n)
+}
+
+struct Fixture {
+    _tmp: tempfile::TempDir,
+    api: ApiServer,
+    config: PathBuf,
+    secrets: Api<Secret>,
+    config_maps: Api<ConfigMap>,
+}
+
+fn fixture() -> Fixture {
+    install_crypto_provider();
+    let tmp = tempfile::tempdir().unwrap();
+    let api = ApiServer::start(tmp.path(), &[]);
+    let config = tmp.path().join("rotation.yaml");
+    write_atomic(&config, CONFIG.as_bytes());
+    let client = api.client_with_token(ADMIN_TOKEN);
+    Fixture {
+        secrets: Api::namespaced(client.clone(), NS),
+        config_maps: Api::namespaced(client, NS),
+        _tmp: tmp,
+        api,
+        config,
+    }
+}
+
+impl Fixture {
+    /// Stores signer `ca`, a bundle of `ca` and `others`, and a serving leaf valid in
+    /// `leaf_window`.
+    async fn seed(
+        &self,
+        ca: &mut Ca,
+        others: &[&Ca],
+        leaf_window: (OffsetDateTime, OffsetDateTime),
+    ) {
+        let signer = tls_secret("serving-signer", &ca.pem, &ca.key_pem());
+        self.secrets
+            .create(&PostParams::default(), &signer)
+            .await
+            .unwrap();
+        let pem: String = std::iter::once(ca.pem.as_str())
+            .chain(others.iter().map(|c| c.pem.as_str()))
+            .collect();
+        self.config_maps
+            .create(
+                &PostParams::default(),
+                &bundle_config_map("serving-ca", &pem),
+            )
+            .await
+            .unwrap();
+        let leaf = ca.issue(
+            &CertSpec::server(&["localhost", "127.0.0.1"]).valid(leaf_window.0, leaf_window.1),
+        );
+        self.secrets
+            .create(
+                &PostParams::default(),
+                &tls_secret("serving-cert", &leaf.cert_pem, &leaf.key_pem),
+            )
+            .await
+            .unwrap();
+    }
+
+    fn once(&self, extra: &[&str]) -> (bool, String) {
+        run_once(&self.api, &self.config, extra)
+    }
+
+    async fn versions(&self) -> BTreeMap<String, String> {
+        let mut versions = BTreeMap::new();
+        for name in ["serving-signer", "serving-cert"] {
+            if let Some(secret) = self.secrets.get_opt(name).await.unwrap() {
+                versions.insert(name.to_owned(), secret.metadata.resource_version.unwrap());
+            }
+        }
+        if let Some(map) = self.config_maps.get_opt("serving-ca").await.unwrap() {
+            versions.insert(
+                "serving-ca".to_owned(),
+                map.metadata.resource_version.unwrap(),
+            );
+        }
+        versions
+    }
+
+    async fn pem_of(&self, name: &str, key: &str) -> String {
+        let secret = self.secrets.get(name).await.unwrap();
+        String::from_utf8(secret.data.unwrap()[key].0.clone()).unwrap()
+    }
+
+    async fn bundle(&self) -> Vec<CertificateDer<'static>> {
+        let map = self.config_maps.get("serving-ca").await.unwrap();
+        let text = map.data.unwrap()["ca-bundle.crt"].clone();
+        CertificateDer::pem_slice_iter(text.as_bytes())
+            .collect::<Result<Vec<_>, _>>()
+            .unwrap()
+    }
+}
+
+fn run_once(api: &ApiServer, config: &Path, extra: &[&str]) -> (bool, String) {
+    let output = regenerate_command(api, config, &["--once"])
+        .args(extra)
+        .output()
+        .expect("cert-syncer runs");
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    eprintln!("[cert-syncer regenerate --once {extra:?}]\n{stderr}");
+    (output.status.success(), stderr)
+}
+
+fn der_of(pem: &str) -> CertificateDer<'static> {
+    CertificateDer::from_pem_slice(pem.as_bytes()).unwrap()
+}
+
+fn serial_of(pem: &str) -> String {
+    let der = der_of(pem);
+    let (_, cert) = x509_parser::parse_x509_certificate(&der).unwrap();
+    cert.raw_serial_as_string()
+}
+
+fn validity_of(pem: &str) -> (i64, i64) {
+    let der = der_of(pem);
+    let (_, cert) = x509_parser::parse_x509_certificate(&der).unwrap();
+    (
+        cert.validity().not_before.timestamp(),
+        cert.validity().not_after.timestamp(),
+    )
+}
+
+/// Verifies `leaf` for `localhost` against `bundle`, now.
+fn chains_to(leaf: &str, bundle: &[CertificateDer<'static>]) -> Result<(), String> {
+    let mut roots = rustls::RootCertStore::empty();
+    for ca in bundle {
+        roots.add(ca.clone()).map_err(|e| e.to_string())?;
+    }
+    let verifier = rustls::client::WebPkiServerVerifier::builder(Arc::new(roots))
+        .build()
+        .map_err(|e| e.to_string())?;
+    verifier
+        .verify_server_cert(
+            &der_of(leaf),
+            &[],
+            &ServerName::try_from("localhost").unwrap(),
+            &[],
+            UnixTime::now(),
+        )
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_only_leaves_a_cert_at_99_percent_alone_and_rotate_replaces_it() {
+    let f = fixture();
+    let now = OffsetDateTime::now_utc();
+    let mut ca = Ca::with_validity(now - days(100), now + days(100));
+    f.seed(&mut ca, &[], (now - days(99), now + days(1))).await;
+    let before = f.versions().await;
+    let leaf_before = f.pem_of("serving-cert", "tls.crt").await;
+
+    let (ok, log) = f.once(&["--mode", "expired-only"]);
+    assert!(ok, "{log}");
+    assert_eq!(
+        f.versions().await,
+        before,
+        "nothing may be written, not even metadata"
+    );
+    let secret = f.secrets.get("serving-cert").await.unwrap();
+    assert!(
+        secret.metadata.annotations.is_none(),
+        "no annotations added to a valid object"
+    );
+
+    let (ok, log) = f.once(&["--mode", "rotate"]);
+    assert!(ok, "{log}");
+    let after = f.versions().await;
+    assert_eq!(
+        after["serving-signer"], before["serving-signer"],
+        "the signer is mid-life"
+    );
+    assert_eq!(after["serving-ca"], before["serving-ca"]);
+    assert_ne!(after["serving-cert"], before["serving-cert"]);
+    let leaf = f.pem_of("serving-cert", "tls.crt").await;
+    assert_ne!(serial_of(&leaf), serial_of(&leaf_before));
+    chains_to(&leaf, &f.bundle().await).unwrap();
+    assert!(log.contains("past 80% of its lifetime"), "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_signer_is_replaced_the_bundle_keeps_valid_old_cas_and_leaves_chain_to_it() {
+    let f = fixture();
+    let now = OffsetDateTime::now_utc();
+    let mut expired = Ca::with_validity(now - days(60), now - days(1));
+    let older_valid = Ca::with_validity(now - days(10), now + days(300));
+    f.seed(
+        &mut expired,
+        &[&older_valid],
+        (now - days(30), now - days(2)),
+    )
+    .await;
+
+    let (ok, log) = f.once(&[]);
+    assert!(ok, "{log}");
+    let signer = f.pem_of("serving-signer", "tls.crt").await;
+    assert_ne!(der_of(&signer), der_of(&expired.pem));
+    let (signer_nb, signer_na) = validity_of(&signer);
+    let now = now.unix_timestamp();
+    assert!(
+        signer_nb <= now - 290 && signer_nb >= now - 400,
+        "backdated about 5 minutes"
+    );
+    assert!(
+        (signer_na - (now + 200 * 86_400)).abs() < 120,
+        "valid for 200 days"
+    );
+
+    let bundle = f.bundle().await;
+    assert_eq!(bundle.len(), 2, "the expired CA is pruned");
+    assert!(
+        bundle.contains(&der_of(&older_valid.pem)),
+        "a valid old CA is kept"
+    );
+    assert!(bundle.contains(&der_of(&signer)), "the new CA is added");
+
+    let leaf = f.pem_of("serving-cert", "tls.crt").await;
+    chains_to(&leaf, &bundle).unwrap();
+    let (_, leaf_na) = validity_of(&leaf);
+    assert!(leaf_na <= signer_na, "a leaf never outlives its signer");
+    let secret = f.secrets.get("serving-cert").await.unwrap();
+    let annotations = secret.metadata.annotations.unwrap();
+    let not_after = OffsetDateTime::parse(
+        &annotations["auth.openshift.io/certificate-not-after"],
+        &time::format_description::well_known::Rfc3339,
+    )
+    .unwrap();
+    assert_eq!(not_after.unix_timestamp(), leaf_na);
+    assert_eq!(
+        annotations["auth.openshift.io/certificate-hostnames"],
+        "127.0.0.1,localhost"
+    );
+    assert!(
+        annotations["auth.openshift.io/certificate-issuer"]
+            .starts_with("openshift-kube-apiserver_serving-signer@")
+    );
+
+    // A second pass finds nothing to do.
+    let before = f.versions().await;
+    let (ok, log) = f.once(&[]);
+    assert!(ok, "{log}");
+    assert_eq!(f.versions().await, before);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_replicas_racing_write_each_object_exactly_once_and_settle() {
+    let f = fixture();
+    let now = OffsetDateTime::now_utc();
+    let mut expired = Ca::with_validity(now - days(60), now - days(1));
+    f.seed(&mut expired, &[], (now - days(30), now - days(2)))
+        .await;
+
+    // Count every write from here on.
+    let secrets_rv = f
+        .secrets
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    let maps_rv = f
+        .config_maps
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    let writes = Arc::new(std::sync::Mutex::new(BTreeMap::<String, usize>::new()));
+    let mut watchers = Vec::new();
+    {
+        let (api, w) = (f.secrets.clone(), writes.clone());
+        watchers.push(tokio::spawn(async move {
+            let stream = api
+                .watch(&WatchParams::default(), &secrets_rv)
+                .await
+                .unwrap();
+            futures::pin_mut!(stream);
+            while let Some(Ok(event)) = stream.next().await {
+                if let WatchEvent::Added(o) | WatchEvent::Modified(o) = event {
+                    *w.lock()
+                        .unwrap()
+                        .entry(o.metadata.name.unwrap())
+                        .or_default() += 1;
+                }
+            }
+        }));
+        let (api, w) = (f.config_maps.clone(), writes.clone());
+        watchers.push(tokio::spawn(async move {
+            let stream = api.watch(&WatchParams::default(), &maps_rv).await.unwrap();
+            futures::pin_mut!(stream);
+            while let Some(Ok(event)) = stream.next().await {
+                if let WatchEvent::Added(o) | WatchEvent::Modified(o) = event {
+                    *w.lock()
+                        .unwrap()
+                        .entry(o.metadata.name.unwrap())
+                        .or_default() += 1;
+                }
+            }
+        }));
+    }
+
+    let racers: Vec<_> = (0..3)
+        .map(|_| {
+            regenerate_command(&f.api, &f.config, &["--once"])
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for racer in racers {
+        let output = racer.wait_with_output().unwrap();
+        let log = String::from_utf8_lossy(&output.stderr);
+        eprintln!("[racer]\n{log}");
+        assert!(
+            output.status.success(),
+            "every replica settles cleanly:\n{log}"
+        );
+    }
+    // Long-running replicas on the settled objects: they must find nothing to do.
+    let mut long_running: Vec<_> = (0..3)
+        .map(|_| {
+            regenerate_command(&f.api, &f.config, &[])
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for child in &mut long_running {
+        assert!(child.try_wait().unwrap().is_none(), "a replica exited");
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for watcher in watchers {
+        watcher.abort();
+    }
+    let writes = writes.lock().unwrap().clone();
+    assert_eq!(
+        writes,
+        BTreeMap::from([
+            ("serving-ca".to_owned(), 1),
+            ("serving-cert".to_owned(), 1),
+            ("serving-signer".to_owned(), 1),
+        ]),
+        "exactly one write per object"
+    );
+    let bundle = f.bundle().await;
+    chains_to(&f.pem_of("serving-cert", "tls.crt").await, &bundle).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbage_under_fresh_annotations_is_regenerated_and_a_clock_set_back_is_refused() {
+    let f = fixture();
+    let now = OffsetDateTime::now_utc();
+    let mut ca = Ca::with_validity(now - days(10), now + days(150));
+    f.seed(&mut ca, &[], (now - days(1), now + days(50))).await;
+    // Garbage data, annotations that claim a fresh certificate.
+    let mut secret = f.secrets.get("serving-cert").await.unwrap();
+    secret.data = Some(BTreeMap::from([
+        (
+            "tls.crt".to_owned(),
+            ByteString(b"-----BEGIN CERTIFICATE-----\ngarbage\n".to_vec()),
+        ),
+        ("tls.key".to_owned(), ByteString(b"not a key".to_vec())),
+    ]));
+    secret.metadata.annotations = Some(BTreeMap::from([
+        (
+            "auth.openshift.io/certificate-not-after".to_owned(),
+            "2099-01-01T00:00:00Z".to_owned(),
+        ),
+        (
+            "auth.openshift.io/certificate-not-before".to_owned(),
+            "2020-01-01T00:00:00Z".to_owned(),
+        ),
+        (
+            "auth.openshift.io/certificate-issuer".to_owned(),
+            "whatever".to_owned(),
+        ),
+    ]));
+    f.secrets
+        .replace("serving-cert", &PostParams::default(), &secret)
+        .await
+        .unwrap();
+    let (ok, log) = f.once(&[]);
+    assert!(ok, "{log}");
+    let leaf = f.pem_of("serving-cert", "tls.crt").await;
+    chains_to(&leaf, &f.bundle().await).unwrap();
+    assert!(log.contains("unusable"), "{log}");
+
+    // The clock two days back: earlier than the notBefore of the certificate just written.
+    // Something needs writing (the bundle was emptied), yet nothing may be written.
+    f.config_maps
+        .replace("serving-ca", &PostParams::default(), &{
+            let mut map = f.config_maps.get("serving-ca").await.unwrap();
+            map.data = Some(BTreeMap::from([(
+                "ca-bundle.crt".to_owned(),
+                String::new(),
+            )]));
+            map
+        })
+        .await
+        .unwrap();
+    let before = f.versions().await;
+    let back = (now - days(2)).unix_timestamp().to_string();
+    let (ok, log) = f.once(&["--now", &back]);
+    assert!(!ok, "a refused pass exits non-zero");
+    assert!(log.contains("refusing to regenerate"), "{log}");
+    assert!(
+        log.contains("secret openshift-kube-apiserver/"),
+        "names the object: {log}"
+    );
+    assert_eq!(f.versions().await, before);
+    // With the clock right again, the bundle is repaired.
+    let (ok, log) = f.once(&[]);
+    assert!(ok, "{log}");
+    assert_eq!(f.bundle().await.len(), 1);
+}
