@@ -63,6 +63,10 @@ type Configure = Arc<dyn Fn(&mut ServerConfig) + Send + Sync>;
 
 /// Configures and starts a [`ServingSet`]. Made by [`ServingSet::builder`].
 ///
+/// A set may hold thousands of SNI pairs (call [`sni`](Self::sni) or
+/// [`sni_from_certificate`](Self::sni_from_certificate) once per pair): lookups are O(1) in the
+/// number of pairs and a change to one pair re-reads only that pair (see [`ServingSet`]).
+///
 /// Defaults: no SNI pairs, no client certificates, ALPN `h2` then `http/1.1`, TLS 1.2 and 1.3
 /// with the aws-lc-rs provider, resync every 60 s, polling every 1 s when inotify is unavailable.
 #[must_use]
@@ -273,6 +277,15 @@ impl ServingSetBuilder {
 /// [`reload_on_sighup`](Self::reload_on_sighup)). Rejected material leaves the last good snapshot
 /// in place; the reload is retried shortly after, and again on the next event.
 ///
+/// Each pair (and the client-CA bundle with its CRLs) is a source of its own. An event re-reads
+/// only the sources whose files it names (a kubelet `..data` swap: the sources in that
+/// directory); a resync, an explicit reload, SIGHUP or a queue overflow re-reads all of them.
+/// Only sources whose bytes changed are parsed and checked again, and the new snapshot shares
+/// every other entry with the previous one, so the cost of changing one pair does not grow with
+/// the size of the set ([`Status::last_reload_sources_read`] and
+/// [`Status::last_reload_sources_parsed`] show what a pass did). A rejected source keeps its last
+/// good entry and is retried without holding back changes to the others.
+///
 /// # Security
 /// Before a swap: every PEM block parses, the key matches the leaf, the chain is in order,
 /// configured SNI names are covered by the certificate, the CA bundle is non-empty. An expired
@@ -338,10 +351,12 @@ impl ServingSet {
     }
 
     /// Re-reads every file now and waits for the outcome: `Ok(true)` when a new snapshot was
-    /// published, `Ok(false)` when the files hold what is served.
+    /// published, `Ok(false)` when the files hold what is served. Only sources whose bytes
+    /// changed are parsed again.
     ///
     /// # Errors
-    /// Why the files were rejected (the last good material keeps serving).
+    /// Why the files were rejected (the last good material of the rejected source keeps
+    /// serving; changes to other sources found by the same pass are published regardless).
     pub async fn reload(&self) -> Result<bool> {
         self.handle.reload().await
     }
