@@ -4,4 +4,5 @@
 pub mod demo;
 pub mod load;
 pub mod mini_apiserver;
+pub mod recovery;
 pub mod serve;
