@@ -125,6 +125,25 @@ pub struct RegenerateArgs {
     /// Namespace of this pod, for Kubernetes Events (downward API).
     #[arg(long, env = "POD_NAMESPACE")]
     pub pod_namespace: Option<String>,
+    /// Run passes only while holding a coordination.k8s.io Lease, so one replica acts and logs
+    /// (the others wait). Off by default: optimistic concurrency already makes replicas safe.
+    #[arg(long)]
+    pub leader_elect: bool,
+    /// Name of the Lease.
+    #[arg(long, default_value = "cert-regeneration-controller-lock")]
+    pub leader_elect_lease_name: String,
+    /// Namespace of the Lease (default: POD_NAMESPACE, else `default`).
+    #[arg(long)]
+    pub leader_elect_namespace: Option<String>,
+    /// How long a Lease is honoured without renewal before a standby takes over.
+    #[arg(long, value_parser = parse_duration, default_value = "137s")]
+    pub leader_elect_lease_duration: Duration,
+    /// The leader gives up (and exits 1) when it could not renew for this long.
+    #[arg(long, value_parser = parse_duration, default_value = "107s")]
+    pub leader_elect_renew_deadline: Duration,
+    /// How often to renew, or to retry acquiring.
+    #[arg(long, value_parser = parse_duration, default_value = "26s")]
+    pub leader_elect_retry_period: Duration,
     /// Evaluate as if the time were this (RFC 3339 or Unix seconds). For drills and tests of
     /// the clock-skew guard; never set in production.
     #[arg(long, hide = true)]
@@ -136,8 +155,14 @@ pub struct RegenerateArgs {
 #[error("{0}")]
 pub struct ConfigError(pub String);
 
-/// `30s`, `5m`, `1h` or plain seconds.
+/// `250ms`, `30s`, `5m`, `1h` or plain seconds.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    if let Some(millis) = text.strip_suffix("ms") {
+        return millis
+            .parse()
+            .map(Duration::from_millis)
+            .map_err(|_| format!("invalid duration {text:?}"));
+    }
     let (number, unit) = text
         .find(|c: char| !c.is_ascii_digit())
         .map_or((text, ""), |i| text.split_at(i));
@@ -162,6 +187,7 @@ mod tests {
         assert_eq!(parse_duration("30"), Ok(Duration::from_secs(30)));
         assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
         assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
         assert!(parse_duration("5d").is_err());
         assert!(parse_duration("m").is_err());
     }

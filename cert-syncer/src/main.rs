@@ -17,6 +17,7 @@ mod cli;
 mod connection;
 mod events;
 mod health;
+mod leader;
 mod metrics;
 mod regenerate;
 mod shutdown;

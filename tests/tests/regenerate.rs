@@ -459,3 +459,92 @@ async fn garbage_under_fresh_annotations_is_regenerated_and_a_clock_set_back_is_
     assert!(ok, "{log}");
     assert_eq!(f.bundle().await.len(), 1);
 }
+
+/// A long-running `regenerate` with a short leader election, its stderr collected.
+fn candidate(f: &Fixture) -> e2e::ChildProcess {
+    // ChildProcess waits for `listening on`: the metrics listener prints it.
+    let mut command = regenerate_command(
+        &f.api,
+        &f.config,
+        &[
+            "--leader-elect",
+            "--leader-elect-namespace",
+            NS,
+            "--leader-elect-lease-duration",
+            "2s",
+            "--leader-elect-renew-deadline",
+            "1500ms",
+            "--leader-elect-retry-period",
+            "200ms",
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ],
+    );
+    command.env("RUST_LOG", "info");
+    e2e::ChildProcess::start(command)
+}
+
+fn wait_for(what: &str, timeout: Duration, mut condition: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + timeout;
+    while !condition() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_leader_election_one_replica_acts_and_a_standby_takes_over_when_it_dies() {
+    let f = fixture();
+    let now = OffsetDateTime::now_utc();
+    let mut ca = Ca::with_validity(now - days(10), now + days(150));
+    f.seed(&mut ca, &[], (now - days(1), now + days(50))).await;
+
+    let mut first = candidate(&f);
+    wait_for("the first replica to lead", Duration::from_secs(10), || {
+        first.stderr_text().contains("became leader")
+    });
+    let second = candidate(&f);
+    wait_for(
+        "the second replica to wait",
+        Duration::from_secs(10),
+        || second.stderr_text().contains("waiting: the lease is held"),
+    );
+
+    // Only the leader acts: the target deleted, the leader recreates it.
+    f.secrets
+        .delete("serving-cert", &Default::default())
+        .await
+        .unwrap();
+    wait_for(
+        "the leader to recreate the target",
+        Duration::from_secs(10),
+        || first.stderr_text().contains("regenerated"),
+    );
+    assert!(
+        !second.stderr_text().contains("regenerated"),
+        "the standby acted"
+    );
+
+    // The leader dies without releasing: the standby takes over after the lease duration.
+    first.kill();
+    wait_for("the standby to lead", Duration::from_secs(10), || {
+        second.stderr_text().contains("became leader")
+    });
+    f.secrets
+        .delete("serving-cert", &Default::default())
+        .await
+        .unwrap();
+    wait_for(
+        "the new leader to recreate the target",
+        Duration::from_secs(10),
+        || second.stderr_text().contains("regenerated"),
+    );
+    chains_to(
+        &f.pem_of("serving-cert", "tls.crt").await,
+        &f.bundle().await,
+    )
+    .unwrap();
+}

@@ -24,12 +24,14 @@ use kube::Api;
 use kube::runtime::{WatchStreamExt, watcher};
 use prometheus_client::registry::Registry;
 use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
 
 pub use decide::Mode;
 
 use crate::cli::{ConfigError, RegenerateArgs};
 use crate::events::EventRecorder;
 use crate::health::Readiness;
+use crate::leader::{self, Elector};
 use metrics::Metrics;
 use pass::Pass;
 
@@ -112,6 +114,44 @@ pub async fn run(args: RegenerateArgs) -> anyhow::Result<()> {
         });
     }
 
+    // With --leader-elect, act only while holding the Lease; losing it ends the process (the
+    // kubelet restarts it as a candidate), as client-go's leader election does.
+    let lost = CancellationToken::new();
+    let lost_reason = Arc::new(std::sync::Mutex::new(String::new()));
+    let mut holder = None;
+    if args.leader_elect {
+        let namespace = args
+            .leader_elect_namespace
+            .clone()
+            .or_else(|| args.pod_namespace.clone())
+            .unwrap_or_else(|| "default".to_owned());
+        let mut elector = Elector::new(
+            client.clone(),
+            &namespace,
+            &args.leader_elect_lease_name,
+            identity(args.pod_name.as_deref()),
+            leader::Timing {
+                lease_duration: args.leader_elect_lease_duration,
+                renew_deadline: args.leader_elect_renew_deadline,
+                retry_period: args.leader_elect_retry_period,
+            },
+        );
+        if !elector.acquire(&shutdown).await {
+            return Ok(());
+        }
+        let (shutdown, lost, lost_reason) =
+            (shutdown.clone(), lost.clone(), Arc::clone(&lost_reason));
+        holder = Some(tokio::spawn(async move {
+            match elector.hold(&shutdown).await {
+                Some(reason) => {
+                    *lost_reason.lock().unwrap_or_else(|p| p.into_inner()) = reason;
+                    lost.cancel();
+                }
+                None => elector.release().await,
+            }
+        }));
+    }
+
     // One watch per declared object; any change wakes the loop.
     let wake = Arc::new(Notify::new());
     let mut watches = Vec::new();
@@ -139,6 +179,13 @@ pub async fn run(args: RegenerateArgs) -> anyhow::Result<()> {
             () = tokio::time::sleep(sleep_for) => {}
             () = wake.notified() => {}
             () = shutdown.cancelled() => break,
+            () = lost.cancelled() => {
+                let reason = lost_reason.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                for watch in watches {
+                    watch.abort();
+                }
+                return Err(anyhow::anyhow!("lost leadership: {reason}; exiting so the kubelet restarts us as a candidate"));
+            }
         }
         let report = Pass {
             client: &client,
@@ -168,6 +215,10 @@ pub async fn run(args: RegenerateArgs) -> anyhow::Result<()> {
     }
     for watch in watches {
         watch.abort();
+    }
+    if let Some(holder) = holder {
+        // Releases the Lease so a standby takes over at once.
+        let _ = holder.await;
     }
     drop(connection);
     Ok(())
@@ -199,6 +250,16 @@ fn log_report(report: &pass::Report) {
     for written in &report.written {
         tracing::info!(kind = written.kind, object = %written.object, reason = %written.reason, "written");
     }
+}
+
+/// This replica's name in the Lease: the pod name, else the host name and the process id.
+fn identity(pod_name: Option<&str>) -> String {
+    pod_name.map(str::to_owned).unwrap_or_else(|| {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_owned())
+            .unwrap_or_else(|_| "unknown-host".to_owned());
+        format!("{host}_{}", std::process::id())
+    })
 }
 
 fn unix_now() -> i64 {

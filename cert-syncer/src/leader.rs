@@ -1,0 +1,200 @@
+//! Leader election with a coordination.k8s.io/v1 Lease, as client-go's `leaderelection` does
+//! it: the holder renews the Lease every retry period; a candidate takes it over once the
+//! record has not changed for the lease duration **as measured by the candidate's own monotonic
+//! clock** (never by comparing the holder's timestamps with the local wall clock, so clock skew
+//! between nodes cannot make two leaders). Every write carries the resourceVersion it read.
+//!
+//! Optional for `regenerate`: optimistic concurrency already makes replicas safe; a leader keeps
+//! the recovery logs in one pod, as OpenShift does.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use kube::Api;
+use kube::api::{ObjectMeta, PostParams};
+use tokio_util::sync::CancellationToken;
+
+/// Timing, defaults as OpenShift's cert-regeneration-controller (137 s / 107 s / 26 s).
+#[derive(Debug, Clone, Copy)]
+pub struct Timing {
+    pub lease_duration: Duration,
+    pub renew_deadline: Duration,
+    pub retry_period: Duration,
+}
+
+/// One candidate.
+pub struct Elector {
+    api: Api<Lease>,
+    name: String,
+    identity: String,
+    timing: Timing,
+    /// The last record seen (resourceVersion) and when we first saw it.
+    observed: Option<(String, Instant)>,
+}
+
+impl Elector {
+    pub fn new(
+        client: kube::Client,
+        namespace: &str,
+        name: &str,
+        identity: String,
+        timing: Timing,
+    ) -> Elector {
+        Elector {
+            api: Api::namespaced(client, namespace),
+            name: name.to_owned(),
+            identity,
+            timing,
+            observed: None,
+        }
+    }
+
+    /// Waits until this candidate holds the Lease. `false` when `shutdown` came first.
+    pub async fn acquire(&mut self, shutdown: &CancellationToken) -> bool {
+        let mut logged_holder = String::new();
+        loop {
+            match self.try_acquire_or_renew().await {
+                Ok(Attempt::Held) => {
+                    tracing::info!(lease = %self.name, identity = %self.identity, "became leader");
+                    return true;
+                }
+                Ok(Attempt::HeldBy(holder)) => {
+                    if holder != logged_holder {
+                        tracing::info!(lease = %self.name, %holder, "waiting: the lease is held by another replica");
+                        logged_holder = holder;
+                    }
+                }
+                Err(err) => {
+                    tracing::warn!(lease = %self.name, error = %err, "cannot read or write the lease")
+                }
+            }
+            tokio::select! {
+                () = tokio::time::sleep(self.timing.retry_period) => {}
+                () = shutdown.cancelled() => return false,
+            }
+        }
+    }
+
+    /// Renews until the Lease is lost (someone else holds it, or no renewal succeeded within
+    /// the renew deadline) or `shutdown`. Returns the reason it was lost, `None` on shutdown.
+    pub async fn hold(&mut self, shutdown: &CancellationToken) -> Option<String> {
+        let mut last_renewal = Instant::now();
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep(self.timing.retry_period) => {}
+                () = shutdown.cancelled() => return None,
+            }
+            match self.try_acquire_or_renew().await {
+                Ok(Attempt::Held) => last_renewal = Instant::now(),
+                Ok(Attempt::HeldBy(holder)) => {
+                    return Some(format!("lease {} taken over by {holder}", self.name));
+                }
+                Err(err) => {
+                    tracing::warn!(lease = %self.name, error = %err, "cannot renew the lease")
+                }
+            }
+            if last_renewal.elapsed() > self.timing.renew_deadline {
+                return Some(format!(
+                    "lease {} not renewed within {:?}",
+                    self.name, self.timing.renew_deadline
+                ));
+            }
+        }
+    }
+
+    /// Gives the Lease up on a clean shutdown so a standby takes over at once.
+    pub async fn release(&mut self) {
+        if let Ok(Some(mut lease)) = self.api.get_opt(&self.name).await {
+            let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
+            if spec.holder_identity.as_deref() == Some(self.identity.as_str()) {
+                spec.holder_identity = None;
+                spec.lease_duration_seconds = Some(1);
+                if let Err(err) = self
+                    .api
+                    .replace(&self.name, &PostParams::default(), &lease)
+                    .await
+                {
+                    tracing::warn!(lease = %self.name, error = %err, "cannot release the lease");
+                } else {
+                    tracing::info!(lease = %self.name, "released the lease");
+                }
+            }
+        }
+    }
+
+    async fn try_acquire_or_renew(&mut self) -> Result<Attempt, kube::Error> {
+        let now = MicroTime(k8s_openapi::jiff::Timestamp::now());
+        let duration_secs = self.timing.lease_duration.as_secs().max(1) as i32;
+        let Some(mut lease) = self.api.get_opt(&self.name).await? else {
+            let lease = Lease {
+                metadata: ObjectMeta {
+                    name: Some(self.name.clone()),
+                    ..ObjectMeta::default()
+                },
+                spec: Some(LeaseSpec {
+                    holder_identity: Some(self.identity.clone()),
+                    lease_duration_seconds: Some(duration_secs),
+                    acquire_time: Some(now.clone()),
+                    renew_time: Some(now),
+                    lease_transitions: Some(0),
+                    ..LeaseSpec::default()
+                }),
+            };
+            return match self.api.create(&PostParams::default(), &lease).await {
+                Ok(_) => Ok(Attempt::Held),
+                Err(err) if is_conflict(&err) => Ok(Attempt::HeldBy("a concurrent creator".into())),
+                Err(err) => Err(err),
+            };
+        };
+        let version = lease.metadata.resource_version.clone().unwrap_or_default();
+        let observed_at = match &self.observed {
+            Some((seen, at)) if *seen == version => *at,
+            _ => {
+                let at = Instant::now();
+                self.observed = Some((version, at));
+                at
+            }
+        };
+        let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
+        let holder = spec.holder_identity.clone().unwrap_or_default();
+        let their_duration =
+            Duration::from_secs(spec.lease_duration_seconds.unwrap_or(0).max(0) as u64);
+        let ours = holder == self.identity;
+        let free = holder.is_empty() || observed_at.elapsed() > their_duration;
+        if !ours && !free {
+            return Ok(Attempt::HeldBy(holder));
+        }
+        if !ours {
+            spec.acquire_time = Some(now.clone());
+            spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + 1);
+        }
+        spec.holder_identity = Some(self.identity.clone());
+        spec.lease_duration_seconds = Some(duration_secs);
+        spec.renew_time = Some(now);
+        match self
+            .api
+            .replace(&self.name, &PostParams::default(), &lease)
+            .await
+        {
+            Ok(written) => {
+                self.observed = written
+                    .metadata
+                    .resource_version
+                    .map(|v| (v, Instant::now()));
+                Ok(Attempt::Held)
+            }
+            Err(err) if is_conflict(&err) => Ok(Attempt::HeldBy("a concurrent writer".into())),
+            Err(err) => Err(err),
+        }
+    }
+}
+
+enum Attempt {
+    Held,
+    HeldBy(String),
+}
+
+fn is_conflict(err: &kube::Error) -> bool {
+    matches!(err, kube::Error::Api(status) if status.code == 409)
+}
