@@ -343,3 +343,93 @@ async fn sigkill_during_a_burst_of_updates_leaves_one_complete_generation_per_di
         );
     }
 }
+
+/// Unmounts on drop.
+struct Mount(std::path::PathBuf);
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_keeps_the_old_files_and_the_write_lands_when_space_returns() {
+    install_crypto_provider();
+    let tmp = tempfile::tempdir().unwrap();
+    let dest = tmp.path().join("resources");
+    std::fs::create_dir_all(&dest).unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=256k", "tmpfs"])
+        .arg(&dest)
+        .output();
+    match mounted {
+        Ok(out) if out.status.success() => {}
+        Ok(out) => {
+            eprintln!(
+                "SKIPPED: cannot mount a small tmpfs here ({}); the disk-full case needs root",
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+            return;
+        }
+        Err(err) => {
+            eprintln!("SKIPPED: cannot run mount(8): {err}");
+            return;
+        }
+    }
+    let _mount = Mount(dest.clone());
+    let api = ApiServer::start(tmp.path(), &[]);
+    let secrets: Api<Secret> = Api::namespaced(api.client_with_token(ADMIN_TOKEN), NS);
+    secrets
+        .create(&PostParams::default(), &tagged_secret("serving-cert", 1))
+        .await
+        .unwrap();
+    let syncer = Syncer::start(&api, &dest, &["--secrets", "serving-cert"]);
+    let dir = dest.join("secrets/serving-cert");
+    wait_until("the first sync", Duration::from_secs(20), || {
+        shown_generation(&dir) == Some(1)
+    });
+
+    // Fill the filesystem.
+    let filler = dest.join("filler");
+    {
+        use std::io::Write;
+        let mut file = std::fs::File::create(&filler).unwrap();
+        let chunk = [0u8; 4096];
+        while file
+            .write_all(&chunk)
+            .and_then(|()| file.sync_all())
+            .is_ok()
+        {}
+    }
+    put(&secrets, "serving-cert", 2).await;
+    wait_until("the write to fail", Duration::from_secs(20), || {
+        syncer
+            .process
+            .stderr_text()
+            .contains("cannot write; previous files kept")
+    });
+    assert_eq!(shown_generation(&dir), Some(1), "the old files are intact");
+    assert_one_complete_generation(&dir, &["tls.crt", "tls.key", "ca.crt"]);
+
+    // Space returns: the write lands without any new event.
+    std::fs::remove_file(&filler).unwrap();
+    let started = Instant::now();
+    wait_until("the retried write", Duration::from_secs(30), || {
+        shown_generation(&dir) == Some(2)
+    });
+    eprintln!(
+        "disk full: write landed {:?} after space returned",
+        started.elapsed()
+    );
+    assert_one_complete_generation(&dir, &["tls.crt", "tls.key", "ca.crt"]);
+    let leftovers: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("..") && n != "..data")
+        .collect();
+    assert!(leftovers.len() <= 2, "{leftovers:?}");
+}

@@ -18,6 +18,7 @@ use kube::runtime::watcher;
 use prometheus_client::registry::Registry;
 use reload_lib::fs::{AtomicDirWriter, WriteOutcome};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::cli::{ConfigError, SyncArgs};
 use crate::events::EventRecorder;
@@ -257,19 +258,33 @@ impl Context {
     {
         let stream = stream.default_backoff();
         futures::pin_mut!(stream);
+        // A reconcile that failed for a reason that may pass (disk full, apiserver unreachable
+        // for the confirming GET) is retried with backoff even if no new event comes.
+        let mut retry: Option<Duration> = None;
+        let mut last_seen = false;
         loop {
             let item = tokio::select! {
                 item = stream.next() => item,
+                () = tokio::time::sleep(retry.unwrap_or(RETRY_MAX)), if retry.is_some() => {
+                    let span = tracing::info_span!("sync", object = %object.label(), retry = ?retry);
+                    let settled = self.reconcile(object, api, last_seen).instrument(span).await;
+                    retry = next_retry(retry, settled);
+                    continue;
+                }
                 () = self.shutdown.cancelled() => return,
             };
             match item {
                 None => return,
                 Some(Ok(seen)) => {
                     let span = tracing::info_span!("sync", object = %object.label(), secret.namespace = %self.settings.namespace);
-                    let _entered = span.enter();
                     self.auth_ok();
                     self.readiness.clear("tls");
-                    self.reconcile(object, api, seen.is_some()).await;
+                    last_seen = seen.is_some();
+                    let settled = self
+                        .reconcile(object, api, last_seen)
+                        .instrument(span)
+                        .await;
+                    retry = next_retry(None, settled);
                 }
                 Some(Err(err)) => {
                     let status = watch_error_status(&err);
@@ -287,8 +302,9 @@ impl Context {
         }
     }
 
-    /// Confirms with a live GET, then writes or removes.
-    async fn reconcile<K>(&self, object: &ObjectSpec, api: &Api<K>, watched_present: bool)
+    /// Confirms with a live GET, then writes or removes. `false` when it failed in a way worth
+    /// retrying.
+    async fn reconcile<K>(&self, object: &ObjectSpec, api: &Api<K>, watched_present: bool) -> bool
     where
         K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + ToFetched,
     {
@@ -302,7 +318,7 @@ impl Context {
                 // its relist after reconnecting) tries again.
                 tracing::warn!(object = %object.label(), error = &err as &dyn std::error::Error, "cannot confirm the object with a live GET; disk unchanged");
                 self.count(object, "error");
-                return;
+                return false;
             }
         };
         if live.is_some() != watched_present {
@@ -314,7 +330,7 @@ impl Context {
         }
     }
 
-    async fn write(&self, object: &ObjectSpec, fetched: Fetched) {
+    async fn write(&self, object: &ObjectSpec, fetched: Fetched) -> bool {
         let dir = self.object_dir(object);
         let writer = AtomicDirWriter::new(&dir);
         let payload = fetched.payload(object.kind);
@@ -352,26 +368,28 @@ impl Context {
                         true,
                     )
                     .await;
-                return;
+                // A bad key will not fix itself; a failed write (disk full, I/O) may.
+                return matches!(err, reload_lib::fs::Error::InvalidKey { .. });
             }
             Err(err) => {
                 tracing::error!(object = %label, error = %err, "write task failed; previous files kept");
                 self.count(object, "error");
-                return;
+                return false;
             }
         }
         self.readiness.clear(&label);
         self.synced(object, &fetched);
-        self.write_files(object, &fetched).await;
+        self.write_files(object, &fetched).await
     }
 
-    async fn absent(&self, object: &ObjectSpec) {
+    async fn absent(&self, object: &ObjectSpec) -> bool {
         let label = object.label();
         if object.required {
             tracing::error!(object = %label, "required object is absent; keeping its files");
             self.readiness.block(&label, "absent from the apiserver");
             self.count(object, "error");
-            return;
+            // Its creation arrives as a watch event.
+            return true;
         }
         let writer = AtomicDirWriter::new(self.object_dir(object));
         match tokio::task::spawn_blocking(move || writer.remove_all()).await {
@@ -391,14 +409,21 @@ impl Context {
                 tracing::debug!(object = %label, "optional object absent; nothing on disk")
             }
             Ok(Err(err)) => {
-                tracing::error!(object = %label, error = &err as &dyn std::error::Error, "cannot remove the directory")
+                tracing::error!(object = %label, error = &err as &dyn std::error::Error, "cannot remove the directory");
+                return false;
             }
-            Err(err) => tracing::error!(object = %label, error = %err, "remove task failed"),
+            Err(err) => {
+                tracing::error!(object = %label, error = %err, "remove task failed");
+                return false;
+            }
         }
+        true
     }
 
-    /// `--file` mappings of this object: certificates only, replaced atomically.
-    async fn write_files(&self, object: &ObjectSpec, fetched: &Fetched) {
+    /// `--file` mappings of this object: certificates only, replaced atomically. `false` when a
+    /// write failed (retried); content that is not PEM certificates is refused for good.
+    async fn write_files(&self, object: &ObjectSpec, fetched: &Fetched) -> bool {
+        let mut settled = true;
         for mapping in self
             .settings
             .files
@@ -431,13 +456,16 @@ impl Context {
                     mapping.path.display()
                 ),
                 Ok(Err(err)) => {
-                    tracing::error!(path = %mapping.path.display(), error = &err as &dyn std::error::Error, "cannot write host file")
+                    tracing::error!(path = %mapping.path.display(), error = &err as &dyn std::error::Error, "cannot write host file");
+                    settled = false;
                 }
                 Err(err) => {
-                    tracing::error!(path = %mapping.path.display(), error = %err, "host file task failed")
+                    tracing::error!(path = %mapping.path.display(), error = %err, "host file task failed");
+                    settled = false;
                 }
             }
         }
+        settled
     }
 
     fn object_dir(&self, object: &ObjectSpec) -> PathBuf {
@@ -517,6 +545,18 @@ impl Context {
             self.shutdown.cancel();
         }
     }
+}
+
+/// First retry of a failed reconcile, doubling up to [`RETRY_MAX`].
+const RETRY_FIRST: Duration = Duration::from_millis(500);
+const RETRY_MAX: Duration = Duration::from_secs(60);
+
+/// The next retry delay: none once settled, else the previous one doubled.
+fn next_retry(previous: Option<Duration>, settled: bool) -> Option<Duration> {
+    if settled {
+        return None;
+    }
+    Some(previous.map_or(RETRY_FIRST, |d| (d * 2).min(RETRY_MAX)))
 }
 
 /// The HTTP status behind a watcher error, if any.
