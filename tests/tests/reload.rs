@@ -297,3 +297,132 @@ fn nix_is_root() -> bool {
         })
         .unwrap_or(false)
 }
+
+/// `tls-load` for `secs` against `addr` (full handshakes): (handshakes, failures, reasons).
+fn tls_load_slice(addr: SocketAddr, ca: &Path, secs: &str) -> (u64, u64, String) {
+    let output = Command::new(bin("tls-load"))
+        .args([
+            "--connect",
+            &addr.to_string(),
+            "--server-name",
+            "localhost",
+            "--ca",
+        ])
+        .arg(ca)
+        .args([
+            "--duration",
+            secs,
+            "--concurrency",
+            "2",
+            "--no-resume",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|_| panic!("tls-load printed no JSON: {output:?}"));
+    (
+        report["handshakes"].as_u64().unwrap_or(0),
+        report["failures"].as_u64().unwrap_or(0),
+        report["failure_reasons"].to_string(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_random_rewrites_per_writer_style_serve_no_torn_pair() {
+    let mut ca = Ca::new();
+    let tmp = tempfile::tempdir().unwrap();
+    let ca_file = tmp.path().join("ca.crt");
+    std::fs::write(&ca_file, &ca.pem).unwrap();
+    // A pool of pairs: any cert served with another entry's key would fail the handshake.
+    let pool: Vec<(String, String, String)> = (0..16).map(|_| ca.leaf()).collect();
+    let rewrites: u64 = std::env::var("E2E_REWRITES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10_000);
+    let mut seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos() as u64
+        | 1;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let mut generation = 0;
+    for writer in [Writer::Rename, Writer::InPlace, Writer::Kubelet] {
+        let dir = tmp.path().join(format!("{writer:?}"));
+        std::fs::create_dir(&dir).unwrap();
+        generation += 1;
+        write_pair(&dir, writer, generation, &pool[0].0, &pool[0].1);
+        let mut command = Command::new(bin("https-server"));
+        command
+            .args(["--listen", "127.0.0.1:0", "--cert"])
+            .arg(dir.join("tls.crt"))
+            .arg("--key")
+            .arg(dir.join("tls.key"));
+        let server = Server::start(command);
+        let addr = server.addr;
+
+        // Load in back-to-back slices on a thread, for as long as the rewrites run.
+        let stop = Arc::new(AtomicBool::new(false));
+        let load = {
+            let (stop, ca_file) = (stop.clone(), ca_file.clone());
+            std::thread::spawn(move || {
+                let (mut handshakes, mut failures, mut reasons) = (0, 0, Vec::new());
+                while !stop.load(Ordering::Relaxed) {
+                    let (h, f, r) = tls_load_slice(addr, &ca_file, "1");
+                    handshakes += h;
+                    failures += f;
+                    if f > 0 {
+                        reasons.push(r);
+                    }
+                }
+                (handshakes, failures, reasons)
+            })
+        };
+        let started = Instant::now();
+        let mut last = 0;
+        for _ in 0..rewrites {
+            let pick = (next() % pool.len() as u64) as usize;
+            let (cert, key, _) = &pool[pick];
+            generation += 1;
+            match writer {
+                // Either order: a reader may see the new cert with the old key or the reverse.
+                Writer::Rename if next() % 2 == 0 => {
+                    rename_into(&dir.join("tls.key"), key.as_bytes());
+                    rename_into(&dir.join("tls.crt"), cert.as_bytes());
+                }
+                Writer::InPlace if next() % 2 == 0 => {
+                    std::fs::write(dir.join("tls.key"), key).unwrap();
+                    std::fs::write(dir.join("tls.crt"), cert).unwrap();
+                }
+                _ => write_pair(&dir, writer, generation, cert, key),
+            }
+            last = pick;
+            if next() % 8 == 0 {
+                std::thread::sleep(Duration::from_micros(next() % 2000));
+            }
+        }
+        let rewriting = started.elapsed();
+        // The last pair written is what settles.
+        let client = ca.client();
+        let want = &pool[last].2;
+        let settle = Instant::now();
+        while get(addr, &client).await.ok().as_ref() != Some(want) {
+            assert!(
+                settle.elapsed() < Duration::from_secs(10),
+                "{writer:?}: the last pair is not served"
+            );
+        }
+        stop.store(true, Ordering::Relaxed);
+        let (handshakes, failures, reasons) = load.join().unwrap();
+        eprintln!(
+            "{writer:?}: {rewrites} rewrites in {rewriting:?}; {handshakes} full handshakes meanwhile, {failures} failed"
+        );
+        assert!(handshakes > 100, "{writer:?}: too little load to judge");
+        assert_eq!(failures, 0, "{writer:?}: failed handshakes: {reasons:?}");
+    }
+}
