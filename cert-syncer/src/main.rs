@@ -6,22 +6,13 @@
 //! `regenerate` is the regeneration controller: it regenerates signers, CA bundles and
 //! certificates declared in a config file, by default only when they are expired or missing.
 //!
-//! `main` parses flags, installs logging and maps the outcome to an exit code: 0 after a clean
+//! The work lives in the library (`src/lib.rs`); `main` parses flags, installs logging and maps the outcome to an exit code: 0 after a clean
 //! shutdown, 1 on a fatal runtime error, 2 on bad flags or configuration.
 
 use std::process::ExitCode;
 
+use cert_syncer::cli;
 use clap::Parser;
-
-mod cli;
-mod connection;
-mod events;
-mod health;
-mod leader;
-mod metrics;
-mod regenerate;
-mod shutdown;
-mod sync;
 
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();
@@ -35,12 +26,7 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let outcome = runtime.block_on(async {
-        match cli.command {
-            cli::Command::Sync(args) => sync::run(args).await,
-            cli::Command::Regenerate(args) => regenerate::run(args).await,
-        }
-    });
+    let outcome = runtime.block_on(cert_syncer::run(cli.command));
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {

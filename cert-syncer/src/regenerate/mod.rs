@@ -9,7 +9,7 @@
 //!   watch per object), and when the next expiry (or rotation point) is reached: a timer aligned
 //!   to the data, not a polling period. Failed passes are retried with backoff.
 
-mod config;
+pub mod config;
 mod decide;
 mod metrics;
 mod pass;

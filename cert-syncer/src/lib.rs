@@ -1,0 +1,32 @@
+//! `cert-syncer`: the sidecars of a control-plane static pod, as a library behind a thin binary.
+//!
+//! `sync` mirrors named Secrets and ConfigMaps from the apiserver (over localhost, through the
+//! `localhost-recovery` SNI name) into a resource directory with atomic directory swaps.
+//!
+//! `regenerate` is the regeneration controller: it regenerates signers, CA bundles and
+//! certificates declared in a config file, by default only when they are expired or missing.
+//!
+//! The public surface is small on purpose: [`cli`] (the flags, as data), [`run`] (one
+//! subcommand to completion) and [`regenerate::config`] (the rotation config parser, public so
+//! that it can be fuzzed and checked by tests). Everything else is internal.
+
+pub mod cli;
+mod connection;
+mod events;
+mod health;
+mod leader;
+mod metrics;
+pub mod regenerate;
+mod shutdown;
+mod sync;
+
+/// Runs one subcommand until it finishes or is shut down (SIGTERM/SIGINT).
+///
+/// Errors that come from bad flags or configuration are [`cli::ConfigError`]s (exit code 2 in
+/// the binary); anything else is a runtime failure.
+pub async fn run(command: cli::Command) -> anyhow::Result<()> {
+    match command {
+        cli::Command::Sync(args) => sync::run(args).await,
+        cli::Command::Regenerate(args) => regenerate::run(args).await,
+    }
+}
