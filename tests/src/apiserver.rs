@@ -194,6 +194,21 @@ impl ApiServer {
         kube::Client::try_from(config).expect("a kube client")
     }
 
+    /// `GET /metrics` as the admin: open watches and requests by verb (see
+    /// `examples::mini_apiserver::metrics`).
+    ///
+    /// # Panics
+    /// When the request fails.
+    pub async fn metrics(&self) -> String {
+        let request = http::Request::get("/metrics")
+            .body(Vec::new())
+            .expect("a valid request");
+        self.recovery_client()
+            .request_text(request)
+            .await
+            .expect("GET /metrics")
+    }
+
     /// Like [`ApiServer::recovery_client`], with `token` as the bearer token.
     pub fn client_with_token(&self, token: &str) -> kube::Client {
         let mut config = self.recovery_config();

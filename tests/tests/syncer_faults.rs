@@ -343,14 +343,24 @@ async fn sigkill_during_a_burst_of_updates_leaves_one_complete_generation_per_di
         for key in keys {
             assert!(dir.join(key).exists(), "{name}/{key} visible");
         }
-        let leftovers: Vec<String> = std::fs::read_dir(&dir)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .filter(|n| n.starts_with("..") && n != "..data")
-            .collect();
-        // The current generation and at most the previous one (kept for readers in flight).
+        let leftovers = || -> Vec<String> {
+            std::fs::read_dir(&dir)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with("..") && n != "..data")
+                .collect()
+        };
+        // The current generation and at most the previous one (kept for readers in flight). The
+        // writer prunes right after its commit, so the last object's pruning may still be under
+        // way when its new content shows.
+        wait_until(
+            &format!("{name} pruned to two generations"),
+            Duration::from_secs(10),
+            || leftovers().len() <= 2,
+        );
+        let leftovers = leftovers();
         assert!(
-            leftovers.len() <= 2 && !leftovers.iter().any(|n| n.ends_with("_tmp")),
+            !leftovers.iter().any(|n| n.ends_with("_tmp")),
             "{name}: {leftovers:?}"
         );
     }

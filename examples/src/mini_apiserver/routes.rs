@@ -3,7 +3,7 @@
 //! Paths: `/api/v1[/namespaces/NS]/{secrets,configmaps,events}[/NAME]` and
 //! `/apis/coordination.k8s.io/v1[/namespaces/NS]/leases[/NAME]`; discovery at `/api`,
 //! `/api/v1`, `/apis`, `/apis/coordination.k8s.io[/v1]`, `/version`; `/healthz`, `/readyz`,
-//! `/livez` without authentication. Bodies are JSON (YAML accepted where the content type says
+//! `/livez` without authentication; `/metrics` for any authenticated user (see [`super::metrics`]). Bodies are JSON (YAML accepted where the content type says
 //! so), at most [`MAX_BODY`] bytes. Lists are served from the newest state: a `continue` token
 //! is a position (namespace, name), so later pages reflect later changes (kube-apiserver keeps
 //! the first page's snapshot instead).
@@ -44,6 +44,8 @@ pub struct Api {
     pub bookmark_interval: Duration,
     /// Cancelled when the server shuts down: open watches end.
     pub shutdown: tokio_util::sync::CancellationToken,
+    /// Open watches and requests, served at `/metrics`.
+    pub metrics: super::metrics::Metrics,
 }
 
 /// Where a request goes.
@@ -51,6 +53,7 @@ pub struct Api {
 enum Route {
     Version,
     Health,
+    Metrics,
     CoreVersions,
     CoreResources,
     Groups,
@@ -92,6 +95,7 @@ fn parse_route(path: &str) -> Option<Route> {
     match parts.as_slice() {
         ["version"] => Some(Route::Version),
         ["healthz" | "readyz" | "livez"] => Some(Route::Health),
+        ["metrics"] => Some(Route::Metrics),
         ["api"] => Some(Route::CoreVersions),
         ["api", "v1"] => Some(Route::CoreResources),
         ["api", "v1", rest @ ..] => objects("", rest),
@@ -145,6 +149,7 @@ async fn route(
     let query = Query::parse(request.uri().query().unwrap_or(""));
     match route {
         Route::Health => unreachable!("answered above"),
+        Route::Metrics => Ok(Response::new(full(api.metrics.encode()))),
         Route::Version => Ok(json_ok(&json!({
             "major": "1", "minor": "33", "gitVersion": "v1.33.0-mini-apiserver",
             "platform": "linux/amd64", "goVersion": "n/a", "compiler": "rustc",
@@ -228,6 +233,7 @@ async fn objects(
         namespace: namespace.as_deref(),
         resource: resource.plural(),
     };
+    api.metrics.request(verb, resource);
     if !api.authorizer.allows(user, &attributes) {
         return Err(ApiError::forbidden(format!(
             "User \"{}\" cannot {verb} resource \"{}\" in namespace \"{}\"",
@@ -246,6 +252,7 @@ async fn objects(
         "watch" => Ok(watch::respond(
             store,
             watch_request(query, resource, namespace, api)?,
+            api.metrics.watch_opened(resource),
         )),
         "get" => Ok(json_ok(&store.get(
             resource,
@@ -634,6 +641,7 @@ mod tests {
             client_cert_auth: false,
             bookmark_interval: Duration::from_secs(5),
             shutdown: tokio_util::sync::CancellationToken::new(),
+            metrics: super::super::metrics::Metrics::default(),
         }
     }
 
