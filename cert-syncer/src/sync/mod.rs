@@ -119,6 +119,26 @@ impl Settings {
     }
 }
 
+/// The objects `sync` follows for these flags (named ones and those of `--file`), as
+/// (resource plural, name), and their namespace: what [`crate::access`] grants.
+pub(crate) fn followed_objects(
+    args: &SyncArgs,
+) -> Result<(String, Vec<(&'static str, String)>), ConfigError> {
+    let settings = Settings::from_args(args)?;
+    let objects = settings
+        .objects
+        .into_iter()
+        .map(|object| {
+            let resource = match object.kind {
+                Kind::Secret => "secrets",
+                Kind::ConfigMap => "configmaps",
+            };
+            (resource, object.name)
+        })
+        .collect();
+    Ok((settings.namespace, objects))
+}
+
 /// DNS-1123 subdomain: what the apiserver accepts as a Secret or ConfigMap name, and therefore
 /// a safe single path component.
 pub(crate) fn is_dns_subdomain(name: &str) -> bool {
