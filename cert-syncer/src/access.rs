@@ -123,7 +123,7 @@ pub fn required_access(command: &Command) -> Result<Vec<Access>, ConfigError> {
 /// # Errors
 /// The flags `sync` refuses.
 pub fn sync_access(args: &SyncArgs) -> Result<Vec<Access>, ConfigError> {
-    let (namespace, objects) = crate::sync::followed_objects(args)?;
+    let crate::sync::Followed { namespace, objects } = crate::sync::followed_objects(args)?;
     let mut rules = Rules::default();
     for (resource, name) in objects {
         rules.named(&namespace, CORE, resource, &["get", "list", "watch"], &name);
@@ -177,12 +177,14 @@ pub fn regenerate_access(args: &RegenerateArgs, rotation: &Rotation) -> Vec<Acce
     rules.into_list()
 }
 
-/// Rules being collected: names and verbs merged per (namespace, group, resource, named or
-/// not, verbs).
+/// (namespace, group, resource, sorted verbs): one rule.
+type RuleKey = (String, &'static str, &'static str, Vec<&'static str>);
+
+/// Rules being collected, names merged per [`RuleKey`].
 #[derive(Default)]
 struct Rules {
-    /// (namespace, group, resource, verbs) → names; `None` = any name.
-    by_key: BTreeMap<(String, &'static str, &'static str, Vec<&'static str>), Option<BTreeSet<String>>>,
+    /// Names per rule; `None` = any name.
+    by_key: BTreeMap<RuleKey, Option<BTreeSet<String>>>,
 }
 
 impl Rules {
@@ -247,34 +249,54 @@ mod tests {
         Cli::try_parse_from(argv).unwrap().command
     }
 
-    fn allowed(rules: &[Access], verb: &str, group: &str, resource: &str, ns: &str, name: Option<&str>) -> bool {
+    fn allowed(
+        rules: &[Access],
+        verb: &str,
+        group: &str,
+        resource: &str,
+        ns: &str,
+        name: Option<&str>,
+    ) -> bool {
         let request = Request::new(verb, group, resource, ns, name);
         rules.iter().any(|rule| rule.allows(&request))
     }
 
     #[test]
     fn sync_reads_exactly_its_named_objects() {
-        let rules = sync_access(match &command(&[
-            "sync",
-            "--server=https://127.0.0.1:6443",
-            "--namespace=ns",
-            "--destination-dir=/d",
-            "--secrets=a,b",
-            "--optional-configmaps=c",
-            "--file=configmap/kubelet-ca/ca.crt=/etc/kubernetes/kubelet-ca.crt",
-        ]) {
-            Command::Sync(args) => args,
-            Command::Regenerate(_) => unreachable!(),
-        })
+        let rules = sync_access(
+            match &command(&[
+                "sync",
+                "--server=https://127.0.0.1:6443",
+                "--namespace=ns",
+                "--destination-dir=/d",
+                "--secrets=a,b",
+                "--optional-configmaps=c",
+                "--file=configmap/kubelet-ca/ca.crt=/etc/kubernetes/kubelet-ca.crt",
+            ]) {
+                Command::Sync(args) => args,
+                Command::Regenerate(_) => unreachable!(),
+            },
+        )
         .unwrap();
-        for (resource, name) in [("secrets", "a"), ("secrets", "b"), ("configmaps", "c"), ("configmaps", "kubelet-ca")] {
+        for (resource, name) in [
+            ("secrets", "a"),
+            ("secrets", "b"),
+            ("configmaps", "c"),
+            ("configmaps", "kubelet-ca"),
+        ] {
             for verb in ["get", "list", "watch"] {
-                assert!(allowed(&rules, verb, CORE, resource, "ns", Some(name)), "{verb} {resource}/{name}");
+                assert!(
+                    allowed(&rules, verb, CORE, resource, "ns", Some(name)),
+                    "{verb} {resource}/{name}"
+                );
             }
             assert!(!allowed(&rules, "update", CORE, resource, "ns", Some(name)));
         }
         assert!(!allowed(&rules, "get", CORE, "secrets", "ns", Some("c")));
-        assert!(!allowed(&rules, "list", CORE, "secrets", "ns", None), "a namespace-wide list");
+        assert!(
+            !allowed(&rules, "list", CORE, "secrets", "ns", None),
+            "a namespace-wide list"
+        );
         assert!(!allowed(&rules, "get", CORE, "secrets", "other", Some("a")));
         // No POD_NAME: no events.
         assert!(!allowed(&rules, "create", CORE, "events", "ns", None));
@@ -336,19 +358,61 @@ targets:
             unreachable!()
         };
         let rules = regenerate_access(&args, &rotation);
-        for (resource, ns, name) in [("secrets", "operator", "signer"), ("configmaps", "managed", "ca"), ("secrets", "ns", "cert")] {
+        for (resource, ns, name) in [
+            ("secrets", "operator", "signer"),
+            ("configmaps", "managed", "ca"),
+            ("secrets", "ns", "cert"),
+        ] {
             for verb in ["get", "list", "watch", "update"] {
-                assert!(allowed(&rules, verb, CORE, resource, ns, Some(name)), "{verb} {ns}/{name}");
+                assert!(
+                    allowed(&rules, verb, CORE, resource, ns, Some(name)),
+                    "{verb} {ns}/{name}"
+                );
             }
             assert!(allowed(&rules, "create", CORE, resource, ns, None));
             assert!(!allowed(&rules, "delete", CORE, resource, ns, Some(name)));
         }
-        assert!(!allowed(&rules, "update", CORE, "secrets", "operator", Some("cert")));
-        assert!(!allowed(&rules, "create", CORE, "configmaps", "operator", None));
+        assert!(!allowed(
+            &rules,
+            "update",
+            CORE,
+            "secrets",
+            "operator",
+            Some("cert")
+        ));
+        assert!(!allowed(
+            &rules,
+            "create",
+            CORE,
+            "configmaps",
+            "operator",
+            None
+        ));
         assert!(allowed(&rules, "create", CORE, "events", "ns", None));
         let lease = "cert-regeneration-controller-lock";
-        assert!(allowed(&rules, "update", COORDINATION, "leases", "ns", Some(lease)));
-        assert!(allowed(&rules, "create", COORDINATION, "leases", "ns", None));
-        assert!(!allowed(&rules, "update", COORDINATION, "leases", "ns", Some("other")));
+        assert!(allowed(
+            &rules,
+            "update",
+            COORDINATION,
+            "leases",
+            "ns",
+            Some(lease)
+        ));
+        assert!(allowed(
+            &rules,
+            "create",
+            COORDINATION,
+            "leases",
+            "ns",
+            None
+        ));
+        assert!(!allowed(
+            &rules,
+            "update",
+            COORDINATION,
+            "leases",
+            "ns",
+            Some("other")
+        ));
     }
 }

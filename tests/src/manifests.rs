@@ -153,14 +153,16 @@ pub fn environment(pod: &Pod, container: &Container) -> BTreeMap<String, String>
         let value = match (&var.value, &var.value_from) {
             (Some(value), None) => value.clone(),
             (None, Some(from)) => {
-                let field = from
-                    .field_ref
-                    .as_ref()
-                    .unwrap_or_else(|| panic!("{}: env {} is not a fieldRef", container.name, var.name));
+                let field = from.field_ref.as_ref().unwrap_or_else(|| {
+                    panic!("{}: env {} is not a fieldRef", container.name, var.name)
+                });
                 match field.field_path.as_str() {
                     "metadata.name" => format!("{}-{NODE}", meta.name.as_deref().unwrap_or("")),
                     "metadata.namespace" => meta.namespace.clone().unwrap_or_default(),
-                    other => panic!("{}: env {} from unexpected field {other}", container.name, var.name),
+                    other => panic!(
+                        "{}: env {} from unexpected field {other}",
+                        container.name, var.name
+                    ),
                 }
             }
             _ => panic!("{}: env {} has no value", container.name, var.name),
@@ -193,7 +195,10 @@ pub fn argv(pod: &Pod, container: &Container) -> Vec<String> {
                     .unwrap_or_else(|| panic!("{}: unclosed $( in {arg}", container.name));
                 let name = &rest[start + 2..start + end];
                 let value = env.get(name).unwrap_or_else(|| {
-                    panic!("{}: {arg} refers to $({name}), which is not in its env", container.name)
+                    panic!(
+                        "{}: {arg} refers to $({name}), which is not in its env",
+                        container.name
+                    )
                 });
                 out.push_str(value);
                 rest = &rest[start + end + 1..];
@@ -220,7 +225,12 @@ pub fn parse_cert_syncer(
     let subcommand = argv
         .get(1)
         .and_then(|name| command.find_subcommand(name))
-        .ok_or_else(|| clap::Error::raw(clap::error::ErrorKind::InvalidSubcommand, format!("no subcommand in {argv:?}\n")))?;
+        .ok_or_else(|| {
+            clap::Error::raw(
+                clap::error::ErrorKind::InvalidSubcommand,
+                format!("no subcommand in {argv:?}\n"),
+            )
+        })?;
     let mut full = argv.to_vec();
     for arg in subcommand.get_arguments().chain(command.get_arguments()) {
         let (Some(var), Some(long)) = (arg.get_env(), arg.get_long()) else {
@@ -341,7 +351,11 @@ pub fn service_account_of_token_file(token_file: &str) -> (String, String) {
         .expect("the token Secret names its service account")
         .clone();
     (
-        secret.metadata.namespace.clone().expect("a namespaced Secret"),
+        secret
+            .metadata
+            .namespace
+            .clone()
+            .expect("a namespaced Secret"),
         account,
     )
 }
@@ -362,7 +376,11 @@ pub fn granted_rules(namespace: &str, account: &str) -> Vec<(String, PolicyRule)
             continue;
         }
         assert_eq!(binding.role_ref.kind, "Role", "bindings refer to Roles");
-        let ns = binding.metadata.namespace.clone().expect("a namespaced RoleBinding");
+        let ns = binding
+            .metadata
+            .namespace
+            .clone()
+            .expect("a namespaced RoleBinding");
         let role = roles
             .iter()
             .find(|r| {
@@ -370,7 +388,10 @@ pub fn granted_rules(namespace: &str, account: &str) -> Vec<(String, PolicyRule)
                     && r.metadata.namespace.as_deref() == Some(ns.as_str())
             })
             .unwrap_or_else(|| {
-                panic!("RoleBinding {ns}/{:?} refers to a missing Role", binding.metadata.name)
+                panic!(
+                    "RoleBinding {ns}/{:?} refers to a missing Role",
+                    binding.metadata.name
+                )
             });
         for rule in role.rules.iter().flatten() {
             out.push((ns.clone(), rule.clone()));

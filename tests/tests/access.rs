@@ -52,7 +52,11 @@ fn requests_of(log: &Path, user: &str) -> Vec<Record> {
         .into_iter()
         .filter(|r| r.user == user)
         .collect();
-    assert!(!records.is_empty(), "no request of {user} in {}", log.display());
+    assert!(
+        !records.is_empty(),
+        "no request of {user} in {}",
+        log.display()
+    );
     records
 }
 
@@ -76,7 +80,13 @@ fn assert_list_is_the_truth(list: &[Access], records: &[Record]) {
             .namespace
             .as_deref()
             .unwrap_or_else(|| panic!("a cluster-wide request: {}", label(r)));
-        let request = Request::new(&r.verb, &r.api_group, &r.resource, namespace, r.name.as_deref());
+        let request = Request::new(
+            &r.verb,
+            &r.api_group,
+            &r.resource,
+            namespace,
+            r.name.as_deref(),
+        );
         assert!(
             list.iter().any(|a| a.allows(&request)),
             "request {} is not in the access list:\n{list:#?}",
@@ -127,9 +137,18 @@ async fn every_request_of_a_sync_run_is_in_its_access_list() {
     let mut ca = Ca::new();
     let (cert, key, _) = ca.leaf();
     let post = PostParams::default();
-    secrets.create(&post, &tls_secret("a", &cert, &key)).await.unwrap();
-    secrets.create(&post, &tls_secret("e", &cert, &key)).await.unwrap();
-    config_maps.create(&post, &bundle_config_map("c", &ca.pem)).await.unwrap();
+    secrets
+        .create(&post, &tls_secret("a", &cert, &key))
+        .await
+        .unwrap();
+    secrets
+        .create(&post, &tls_secret("e", &cert, &key))
+        .await
+        .unwrap();
+    config_maps
+        .create(&post, &bundle_config_map("c", &ca.pem))
+        .await
+        .unwrap();
 
     // The syncer authenticates as its own user (`cert-syncer` in the token file).
     let token = tmp.path().join("syncer-token");
@@ -163,18 +182,32 @@ async fn every_request_of_a_sync_run_is_in_its_access_list() {
             && read(&host_ca).as_deref() == Some(ca.pem.as_str())
             && read(&host_cert).as_deref() == Some(cert.as_str())
     });
-    secrets.create(&post, &tls_secret("b", &cert, &key)).await.unwrap();
-    wait_for("the optional Secret", timeout, || dest.join("secrets/b/tls.crt").exists());
+    secrets
+        .create(&post, &tls_secret("b", &cert, &key))
+        .await
+        .unwrap();
+    wait_for("the optional Secret", timeout, || {
+        dest.join("secrets/b/tls.crt").exists()
+    });
     secrets.delete("b", &DeleteParams::default()).await.unwrap();
     wait_for("its removal", timeout, || !dest.join("secrets/b").exists());
     let (cert2, key2, _) = ca.leaf();
-    secrets.replace("a", &post, &{
-        let mut a = secrets.get("a").await.unwrap();
-        a.data = tls_secret("a", &cert2, &key2).data;
-        a
-    }).await.unwrap();
-    wait_for("the update", timeout, || read(&dest.join("secrets/a/tls.crt")).as_deref() == Some(cert2.as_str()));
-    assert!(syncer.terminate(Duration::from_secs(10)).is_some_and(|s| s.success()));
+    secrets
+        .replace("a", &post, &{
+            let mut a = secrets.get("a").await.unwrap();
+            a.data = tls_secret("a", &cert2, &key2).data;
+            a
+        })
+        .await
+        .unwrap();
+    wait_for("the update", timeout, || {
+        read(&dest.join("secrets/a/tls.crt")).as_deref() == Some(cert2.as_str())
+    });
+    assert!(
+        syncer
+            .terminate(Duration::from_secs(10))
+            .is_some_and(|s| s.success())
+    );
 
     let records = requests_of(&log, "cert-syncer");
     assert_list_is_the_truth(&list, &records);
@@ -182,7 +215,9 @@ async fn every_request_of_a_sync_run_is_in_its_access_list() {
     for name in ["a", "b", "c", "d", "e"] {
         for verb in ["get", "list", "watch"] {
             assert!(
-                records.iter().any(|r| r.verb == verb && r.name.as_deref() == Some(name)),
+                records
+                    .iter()
+                    .any(|r| r.verb == verb && r.name.as_deref() == Some(name)),
                 "no {verb} of {name}"
             );
         }
@@ -216,11 +251,14 @@ async fn every_request_of_a_regenerate_run_is_in_its_access_list() {
     let admin = api.client_with_token(ADMIN_TOKEN);
     let post = PostParams::default();
     let now = OffsetDateTime::now_utc();
-    let mut old = Ca::with_validity(now - time::Duration::days(40), now - time::Duration::days(1));
-    let leaf = old.issue(
-        &CertSpec::server(&["localhost"])
-            .valid(now - time::Duration::days(20), now - time::Duration::days(2)),
+    let mut old = Ca::with_validity(
+        now - time::Duration::days(40),
+        now - time::Duration::days(1),
     );
+    let leaf = old.issue(&CertSpec::server(&["localhost"]).valid(
+        now - time::Duration::days(20),
+        now - time::Duration::days(2),
+    ));
     Api::<Secret>::namespaced(admin.clone(), "operator")
         .create(&post, &tls_secret("old-signer", &old.pem, &old.key_pem()))
         .await
@@ -230,7 +268,10 @@ async fn every_request_of_a_regenerate_run_is_in_its_access_list() {
         .await
         .unwrap();
     Api::<Secret>::namespaced(admin, "pods")
-        .create(&post, &tls_secret("old-cert", &leaf.cert_pem, &leaf.key_pem))
+        .create(
+            &post,
+            &tls_secret("old-cert", &leaf.cert_pem, &leaf.key_pem),
+        )
         .await
         .unwrap();
 
@@ -243,7 +284,10 @@ async fn every_request_of_a_regenerate_run_is_in_its_access_list() {
         .arg("regenerate")
         .arg(format!("--server={}", api.url()))
         .arg("--tls-server-name-override=localhost-recovery")
-        .arg(format!("--ca-file={}", api.dir.join("recovery-ca.crt").display()))
+        .arg(format!(
+            "--ca-file={}",
+            api.dir.join("recovery-ca.crt").display()
+        ))
         .arg(format!("--token-file={}", token.display()))
         .arg(format!("--config={}", config.display()))
         .args([
@@ -263,9 +307,16 @@ async fn every_request_of_a_regenerate_run_is_in_its_access_list() {
         e2e::plain_http_get(&health, "/readyz").0 == 200
     });
     wait_for("a lease renewal", Duration::from_secs(10), || {
-        audit::read(&log).unwrap().iter().any(|r| r.resource == "leases" && r.verb == "update")
+        audit::read(&log)
+            .unwrap()
+            .iter()
+            .any(|r| r.resource == "leases" && r.verb == "update")
     });
-    assert!(regenerate.terminate(Duration::from_secs(10)).is_some_and(|s| s.success()));
+    assert!(
+        regenerate
+            .terminate(Duration::from_secs(10))
+            .is_some_and(|s| s.success())
+    );
 
     let records = requests_of(&log, "regenerator");
     assert_list_is_the_truth(&list, &records);
@@ -330,22 +381,38 @@ fn sidecar(name: &str, api: &ApiServer, dir: &Path, token: &str) -> Sidecar {
     let pod = manifests::pod();
     let container = manifests::container(&pod, name);
     let mut argv = manifests::argv(&pod, container);
-    let template = manifests::flag(&argv, "kubeconfig").expect("--kubeconfig").to_owned();
+    let template = manifests::flag(&argv, "kubeconfig")
+        .expect("--kubeconfig")
+        .to_owned();
     let (_, repo) = manifests::node_file(&pod, container, &template).expect("on a hostPath");
     let mut kubeconfig = Kubeconfig::read_from(&repo).unwrap();
     let token_file = dir.join(format!("{name}.token"));
     write_atomic(&token_file, token.as_bytes());
     let user = service_account_user(&pod, name);
-    for auth in kubeconfig.auth_infos.iter_mut().filter_map(|a| a.auth_info.as_mut()) {
+    for auth in kubeconfig
+        .auth_infos
+        .iter_mut()
+        .filter_map(|a| a.auth_info.as_mut())
+    {
         auth.token_file = Some(token_file.display().to_string());
     }
-    for cluster in kubeconfig.clusters.iter_mut().filter_map(|c| c.cluster.as_mut()) {
-        assert_eq!(cluster.tls_server_name.as_deref(), Some("localhost-recovery"));
+    for cluster in kubeconfig
+        .clusters
+        .iter_mut()
+        .filter_map(|c| c.cluster.as_mut())
+    {
+        assert_eq!(
+            cluster.tls_server_name.as_deref(),
+            Some("localhost-recovery")
+        );
         cluster.server = Some(api.url());
         cluster.certificate_authority = Some(api.dir.join("recovery-ca.crt").display().to_string());
     }
     let path = dir.join(format!("{name}.kubeconfig"));
-    write_atomic(&path, serde_json::to_string(&kubeconfig).unwrap().as_bytes());
+    write_atomic(
+        &path,
+        serde_json::to_string(&kubeconfig).unwrap().as_bytes(),
+    );
     replace_flag(&mut argv, "kubeconfig", path.to_str().unwrap());
     replace_flag(&mut argv, "metrics-listen", "127.0.0.1:0");
     Sidecar {
@@ -381,16 +448,29 @@ async fn the_static_pod_sidecars_make_only_requests_their_rbac_allows() {
     let api = ApiServer::start_with_tokens(
         tmp.path(),
         &["--audit-log", log.to_str().unwrap()],
-        &[(sync_token, &sync_user), (regenerate_token, &regenerate_user)],
+        &[
+            (sync_token, &sync_user),
+            (regenerate_token, &regenerate_user),
+        ],
     );
 
     // The regeneration controller creates the whole set from nothing, with the example config.
     let mut regenerate = sidecar(REGENERATE_CONTAINER, &api, tmp.path(), regenerate_token);
     assert_eq!(regenerate.user, regenerate_user);
-    let config = manifests::flag(&regenerate.argv, "config").unwrap().to_owned();
-    let (_, repo_config) =
-        manifests::node_file(&pod, manifests::container(&pod, REGENERATE_CONTAINER), &config).unwrap();
-    replace_flag(&mut regenerate.argv, "config", repo_config.to_str().unwrap());
+    let config = manifests::flag(&regenerate.argv, "config")
+        .unwrap()
+        .to_owned();
+    let (_, repo_config) = manifests::node_file(
+        &pod,
+        manifests::container(&pod, REGENERATE_CONTAINER),
+        &config,
+    )
+    .unwrap();
+    replace_flag(
+        &mut regenerate.argv,
+        "config",
+        repo_config.to_str().unwrap(),
+    );
     // Renew often, so the run shows renewals too.
     regenerate.argv.extend(
         [
@@ -417,18 +497,36 @@ async fn the_static_pod_sidecars_make_only_requests_their_rbac_allows() {
     };
     let mut sync_process = sync.start();
     for name in &sync_args.secrets {
-        wait_for(&format!("secret {name} on disk"), Duration::from_secs(30), || {
-            dest.join("secrets").join(name).join("tls.crt").exists()
-        });
+        wait_for(
+            &format!("secret {name} on disk"),
+            Duration::from_secs(30),
+            || dest.join("secrets").join(name).join("tls.crt").exists(),
+        );
     }
-    wait_for("the aggregator CA bundle on disk", Duration::from_secs(30), || {
-        dest.join("configmaps/aggregator-client-ca/ca-bundle.crt").exists()
-    });
-    assert!(sync_process.terminate(Duration::from_secs(10)).is_some_and(|s| s.success()));
-    assert!(regenerate_process.terminate(Duration::from_secs(10)).is_some_and(|s| s.success()));
+    wait_for(
+        "the aggregator CA bundle on disk",
+        Duration::from_secs(30),
+        || {
+            dest.join("configmaps/aggregator-client-ca/ca-bundle.crt")
+                .exists()
+        },
+    );
+    assert!(
+        sync_process
+            .terminate(Duration::from_secs(10))
+            .is_some_and(|s| s.success())
+    );
+    assert!(
+        regenerate_process
+            .terminate(Duration::from_secs(10))
+            .is_some_and(|s| s.success())
+    );
 
     // Every request each sidecar made is allowed by the Roles bound to its service account.
-    for (container, user) in [(SYNC_CONTAINER, &sync_user), (REGENERATE_CONTAINER, &regenerate_user)] {
+    for (container, user) in [
+        (SYNC_CONTAINER, &sync_user),
+        (REGENERATE_CONTAINER, &regenerate_user),
+    ] {
         let account = user.rsplit(':').next().unwrap();
         let namespace = user.split(':').nth(2).unwrap();
         let granted = manifests::granted_rules(namespace, account);
@@ -447,7 +545,9 @@ async fn the_static_pod_sidecars_make_only_requests_their_rbac_allows() {
                 label(r)
             );
         }
-        eprintln!("{container}: {} requests, all allowed by its Roles", records.len());
+        eprintln!(
+            "{container}: {} requests, all allowed by its Roles",
+            records.len()
+        );
     }
 }
-

@@ -80,8 +80,15 @@ fn kustomization_resources(dir: &Path) -> (serde_json::Value, Vec<PathBuf>) {
         .iter()
         .map(|r| {
             let rel = dir.join(r.as_str().expect("a resource path"));
-            assert!(rel.is_file(), "{} lists missing {}", path.display(), rel.display());
-            rel.strip_prefix(manifests::dir()).expect("inside manifests/").to_owned()
+            assert!(
+                rel.is_file(),
+                "{} lists missing {}",
+                path.display(),
+                rel.display()
+            );
+            rel.strip_prefix(manifests::dir())
+                .expect("inside manifests/")
+                .to_owned()
         })
         .collect();
     (doc, resources)
@@ -114,7 +121,9 @@ fn kubectl_kustomize(dir: &Path) -> Option<Vec<serde_json::Value>> {
 }
 
 /// Objects keyed by kind/namespace/name.
-fn by_identity(objects: impl IntoIterator<Item = serde_json::Value>) -> BTreeMap<String, serde_json::Value> {
+fn by_identity(
+    objects: impl IntoIterator<Item = serde_json::Value>,
+) -> BTreeMap<String, serde_json::Value> {
     objects
         .into_iter()
         .map(|o| {
@@ -137,7 +146,10 @@ fn the_kustomizations_cover_every_object_file_and_render_them() {
     assert_eq!(pod_files, [PathBuf::from(POD)]);
     let listed: BTreeSet<PathBuf> = cluster.iter().chain(&pod_files).cloned().collect();
     let all: BTreeSet<PathBuf> = manifests::object_files().into_iter().collect();
-    assert_eq!(listed, all, "every object file is in exactly one kustomization");
+    assert_eq!(
+        listed, all,
+        "every object file is in exactly one kustomization"
+    );
     assert!(
         cluster.iter().all(|p| !p.starts_with("static-pod")),
         "the cluster kustomization must not apply the static pod through the API"
@@ -154,12 +166,19 @@ fn the_kustomizations_cover_every_object_file_and_render_them() {
         .collect();
     for entry in static_pod["images"].as_array().into_iter().flatten() {
         let name = entry["name"].as_str().expect("an image name");
-        assert!(images.contains(name), "images: {name} is not used by the pod ({images:?})");
+        assert!(
+            images.contains(name),
+            "images: {name} is not used by the pod ({images:?})"
+        );
     }
 
     // Rendered by kustomize itself where it is installed: the same objects, unchanged.
     if let Some(rendered) = kubectl_kustomize(&root) {
-        let expected = by_identity(cluster.iter().flat_map(|p| manifests::documents(&root.join(p))));
+        let expected = by_identity(
+            cluster
+                .iter()
+                .flat_map(|p| manifests::documents(&root.join(p))),
+        );
         assert_eq!(by_identity(rendered), expected);
     }
     if let Some(rendered) = kubectl_kustomize(&root.join("static-pod")) {
@@ -172,7 +191,12 @@ fn the_kustomizations_cover_every_object_file_and_render_them() {
 fn every_volume_mount_names_a_volume_and_every_volume_is_used() {
     let pod = manifests::pod();
     let spec = pod.spec.as_ref().expect("a pod spec");
-    let volumes: BTreeSet<&str> = spec.volumes.iter().flatten().map(|v| v.name.as_str()).collect();
+    let volumes: BTreeSet<&str> = spec
+        .volumes
+        .iter()
+        .flatten()
+        .map(|v| v.name.as_str())
+        .collect();
     let mut used = BTreeSet::new();
     for c in &spec.containers {
         let mut paths = BTreeSet::new();
@@ -183,13 +207,21 @@ fn every_volume_mount_names_a_volume_and_every_volume_is_used() {
                 c.name,
                 mount.name
             );
-            assert!(paths.insert(&mount.mount_path), "{}: {} mounted twice", c.name, mount.mount_path);
+            assert!(
+                paths.insert(&mount.mount_path),
+                "{}: {} mounted twice",
+                c.name,
+                mount.mount_path
+            );
             used.insert(mount.name.as_str());
         }
     }
     assert_eq!(used, volumes, "every volume is mounted somewhere");
     for volume in spec.volumes.iter().flatten() {
-        let host = volume.host_path.as_ref().unwrap_or_else(|| panic!("{} is a hostPath", volume.name));
+        let host = volume
+            .host_path
+            .as_ref()
+            .unwrap_or_else(|| panic!("{} is a hostPath", volume.name));
         assert!(host.path.starts_with('/'), "{}: {}", volume.name, host.path);
     }
     // Only the syncer writes the cert dir; the regeneration controller does not mount it.
@@ -197,7 +229,12 @@ fn every_volume_mount_names_a_volume_and_every_volume_is_used() {
         for mount in c.volume_mounts.iter().flatten() {
             let writable = mount.read_only != Some(true);
             if mount.name == "cert-dir" {
-                assert_eq!(writable, c.name == SYNC_CONTAINER, "{}: cert-dir writable", c.name);
+                assert_eq!(
+                    writable,
+                    c.name == SYNC_CONTAINER,
+                    "{}: cert-dir writable",
+                    c.name
+                );
             }
             if mount.name == "resource-dir" {
                 assert!(!writable, "{}: the resource dir is read-only", c.name);
@@ -206,7 +243,11 @@ fn every_volume_mount_names_a_volume_and_every_volume_is_used() {
     }
     let regenerate = container(&pod, REGENERATE_CONTAINER);
     assert!(
-        regenerate.volume_mounts.iter().flatten().all(|m| m.name != "cert-dir"),
+        regenerate
+            .volume_mounts
+            .iter()
+            .flatten()
+            .all(|m| m.name != "cert-dir"),
         "the regeneration controller only talks to the API"
     );
 }
@@ -231,14 +272,23 @@ fn every_flag_the_pod_passes_exists_in_its_subcommand() {
     let Command::Sync(sync) = sync.command else {
         panic!("{SYNC_CONTAINER} must run `sync`")
     };
-    assert_eq!(sync.namespace, "openshift-kube-apiserver", "$(POD_NAMESPACE) expanded");
-    assert_eq!(sync.pod_name.as_deref(), Some("kube-apiserver-control-plane-0"));
+    assert_eq!(
+        sync.namespace, "openshift-kube-apiserver",
+        "$(POD_NAMESPACE) expanded"
+    );
+    assert_eq!(
+        sync.pod_name.as_deref(),
+        Some("kube-apiserver-control-plane-0")
+    );
     let (_, regenerate) = parse_sidecar(&pod, REGENERATE_CONTAINER);
     let Command::Regenerate(regenerate) = regenerate.command else {
         panic!("{REGENERATE_CONTAINER} must run `regenerate`")
     };
     assert!(regenerate.leader_elect);
-    assert_eq!(regenerate.pod_namespace.as_deref(), Some("openshift-kube-apiserver"));
+    assert_eq!(
+        regenerate.pod_namespace.as_deref(),
+        Some("openshift-kube-apiserver")
+    );
 
     // The stand-in server's flags, with mini-apiserver's own parser and checks.
     let server = argv(&pod, container(&pod, SERVER_CONTAINER));
@@ -259,7 +309,10 @@ fn every_flag_the_pod_passes_exists_in_its_subcommand() {
 fn sidecars_are_small_critical_probed_read_only_and_know_their_pod() {
     let pod = manifests::pod();
     let spec = pod.spec.as_ref().expect("a pod spec");
-    assert_eq!(spec.priority_class_name.as_deref(), Some("system-node-critical"));
+    assert_eq!(
+        spec.priority_class_name.as_deref(),
+        Some("system-node-critical")
+    );
     assert_eq!(spec.host_network, Some(true));
     for name in SIDECARS {
         let c = container(&pod, name);
@@ -269,19 +322,32 @@ fn sidecars_are_small_critical_probed_read_only_and_know_their_pod() {
         let env = c.env.iter().flatten();
         let fields: BTreeMap<&str, &str> = env
             .filter_map(|v| {
-                let path = v.value_from.as_ref()?.field_ref.as_ref()?.field_path.as_str();
+                let path = v
+                    .value_from
+                    .as_ref()?
+                    .field_ref
+                    .as_ref()?
+                    .field_path
+                    .as_str();
                 Some((v.name.as_str(), path))
             })
             .collect();
         assert_eq!(fields.get("POD_NAME"), Some(&"metadata.name"), "{name}");
-        assert_eq!(fields.get("POD_NAMESPACE"), Some(&"metadata.namespace"), "{name}");
+        assert_eq!(
+            fields.get("POD_NAMESPACE"),
+            Some(&"metadata.namespace"),
+            "{name}"
+        );
 
         // Probes on the health listener the flags configure.
         let listen: std::net::SocketAddr = flag(&argv, "metrics-listen")
             .unwrap_or_else(|| panic!("{name} has --metrics-listen"))
             .parse()
             .expect("an address");
-        for (probe, path) in [(&c.readiness_probe, "/readyz"), (&c.liveness_probe, "/healthz")] {
+        for (probe, path) in [
+            (&c.readiness_probe, "/readyz"),
+            (&c.liveness_probe, "/healthz"),
+        ] {
             let get = probe
                 .as_ref()
                 .and_then(|p| p.http_get.as_ref())
@@ -289,24 +355,58 @@ fn sidecars_are_small_critical_probed_read_only_and_know_their_pod() {
             assert_eq!(get.path.as_deref(), Some(path), "{name}");
             assert_eq!(
                 get.port,
-                k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(listen.port().into()),
+                k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(
+                    listen.port().into()
+                ),
                 "{name}: {path} probe port"
             );
             // With the host network, the kubelet must probe where the listener is.
-            assert_eq!(get.host.as_deref(), Some(listen.ip().to_string().as_str()), "{name}");
-            assert_ne!(get.scheme.as_deref(), Some("HTTPS"), "{name}: the health listener is plain HTTP");
+            assert_eq!(
+                get.host.as_deref(),
+                Some(listen.ip().to_string().as_str()),
+                "{name}"
+            );
+            assert_ne!(
+                get.scheme.as_deref(),
+                Some("HTTPS"),
+                "{name}: the health listener is plain HTTP"
+            );
         }
 
         // Small requests, no limits that could kill a sidecar during a recovery.
-        let resources = c.resources.as_ref().unwrap_or_else(|| panic!("{name}: resources"));
-        let requests = resources.requests.as_ref().unwrap_or_else(|| panic!("{name}: requests"));
-        let cpu = &requests.get("cpu").unwrap_or_else(|| panic!("{name}: cpu request")).0;
-        let memory = &requests.get("memory").unwrap_or_else(|| panic!("{name}: memory request")).0;
-        let millicores: u32 = cpu.strip_suffix('m').and_then(|m| m.parse().ok()).expect("cpu in millicores");
-        let mebibytes: u32 = memory.strip_suffix("Mi").and_then(|m| m.parse().ok()).expect("memory in Mi");
-        assert!(millicores <= 50 && mebibytes <= 128, "{name}: {cpu} {memory}");
+        let resources = c
+            .resources
+            .as_ref()
+            .unwrap_or_else(|| panic!("{name}: resources"));
+        let requests = resources
+            .requests
+            .as_ref()
+            .unwrap_or_else(|| panic!("{name}: requests"));
+        let cpu = &requests
+            .get("cpu")
+            .unwrap_or_else(|| panic!("{name}: cpu request"))
+            .0;
+        let memory = &requests
+            .get("memory")
+            .unwrap_or_else(|| panic!("{name}: memory request"))
+            .0;
+        let millicores: u32 = cpu
+            .strip_suffix('m')
+            .and_then(|m| m.parse().ok())
+            .expect("cpu in millicores");
+        let mebibytes: u32 = memory
+            .strip_suffix("Mi")
+            .and_then(|m| m.parse().ok())
+            .expect("memory in Mi");
+        assert!(
+            millicores <= 50 && mebibytes <= 128,
+            "{name}: {cpu} {memory}"
+        );
 
-        let security = c.security_context.as_ref().unwrap_or_else(|| panic!("{name}: securityContext"));
+        let security = c
+            .security_context
+            .as_ref()
+            .unwrap_or_else(|| panic!("{name}: securityContext"));
         assert_eq!(security.read_only_root_filesystem, Some(true), "{name}");
         assert_eq!(security.allow_privilege_escalation, Some(false), "{name}");
         assert_eq!(
@@ -323,7 +423,8 @@ fn sidecar_kubeconfig(pod: &Pod, name: &str) -> (PathBuf, Kubeconfig) {
     let c = container(pod, name);
     let argv = argv(pod, c);
     let path = flag(&argv, "kubeconfig").unwrap_or_else(|| panic!("{name}: --kubeconfig"));
-    let (_, repo) = node_file(pod, c, path).unwrap_or_else(|| panic!("{name}: {path} is on no hostPath"));
+    let (_, repo) =
+        node_file(pod, c, path).unwrap_or_else(|| panic!("{name}: {path} is on no hostPath"));
     let kubeconfig = Kubeconfig::read_from(&repo)
         .unwrap_or_else(|err| panic!("{}: not a kubeconfig: {err}", repo.display()));
     (repo, kubeconfig)
@@ -336,7 +437,10 @@ fn kubeconfig_templates_parse_and_describe_the_localhost_recovery_connection() {
     for name in SIDECARS {
         let (path, kubeconfig) = sidecar_kubeconfig(&pod, name);
         let what = path.display();
-        let current = kubeconfig.current_context.as_deref().unwrap_or_else(|| panic!("{what}: current-context"));
+        let current = kubeconfig
+            .current_context
+            .as_deref()
+            .unwrap_or_else(|| panic!("{what}: current-context"));
         let context = kubeconfig
             .contexts
             .iter()
@@ -349,8 +453,16 @@ fn kubeconfig_templates_parse_and_describe_the_localhost_recovery_connection() {
             .find(|c| c.name == context.cluster)
             .and_then(|c| c.cluster.as_ref())
             .unwrap_or_else(|| panic!("{what}: cluster {}", context.cluster));
-        assert_eq!(cluster.server.as_deref(), Some("https://localhost:6443"), "{what}");
-        assert_eq!(cluster.tls_server_name.as_deref(), Some("localhost-recovery"), "{what}");
+        assert_eq!(
+            cluster.server.as_deref(),
+            Some("https://localhost:6443"),
+            "{what}"
+        );
+        assert_eq!(
+            cluster.tls_server_name.as_deref(),
+            Some("localhost-recovery"),
+            "{what}"
+        );
         assert_ne!(cluster.insecure_skip_tls_verify, Some(true), "{what}");
         let user = kubeconfig
             .auth_infos
@@ -358,23 +470,44 @@ fn kubeconfig_templates_parse_and_describe_the_localhost_recovery_connection() {
             .find(|a| Some(&a.name) == context.user.as_ref())
             .and_then(|a| a.auth_info.as_ref())
             .unwrap_or_else(|| panic!("{what}: user {:?}", context.user));
-        let token_file = user.token_file.as_deref().unwrap_or_else(|| panic!("{what}: tokenFile"));
-        assert!(user.token.is_none() && user.client_certificate.is_none(), "{what}: a token file only");
+        let token_file = user
+            .token_file
+            .as_deref()
+            .unwrap_or_else(|| panic!("{what}: tokenFile"));
+        assert!(
+            user.token.is_none() && user.client_certificate.is_none(),
+            "{what}: a token file only"
+        );
 
         // The CA and the token are files on the read-only resource dir of this container.
         let c = container(&pod, name);
-        for file in [cluster.certificate_authority.as_deref().expect("certificate-authority"), token_file] {
+        for file in [
+            cluster
+                .certificate_authority
+                .as_deref()
+                .expect("certificate-authority"),
+            token_file,
+        ] {
             let (host, _) = node_file(&pod, c, file)
                 .unwrap_or_else(|| panic!("{what}: {file} is on no mount of {name}"));
-            assert!(host.starts_with("/etc/kubernetes/static-pod-resources/kube-apiserver-pod-"), "{host}");
+            assert!(
+                host.starts_with("/etc/kubernetes/static-pod-resources/kube-apiserver-pod-"),
+                "{host}"
+            );
         }
 
         // The token belongs to a service account of its own.
         let (namespace, account) = manifests::service_account_of_token_file(token_file);
-        assert!(accounts.insert(account.clone()), "{name} shares service account {account}");
+        assert!(
+            accounts.insert(account.clone()),
+            "{name} shares service account {account}"
+        );
         let sas: Vec<ServiceAccount> = manifests::of_kind("ServiceAccount");
-        assert!(sas.iter().any(|sa| sa.metadata.name.as_deref() == Some(account.as_str())
-            && sa.metadata.namespace.as_deref() == Some(namespace.as_str())));
+        assert!(
+            sas.iter()
+                .any(|sa| sa.metadata.name.as_deref() == Some(account.as_str())
+                    && sa.metadata.namespace.as_deref() == Some(namespace.as_str()))
+        );
     }
 }
 
@@ -383,8 +516,10 @@ fn the_example_regeneration_config_parses_and_covers_the_kube_apiserver_set() {
     let pod = manifests::pod();
     let (argv, _) = parse_sidecar(&pod, REGENERATE_CONTAINER);
     let path = flag(&argv, "config").expect("--config");
-    let (_, repo) = node_file(&pod, container(&pod, REGENERATE_CONTAINER), path).expect("on a hostPath");
-    let text = std::fs::read_to_string(&repo).unwrap_or_else(|err| panic!("{}: {err}", repo.display()));
+    let (_, repo) =
+        node_file(&pod, container(&pod, REGENERATE_CONTAINER), path).expect("on a hostPath");
+    let text =
+        std::fs::read_to_string(&repo).unwrap_or_else(|err| panic!("{}: {err}", repo.display()));
     let rotation = cert_syncer::regenerate::config::parse(&text)
         .unwrap_or_else(|err| panic!("{}: {err}", repo.display()));
     assert!(rotation.broken.is_empty(), "{:?}", rotation.broken);
@@ -393,13 +528,22 @@ fn the_example_regeneration_config_parses_and_covers_the_kube_apiserver_set() {
         rotation.targets.iter().find(|t| matches!(&t.identity, Identity::Serving { hostnames } if hostnames.iter().any(|h| h == wanted)))
     };
     let client = |user: &str| {
-        rotation.targets.iter().find(|t| matches!(&t.identity, Identity::Client { user: u, .. } if u == user))
+        rotation
+            .targets
+            .iter()
+            .find(|t| matches!(&t.identity, Identity::Client { user: u, .. } if u == user))
     };
     let covered = [
         ("localhost serving", serving("localhost")),
         ("service-network serving", serving("kubernetes.default.svc")),
-        ("external load-balancer serving", serving("api.cluster.example.com")),
-        ("internal load-balancer serving", serving("api-int.cluster.example.com")),
+        (
+            "external load-balancer serving",
+            serving("api.cluster.example.com"),
+        ),
+        (
+            "internal load-balancer serving",
+            serving("api-int.cluster.example.com"),
+        ),
         ("localhost-recovery serving", serving("localhost-recovery")),
         ("kubelet client", client("system:kube-apiserver")),
         ("aggregator client", client("system:openshift-aggregator")),
@@ -408,7 +552,10 @@ fn the_example_regeneration_config_parses_and_covers_the_kube_apiserver_set() {
         let target = target.unwrap_or_else(|| panic!("{} has no {what} target", repo.display()));
         // Every target's signer is in a bundle (the parser insists), and a leaf never
         // outlives what the operator would give it.
-        assert!(target.validity <= rotation.signers[target.signer].validity, "{what}");
+        assert!(
+            target.validity <= rotation.signers[target.signer].validity,
+            "{what}"
+        );
     }
     assert_eq!(rotation.targets.len(), 7);
 }
@@ -445,11 +592,19 @@ fn atoms_of_rules(rules: &[(String, PolicyRule)]) -> BTreeSet<Atom> {
             for resource in rule.resources.iter().flatten() {
                 for verb in &rule.verbs {
                     let names: Vec<Option<String>> = match &rule.resource_names {
-                        Some(names) if !names.is_empty() => names.iter().cloned().map(Some).collect(),
+                        Some(names) if !names.is_empty() => {
+                            names.iter().cloned().map(Some).collect()
+                        }
                         _ => vec![None],
                     };
                     for name in names {
-                        out.insert((ns.clone(), group.clone(), resource.clone(), verb.clone(), name));
+                        out.insert((
+                            ns.clone(),
+                            group.clone(),
+                            resource.clone(),
+                            verb.clone(),
+                            name,
+                        ));
                     }
                 }
             }
@@ -462,8 +617,12 @@ fn atoms_of_rules(rules: &[(String, PolicyRule)]) -> BTreeSet<Atom> {
 fn required_for(pod: &Pod, name: &str) -> Vec<Access> {
     let (_, mut cli) = parse_sidecar(pod, name);
     if let Command::Regenerate(args) = &mut cli.command {
-        let (_, repo) = node_file(pod, container(pod, name), &args.config.display().to_string())
-            .expect("--config on a hostPath");
+        let (_, repo) = node_file(
+            pod,
+            container(pod, name),
+            &args.config.display().to_string(),
+        )
+        .expect("--config on a hostPath");
         args.config = repo;
     }
     required_access(&cli.command).unwrap_or_else(|err| panic!("{name}: {err}"))
@@ -517,7 +676,10 @@ fn the_rbac_check_fails_when_a_grant_is_missing() {
             !manifests::rbac_allows(&granted, verb, group, resource, ns, object.as_deref())
         })
         .collect();
-    assert!(!missing.is_empty() && missing.iter().all(|a| a.3 == "watch"), "{missing:?}");
+    assert!(
+        !missing.is_empty() && missing.iter().all(|a| a.3 == "watch"),
+        "{missing:?}"
+    );
 }
 
 #[test]
@@ -527,32 +689,63 @@ fn what_regenerate_writes_for_the_server_reaches_it() {
     // and every synced path the server reads is one the syncer writes.
     let pod = manifests::pod();
     let (_, sync) = parse_sidecar(&pod, SYNC_CONTAINER);
-    let Command::Sync(sync) = sync.command else { unreachable!() };
-    let synced_secrets: BTreeSet<&str> =
-        sync.secrets.iter().chain(&sync.optional_secrets).map(String::as_str).collect();
-    let synced_maps: BTreeSet<&str> =
-        sync.configmaps.iter().chain(&sync.optional_configmaps).map(String::as_str).collect();
+    let Command::Sync(sync) = sync.command else {
+        unreachable!()
+    };
+    let synced_secrets: BTreeSet<&str> = sync
+        .secrets
+        .iter()
+        .chain(&sync.optional_secrets)
+        .map(String::as_str)
+        .collect();
+    let synced_maps: BTreeSet<&str> = sync
+        .configmaps
+        .iter()
+        .chain(&sync.optional_configmaps)
+        .map(String::as_str)
+        .collect();
     let server = argv(&pod, container(&pod, SERVER_CONTAINER)).join(" ");
     let (argv_regen, _) = parse_sidecar(&pod, REGENERATE_CONTAINER);
-    let config = node_file(&pod, container(&pod, REGENERATE_CONTAINER), flag(&argv_regen, "config").unwrap())
-        .unwrap()
-        .1;
+    let config = node_file(
+        &pod,
+        container(&pod, REGENERATE_CONTAINER),
+        flag(&argv_regen, "config").unwrap(),
+    )
+    .unwrap()
+    .1;
     let rotation = cert_syncer::regenerate::config::load(&config).unwrap();
-    for target in rotation.targets.iter().filter(|t| t.object.namespace == sync.namespace) {
+    for target in rotation
+        .targets
+        .iter()
+        .filter(|t| t.object.namespace == sync.namespace)
+    {
         let name = target.object.name.as_str();
-        let revisioned = server.contains(&format!("/etc/kubernetes/static-pod-resources/secrets/{name}/"));
+        let revisioned = server.contains(&format!(
+            "/etc/kubernetes/static-pod-resources/secrets/{name}/"
+        ));
         assert!(
             synced_secrets.contains(name) || revisioned,
             "target {name} is regenerated but never reaches the server"
         );
     }
-    for bundle in rotation.bundles.iter().filter(|b| b.object.namespace == sync.namespace) {
-        assert!(synced_maps.contains(bundle.object.name.as_str()), "bundle {}", bundle.object.name);
+    for bundle in rotation
+        .bundles
+        .iter()
+        .filter(|b| b.object.namespace == sync.namespace)
+    {
+        assert!(
+            synced_maps.contains(bundle.object.name.as_str()),
+            "bundle {}",
+            bundle.object.name
+        );
     }
     for word in server.split([' ', '=', ',']) {
         if let Some(rest) = word.strip_prefix("/etc/kubernetes/static-pod-certs/secrets/") {
             let name = rest.split('/').next().unwrap();
-            assert!(sync.secrets.iter().any(|s| s == name), "the server reads {word}, which is not a required synced Secret");
+            assert!(
+                sync.secrets.iter().any(|s| s == name),
+                "the server reads {word}, which is not a required synced Secret"
+            );
         }
     }
 }
@@ -560,7 +753,8 @@ fn what_regenerate_writes_for_the_server_reaches_it() {
 #[test]
 fn every_node_file_the_pod_reads_is_shipped_or_documented() {
     let pod = manifests::pod();
-    let readme = std::fs::read_to_string(manifests::dir().join("README.md")).expect("manifests/README.md");
+    let readme =
+        std::fs::read_to_string(manifests::dir().join("README.md")).expect("manifests/README.md");
     let mut checked = 0;
     let spec = pod.spec.as_ref().unwrap();
     for c in &spec.containers {
@@ -571,10 +765,18 @@ fn every_node_file_the_pod_reads_is_shipped_or_documented() {
             .collect();
         if SIDECARS.contains(&c.name.as_str()) {
             let (_, kubeconfig) = sidecar_kubeconfig(&pod, &c.name);
-            for cluster in kubeconfig.clusters.iter().filter_map(|c| c.cluster.as_ref()) {
+            for cluster in kubeconfig
+                .clusters
+                .iter()
+                .filter_map(|c| c.cluster.as_ref())
+            {
                 paths.extend(cluster.certificate_authority.clone());
             }
-            for user in kubeconfig.auth_infos.iter().filter_map(|a| a.auth_info.as_ref()) {
+            for user in kubeconfig
+                .auth_infos
+                .iter()
+                .filter_map(|a| a.auth_info.as_ref())
+            {
                 paths.extend(user.token_file.clone());
             }
         }
@@ -583,9 +785,10 @@ fn every_node_file_the_pod_reads_is_shipped_or_documented() {
                 panic!("{}: {path} is on no hostPath mount", c.name)
             };
             // Directories the containers write into need no file.
-            if ["--destination-dir", "--state-file"].iter().any(|f| {
-                flag(&argv(&pod, c), &f[2..]).is_some_and(|v| v == path)
-            }) {
+            if ["--destination-dir", "--state-file"]
+                .iter()
+                .any(|f| flag(&argv(&pod, c), &f[2..]).is_some_and(|v| v == path))
+            {
                 continue;
             }
             // Synced at run time by the syncer itself.
@@ -606,7 +809,8 @@ fn every_node_file_the_pod_reads_is_shipped_or_documented() {
 #[test]
 fn the_containerfile_builds_the_binaries_the_pod_runs() {
     let root = manifests::dir().parent().unwrap().to_owned();
-    let containerfile = std::fs::read_to_string(root.join("Containerfile")).expect("a Containerfile");
+    let containerfile =
+        std::fs::read_to_string(root.join("Containerfile")).expect("a Containerfile");
     let pod = manifests::pod();
     for c in &pod.spec.as_ref().unwrap().containers {
         let program = argv(&pod, c)[0].clone();
@@ -623,12 +827,17 @@ fn the_containerfile_builds_the_binaries_the_pod_runs() {
         let image = c.image.as_deref().unwrap();
         let stage = image.rsplit('/').next().unwrap().split(':').next().unwrap();
         assert!(
-            containerfile.lines().any(|l| l.starts_with("FROM ") && l.ends_with(&format!(" AS {stage}"))),
+            containerfile
+                .lines()
+                .any(|l| l.starts_with("FROM ") && l.ends_with(&format!(" AS {stage}"))),
             "no `FROM … AS {stage}` stage for image {image}"
         );
     }
     // The build uses the lock file and the packages exist.
     assert!(containerfile.contains("--locked"));
-    let (cert_syncer, examples) = (root.join("cert-syncer/Cargo.toml"), root.join("examples/Cargo.toml"));
+    let (cert_syncer, examples) = (
+        root.join("cert-syncer/Cargo.toml"),
+        root.join("examples/Cargo.toml"),
+    );
     assert!(cert_syncer.is_file() && examples.is_file());
 }

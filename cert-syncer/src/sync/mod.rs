@@ -119,11 +119,16 @@ impl Settings {
     }
 }
 
-/// The objects `sync` follows for these flags (named ones and those of `--file`), as
-/// (resource plural, name), and their namespace: what [`crate::access`] grants.
-pub(crate) fn followed_objects(
-    args: &SyncArgs,
-) -> Result<(String, Vec<(&'static str, String)>), ConfigError> {
+/// The objects `sync` follows for some flags: what [`crate::access`] grants.
+pub(crate) struct Followed {
+    /// Their namespace.
+    pub namespace: String,
+    /// (resource plural, name) of the named objects and those of `--file`.
+    pub objects: Vec<(&'static str, String)>,
+}
+
+/// The objects `sync` follows for these flags (the same validation as the run).
+pub(crate) fn followed_objects(args: &SyncArgs) -> Result<Followed, ConfigError> {
     let settings = Settings::from_args(args)?;
     let objects = settings
         .objects
@@ -136,7 +141,10 @@ pub(crate) fn followed_objects(
             (resource, object.name)
         })
         .collect();
-    Ok((settings.namespace, objects))
+    Ok(Followed {
+        namespace: settings.namespace,
+        objects,
+    })
 }
 
 /// DNS-1123 subdomain: what the apiserver accepts as a Secret or ConfigMap name, and therefore

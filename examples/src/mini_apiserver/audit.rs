@@ -122,7 +122,10 @@ mod tests {
             Some("a")
         );
         assert_eq!(name_from_field_selector(Some("metadata.name!=a")), None);
-        assert_eq!(name_from_field_selector(Some("metadata.namespace=ns")), None);
+        assert_eq!(
+            name_from_field_selector(Some("metadata.namespace=ns")),
+            None
+        );
         assert_eq!(name_from_field_selector(None), None);
     }
 
