@@ -13,7 +13,7 @@ pub mod config;
 mod decide;
 mod metrics;
 mod pass;
-mod pki;
+pub(crate) mod pki;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -262,13 +262,14 @@ fn identity(pod_name: Option<&str>) -> String {
     })
 }
 
-fn unix_now() -> i64 {
+pub(crate) fn unix_now() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs() as i64)
 }
 
-fn parse_now(text: &str) -> Result<i64, ConfigError> {
+/// `--now`: RFC 3339 or Unix seconds.
+pub(crate) fn parse_now(text: &str) -> Result<i64, ConfigError> {
     if let Ok(seconds) = text.parse::<i64>() {
         return Ok(seconds);
     }
