@@ -2,9 +2,9 @@
 //! "refresh only when expired" by default).
 //!
 //! - [`config`]: the YAML file of signers, bundles and targets, validated item by item;
-//! - [`decide`]: pure decisions from parsed certificates and the time;
-//! - [`pki`]: parsing and generation (rcgen, ECDSA P-256);
-//! - [`pass`]: one pass in dependency order with optimistic concurrency;
+//! - `decide`: pure decisions from parsed certificates and the time;
+//! - `pki`: parsing and generation (rcgen, ECDSA P-256);
+//! - `pass`: one pass in dependency order with optimistic concurrency;
 //! - this module: the loop. A pass runs at start, whenever a declared object changes (one
 //!   watch per object), and when the next expiry (or rotation point) is reached: a timer aligned
 //!   to the data, not a polling period. Failed passes are retried with backoff.
