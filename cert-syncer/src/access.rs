@@ -29,7 +29,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::cli::{Command, ConfigError, RegenerateArgs, SyncArgs};
+use crate::cli::{Command, ConfigError, InspectArgs, RegenerateArgs, SyncArgs};
 use crate::regenerate::ObjectKind;
 use crate::regenerate::config::Rotation;
 
@@ -114,7 +114,20 @@ pub fn required_access(command: &Command) -> Result<Vec<Access>, ConfigError> {
             let rotation = crate::regenerate::config::load(&args.config)?;
             Ok(regenerate_access(args, &rotation))
         }
+        Command::Inspect(args) => Ok(inspect_access(args)),
     }
+}
+
+/// `inspect`: with `--namespace`, one list of the Secrets and one of the ConfigMaps there
+/// (every object, so no names); directories alone need no access.
+pub fn inspect_access(args: &InspectArgs) -> Vec<Access> {
+    let mut rules = Rules::default();
+    if let Some(namespace) = &args.namespace {
+        for resource in ["secrets", "configmaps"] {
+            rules.any(namespace, CORE, resource, &["list"]);
+        }
+    }
+    rules.into_list()
 }
 
 /// `sync`: get, list and watch on each followed object (one single-object watcher each, and a
@@ -274,7 +287,7 @@ mod tests {
                 "--file=configmap/kubelet-ca/ca.crt=/etc/kubernetes/kubelet-ca.crt",
             ]) {
                 Command::Sync(args) => args,
-                Command::Regenerate(_) => unreachable!(),
+                _ => unreachable!(),
             },
         )
         .unwrap();

@@ -1,6 +1,6 @@
-//! The access lists are the truth: real runs of `cert-syncer sync` and `regenerate` against
-//! `mini-apiserver --audit-log`, and every request they made (verb, group, resource,
-//! namespace, name as kube-apiserver's authorizer sees them) is allowed by
+//! The access lists are the truth: real runs of `cert-syncer sync`, `regenerate` and
+//! `inspect --namespace` against `mini-apiserver --audit-log`, and every request they made
+//! (verb, group, resource, namespace, name as kube-apiserver's authorizer sees them) is allowed by
 //! `cert_syncer::access::required_access` for the same flags — and every verb the list grants
 //! was used. Then the static pod's own sidecars, with the pod's flags, kubeconfig templates and
 //! example config, make only requests that the RBAC in `manifests/` allows.
@@ -336,6 +336,50 @@ async fn every_request_of_a_regenerate_run_is_in_its_access_list() {
             "no successful {verb} {resource} {name}"
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_request_of_an_inspect_run_is_in_its_access_list() {
+    install_crypto_provider();
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("audit.jsonl");
+    let api = ApiServer::start(tmp.path(), &["--audit-log", log.to_str().unwrap()]);
+    let admin = api.client_with_token(ADMIN_TOKEN);
+    let mut ca = Ca::new();
+    let (cert, key, _) = ca.leaf();
+    let post = PostParams::default();
+    Api::<Secret>::namespaced(admin.clone(), NS)
+        .create(&post, &tls_secret("serving", &cert, &key))
+        .await
+        .unwrap();
+    Api::<ConfigMap>::namespaced(admin, NS)
+        .create(&post, &bundle_config_map("serving-ca", &ca.pem))
+        .await
+        .unwrap();
+    let token = tmp.path().join("syncer-token");
+    write_atomic(&token, b"syncer-token");
+    let mut command = Command::new(bin_path("cert-syncer"));
+    command
+        .arg("inspect")
+        .arg(format!("--server={}", api.url()))
+        .arg("--tls-server-name-override=localhost-recovery")
+        .arg(format!(
+            "--ca-file={}",
+            api.dir.join("recovery-ca.crt").display()
+        ))
+        .arg(format!("--token-file={}", token.display()))
+        .arg(format!("--namespace={NS}"))
+        .arg("--json")
+        .env("RUST_LOG", "warn");
+    let list = required_access(&cli_of(&command).command).unwrap();
+    let output = tokio::task::block_in_place(|| command.output()).unwrap();
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_list_is_the_truth(&list, &requests_of(&log, "cert-syncer"));
 }
 
 /// `argv` with `--name=VALUE` (or `--name VALUE`) replaced by `--name=value`.

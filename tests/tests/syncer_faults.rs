@@ -343,16 +343,24 @@ async fn sigkill_during_a_burst_of_updates_leaves_one_complete_generation_per_di
         for key in keys {
             assert!(dir.join(key).exists(), "{name}/{key} visible");
         }
-        let leftovers: Vec<String> = std::fs::read_dir(&dir)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .filter(|n| n.starts_with("..") && n != "..data")
-            .collect();
+        let leftovers = || -> Vec<String> {
+            std::fs::read_dir(&dir)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with("..") && n != "..data")
+                .collect()
+        };
         // The current generation and at most the previous one (kept for readers in flight).
-        assert!(
-            leftovers.len() <= 2 && !leftovers.iter().any(|n| n.ends_with("_tmp")),
-            "{name}: {leftovers:?}"
-        );
+        // The writer removes older ones right after the `..data` swap that the reads above
+        // already see, so give it a moment.
+        let tidy =
+            |names: &[String]| names.len() <= 2 && !names.iter().any(|n| n.ends_with("_tmp"));
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !tidy(&leftovers()) && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let left = leftovers();
+        assert!(tidy(&left), "{name}: {left:?}");
     }
 }
 

@@ -2,9 +2,9 @@
 //! "refresh only when expired" by default).
 //!
 //! - [`config`]: the YAML file of signers, bundles and targets, validated item by item;
-//! - [`decide`]: pure decisions from parsed certificates and the time;
-//! - [`pki`]: parsing and generation (rcgen, ECDSA P-256);
-//! - [`pass`]: one pass in dependency order with optimistic concurrency;
+//! - `decide`: pure decisions from parsed certificates and the time;
+//! - `pki`: parsing and generation (rcgen, ECDSA P-256);
+//! - `pass`: one pass in dependency order with optimistic concurrency;
 //! - this module: the loop. A pass runs at start, whenever a declared object changes (one
 //!   watch per object), and when the next expiry (or rotation point) is reached: a timer aligned
 //!   to the data, not a polling period. Failed passes are retried with backoff.
@@ -13,7 +13,7 @@ pub mod config;
 mod decide;
 mod metrics;
 mod pass;
-mod pki;
+pub(crate) mod pki;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -270,13 +270,14 @@ fn identity(pod_name: Option<&str>) -> String {
     })
 }
 
-fn unix_now() -> i64 {
+pub(crate) fn unix_now() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs() as i64)
 }
 
-fn parse_now(text: &str) -> Result<i64, ConfigError> {
+/// `--now`: RFC 3339 or Unix seconds.
+pub(crate) fn parse_now(text: &str) -> Result<i64, ConfigError> {
     if let Ok(seconds) = text.parse::<i64>() {
         return Ok(seconds);
     }

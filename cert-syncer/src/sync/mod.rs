@@ -4,7 +4,7 @@
 //! half-written object.
 
 mod files;
-mod mapping;
+pub(crate) mod mapping;
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
