@@ -250,11 +250,122 @@ fn sorted(verbs: &[&'static str]) -> Vec<&'static str> {
     verbs
 }
 
+/// Every flag of each subcommand, sorted into those whose value changes the requests it makes
+/// (read by the functions above) and those that do not ([`FLAGS_WITHOUT_ACCESS`]). A test
+/// fails on a flag in neither list, so a new flag is a decision about access, not an accident.
+/// The connection flags (`--kubeconfig`, `--server`, ...) are in neither: they change where the
+/// requests go, not which.
+pub const FLAGS_THAT_CHANGE_ACCESS: &[(&str, &[&str])] = &[
+    (
+        "sync",
+        &[
+            "namespace",
+            "secrets",
+            "optional-secrets",
+            "configmaps",
+            "optional-configmaps",
+            "file",
+            "pod-name",
+        ],
+    ),
+    (
+        "regenerate",
+        &[
+            "config",
+            "pod-name",
+            "pod-namespace",
+            "leader-elect",
+            "leader-elect-lease-name",
+            "leader-elect-namespace",
+        ],
+    ),
+    ("inspect", &["namespace"]),
+];
+
+/// See [`FLAGS_THAT_CHANGE_ACCESS`]: output, timing and mode flags.
+pub const FLAGS_WITHOUT_ACCESS: &[(&str, &[&str])] = &[
+    (
+        "sync",
+        &[
+            "destination-dir",
+            "metrics-listen",
+            "auth-failure-exit-after",
+        ],
+    ),
+    (
+        "regenerate",
+        &[
+            "mode",
+            "once",
+            "metrics-listen",
+            "leader-elect-lease-duration",
+            "leader-elect-renew-deadline",
+            "leader-elect-retry-period",
+            "now",
+        ],
+    ),
+    (
+        "inspect",
+        &["dir", "ca-bundle", "warn-within", "json", "now"],
+    ),
+];
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::cli::Cli;
     use clap::Parser;
+
+    #[test]
+    fn every_flag_is_classified_for_access() {
+        use clap::CommandFactory;
+        let connection = [
+            "kubeconfig",
+            "context",
+            "server",
+            "ca-file",
+            "token-file",
+            "tls-server-name-override",
+            "log-format",
+            "help",
+            "version",
+        ];
+        let cli = Cli::command();
+        let listed = |table: &[(&str, &[&str])], sub: &str| -> Vec<String> {
+            table
+                .iter()
+                .filter(|(name, _)| *name == sub)
+                .flat_map(|(_, flags)| flags.iter().map(|f| (*f).to_owned()))
+                .collect()
+        };
+        let mut seen = 0;
+        for sub in cli.get_subcommands() {
+            let name = sub.get_name();
+            let changes = listed(FLAGS_THAT_CHANGE_ACCESS, name);
+            let neutral = listed(FLAGS_WITHOUT_ACCESS, name);
+            for arg in sub.get_arguments() {
+                let Some(long) = arg.get_long() else { continue };
+                if connection.contains(&long) {
+                    continue;
+                }
+                seen += 1;
+                assert!(
+                    changes.iter().any(|f| f == long) != neutral.iter().any(|f| f == long),
+                    "flag --{long} of `{name}` must be in exactly one of FLAGS_THAT_CHANGE_ACCESS \
+                     and FLAGS_WITHOUT_ACCESS (src/access.rs): if it changes which API requests \
+                     `{name}` makes, make the {name} access function follow it"
+                );
+            }
+            for flag in changes.iter().chain(&neutral) {
+                assert!(
+                    sub.get_arguments()
+                        .any(|a| a.get_long() == Some(flag.as_str())),
+                    "`{name}` has no flag --{flag} (listed in src/access.rs)"
+                );
+            }
+        }
+        assert!(seen >= 20, "{seen} flags classified");
+    }
 
     fn command(args: &[&str]) -> Command {
         let mut argv = vec!["cert-syncer"];
