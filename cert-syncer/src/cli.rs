@@ -34,6 +34,10 @@ pub enum Command {
     /// Regenerate signers, CA bundles and certificates declared in a config file, by default
     /// only when they are expired or missing.
     Regenerate(RegenerateArgs),
+    /// List every certificate in directories or in a namespace's Secrets and ConfigMaps, with
+    /// its validity, key match and chain; exit 1 when anything is expired, mismatched, does not
+    /// chain or cannot be read.
+    Inspect(InspectArgs),
 }
 
 /// How to reach the apiserver (kubeconfig, or explicit flags).
@@ -161,12 +165,44 @@ pub struct RegenerateArgs {
     pub now: Option<String>,
 }
 
+/// Flags of `cert-syncer inspect`.
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("source").args(["dir", "namespace"]).required(true).multiple(true)))]
+pub struct InspectArgs {
+    /// Directory to inspect, recursively (repeatable): a resource directory written by `sync`
+    /// (read through each object's current `..data` generation) or plain PEM files (`X.crt` with
+    /// `X.key`, `ca-bundle.crt`).
+    #[arg(long, value_name = "DIR")]
+    pub dir: Vec<PathBuf>,
+    /// Inspect every Secret and ConfigMap of this namespace through the API (connection flags
+    /// as for `sync`).
+    #[arg(long)]
+    pub namespace: Option<String>,
+    #[command(flatten)]
+    pub connection: ConnectionArgs,
+    /// CA bundle that every certificate must chain to (repeatable). Without it, a certificate
+    /// must chain to a CA bundle in its own directory or object if there is one, and is
+    /// otherwise looked up in every bundle found.
+    #[arg(long, value_name = "FILE")]
+    pub ca_bundle: Vec<PathBuf>,
+    /// Mark certificates that expire within this as `expiring` (a warning: the exit code stays
+    /// 0). `30s`, `5m`, `12h`, `7d`.
+    #[arg(long, value_parser = parse_duration, default_value = "7d")]
+    pub warn_within: Duration,
+    /// Print a JSON array (one object per certificate or unreadable file) instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// Evaluate as if the time were this (RFC 3339 or Unix seconds). For tests and drills.
+    #[arg(long, hide = true)]
+    pub now: Option<String>,
+}
+
 /// A configuration error: exit code 2.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct ConfigError(pub String);
 
-/// `250ms`, `30s`, `5m`, `1h` or plain seconds.
+/// `250ms`, `30s`, `5m`, `1h`, `7d` or plain seconds.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     if let Some(millis) = text.strip_suffix("ms") {
         return millis
@@ -180,13 +216,21 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let value: u64 = number
         .parse()
         .map_err(|_| format!("invalid duration {text:?}"))?;
-    let seconds = match unit {
-        "" | "s" => value,
-        "m" => value * 60,
-        "h" => value * 3600,
-        _ => return Err(format!("invalid duration unit in {text:?} (use s, m or h)")),
+    let unit_seconds: u64 = match unit {
+        "" | "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        _ => {
+            return Err(format!(
+                "invalid duration unit in {text:?} (use s, m, h or d)"
+            ));
+        }
     };
-    Ok(Duration::from_secs(seconds))
+    value
+        .checked_mul(unit_seconds)
+        .map(Duration::from_secs)
+        .ok_or_else(|| format!("duration {text:?} is too long"))
 }
 
 #[cfg(test)]
@@ -199,7 +243,8 @@ mod tests {
         assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
         assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
         assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
-        assert!(parse_duration("5d").is_err());
+        assert_eq!(parse_duration("7d"), Ok(Duration::from_secs(7 * 86_400)));
+        assert!(parse_duration("5w").is_err());
         assert!(parse_duration("m").is_err());
     }
 

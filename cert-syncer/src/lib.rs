@@ -6,14 +6,20 @@
 //! `regenerate` is the regeneration controller: it regenerates signers, CA bundles and
 //! certificates declared in a config file, by default only when they are expired or missing.
 //!
+//! `inspect` lists the certificates of directories or of a namespace, with what is wrong
+//! with them.
+//!
 //! The public surface is small on purpose: [`cli`] (the flags, as data), [`run`] (one
-//! subcommand to completion) and [`regenerate::config`] (the rotation config parser, public so
-//! that it can be fuzzed and checked by tests). Everything else is internal.
+//! subcommand to completion), [`regenerate::config`] (the rotation config parser, public so
+//! that it can be fuzzed and checked by tests) and [`access`] (the API access each subcommand
+//! needs for given flags: what RBAC must grant). Everything else is internal.
 
+pub mod access;
 pub mod cli;
 mod connection;
 mod events;
 mod health;
+mod inspect;
 mod leader;
 mod metrics;
 pub mod regenerate;
@@ -28,5 +34,6 @@ pub async fn run(command: cli::Command) -> anyhow::Result<()> {
     match command {
         cli::Command::Sync(args) => sync::run(args).await,
         cli::Command::Regenerate(args) => regenerate::run(args).await,
+        cli::Command::Inspect(args) => inspect::run(args).await,
     }
 }

@@ -1,11 +1,13 @@
 //! Harness for the end-to-end tests: finding the workspace binaries and running them as child
 //! processes ([`process`]), a throwaway PKI ([`pki`]), client-side TLS helpers ([`tls`]), and a
 //! `mini-apiserver` with kube clients that connect as cert-syncer does ([`apiserver`]), and
-//! `cert-syncer sync` connected to it ([`syncer`]).
+//! `cert-syncer sync` connected to it ([`syncer`]), and `manifests/` read as Kubernetes
+//! objects and command lines ([`manifests`]).
 //!
 //! The most used items are re-exported here.
 
 pub mod apiserver;
+pub mod manifests;
 pub mod pki;
 pub mod process;
 pub mod syncer;

@@ -2,9 +2,9 @@
 //! "refresh only when expired" by default).
 //!
 //! - [`config`]: the YAML file of signers, bundles and targets, validated item by item;
-//! - [`decide`]: pure decisions from parsed certificates and the time;
-//! - [`pki`]: parsing and generation (rcgen, ECDSA P-256);
-//! - [`pass`]: one pass in dependency order with optimistic concurrency;
+//! - `decide`: pure decisions from parsed certificates and the time;
+//! - `pki`: parsing and generation (rcgen, ECDSA P-256);
+//! - `pass`: one pass in dependency order with optimistic concurrency;
 //! - this module: the loop. A pass runs at start, whenever a declared object changes (one
 //!   watch per object), and when the next expiry (or rotation point) is reached: a timer aligned
 //!   to the data, not a polling period. Failed passes are retried with backoff.
@@ -13,7 +13,7 @@ pub mod config;
 mod decide;
 mod metrics;
 mod pass;
-mod pki;
+pub(crate) mod pki;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -57,7 +57,7 @@ pub async fn run(args: RegenerateArgs) -> anyhow::Result<()> {
     let client = connection.client.clone();
     let events = EventRecorder::new(
         client.clone(),
-        args.pod_namespace.as_deref().unwrap_or("default"),
+        events_namespace(&args),
         args.pod_name.as_deref(),
     );
     let mut registry = Registry::default();
@@ -120,14 +120,9 @@ pub async fn run(args: RegenerateArgs) -> anyhow::Result<()> {
     let lost_reason = Arc::new(std::sync::Mutex::new(String::new()));
     let mut holder = None;
     if args.leader_elect {
-        let namespace = args
-            .leader_elect_namespace
-            .clone()
-            .or_else(|| args.pod_namespace.clone())
-            .unwrap_or_else(|| "default".to_owned());
         let mut elector = Elector::new(
             client.clone(),
-            &namespace,
+            lease_namespace(&args),
             &args.leader_elect_lease_name,
             identity(args.pod_name.as_deref()),
             leader::Timing {
@@ -243,6 +238,19 @@ async fn follow<K>(
     }
 }
 
+/// Where Events go: the pod's namespace, else `default`.
+pub(crate) fn events_namespace(args: &RegenerateArgs) -> &str {
+    args.pod_namespace.as_deref().unwrap_or("default")
+}
+
+/// Where the Lease lives: `--leader-elect-namespace`, else the pod's namespace, else `default`.
+pub(crate) fn lease_namespace(args: &RegenerateArgs) -> &str {
+    args.leader_elect_namespace
+        .as_deref()
+        .or(args.pod_namespace.as_deref())
+        .unwrap_or("default")
+}
+
 fn log_report(report: &pass::Report) {
     for failure in &report.failures {
         tracing::error!(%failure, "regeneration failed for an item");
@@ -262,13 +270,14 @@ fn identity(pod_name: Option<&str>) -> String {
     })
 }
 
-fn unix_now() -> i64 {
+pub(crate) fn unix_now() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs() as i64)
 }
 
-fn parse_now(text: &str) -> Result<i64, ConfigError> {
+/// `--now`: RFC 3339 or Unix seconds.
+pub(crate) fn parse_now(text: &str) -> Result<i64, ConfigError> {
     if let Ok(seconds) = text.parse::<i64>() {
         return Ok(seconds);
     }

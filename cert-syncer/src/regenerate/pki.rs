@@ -1,5 +1,5 @@
 //! Certificates as the decisions see them (parsed from PEM, never from annotations), and the
-//! generation of new signers and leaves.
+//! generation of new signers and leaves. `inspect` reads certificates through the same functions.
 
 use std::sync::Arc;
 
@@ -7,6 +7,7 @@ use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
     KeyUsagePurpose, SanType,
 };
+use reload_lib::{CertInfo, InvalidMaterial};
 use rustls::RootCertStore;
 use rustls::client::WebPkiServerVerifier;
 use rustls::client::danger::ServerCertVerifier;
@@ -30,6 +31,8 @@ pub struct Cert {
     pub organizations: Vec<String>,
     pub issuer_common_name: Option<String>,
     pub serial: String,
+    /// reload-lib's facts (full subject and issuer, SANs, fingerprint), for `inspect`.
+    pub info: CertInfo,
 }
 
 impl std::fmt::Debug for Cert {
@@ -45,7 +48,7 @@ impl std::fmt::Debug for Cert {
 impl Cert {
     /// Parses one DER certificate.
     pub fn from_der(der: CertificateDer<'static>) -> Result<Cert, String> {
-        let info = reload_lib::CertInfo::from_der(&der)?;
+        let info = CertInfo::from_der(&der)?;
         let (_, parsed) =
             x509_parser::parse_x509_certificate(&der).map_err(|err| err.to_string())?;
         let common_name = parsed
@@ -83,7 +86,8 @@ impl Cert {
             common_name,
             organizations,
             issuer_common_name,
-            serial: info.serial,
+            serial: info.serial.clone(),
+            info,
         })
     }
 
@@ -124,23 +128,17 @@ impl KeyPairPem {
     /// Parses `tls.crt` and `tls.key`: PEM, at least one certificate, a private key that
     /// matches the first certificate.
     pub fn parse(cert_pem: &[u8], key_pem: &[u8]) -> Result<KeyPairPem, String> {
-        let ders = CertificateDer::pem_slice_iter(cert_pem)
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|err| format!("tls.crt is not PEM: {err}"))?;
-        if ders.is_empty() {
-            return Err("tls.crt holds no certificate".to_owned());
+        let chain = parse_certs(cert_pem).map_err(|err| format!("tls.crt: {err}"))?;
+        match key_fits(&chain[0], key_pem) {
+            Ok(true) => {}
+            Ok(false) => {
+                return Err(format!(
+                    "tls.key does not fit tls.crt: {}",
+                    InvalidMaterial::KeyMismatch
+                ));
+            }
+            Err(err) => return Err(format!("tls.key: {err}")),
         }
-        let chain = ders
-            .into_iter()
-            .map(Cert::from_der)
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|err| format!("tls.crt: {err}"))?;
-        let key = PrivateKeyDer::from_pem_slice(key_pem)
-            .map_err(|err| format!("tls.key is not a PEM private key: {err}"))?;
-        let provider = rustls::crypto::aws_lc_rs::default_provider();
-        // from_der checks that the key belongs to the leaf.
-        rustls::sign::CertifiedKey::from_der(vec![chain[0].der.clone()], key, &provider)
-            .map_err(|err| format!("tls.key does not fit tls.crt: {err}"))?;
         let key_pem =
             String::from_utf8(key_pem.to_vec()).map_err(|_| "tls.key is not text".to_owned())?;
         Ok(KeyPairPem { chain, key_pem })
@@ -150,6 +148,148 @@ impl KeyPairPem {
     pub fn cert_pem(&self) -> String {
         self.chain.iter().map(Cert::pem).collect()
     }
+}
+
+/// Parses every `CERTIFICATE` block of a PEM text (leaf first, for a chain), all or nothing: an
+/// empty text, no certificate, malformed PEM or a block that is not X.509 is an error, worded as
+/// reload-lib words it.
+pub fn parse_certs(pem: &[u8]) -> Result<Vec<Cert>, InvalidMaterial> {
+    if pem.iter().all(u8::is_ascii_whitespace) {
+        return Err(InvalidMaterial::Empty);
+    }
+    let ders = CertificateDer::pem_slice_iter(pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|err| InvalidMaterial::Pem(err.to_string()))?;
+    if ders.is_empty() {
+        return Err(InvalidMaterial::NoCertificate);
+    }
+    ders.into_iter()
+        .enumerate()
+        .map(|(index, der)| {
+            Cert::from_der(der).map_err(|detail| InvalidMaterial::BadCertificate { index, detail })
+        })
+        .collect()
+}
+
+/// Whether the private key in `key_pem` belongs to `leaf`: `Ok(false)` for a well-formed key of
+/// another certificate, an error when there is no usable key (the same checks reload-lib makes
+/// before serving a pair).
+pub fn key_fits(leaf: &Cert, key_pem: &[u8]) -> Result<bool, InvalidMaterial> {
+    let key = parse_key(key_pem)?;
+    let provider = rustls::crypto::aws_lc_rs::default_provider();
+    let signing_key = provider
+        .key_provider
+        .load_private_key(key)
+        .map_err(|err| InvalidMaterial::BadKey(err.to_string()))?;
+    match rustls::sign::CertifiedKey::new(vec![leaf.der.clone()], signing_key).keys_match() {
+        Ok(()) => Ok(true),
+        Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::KeyMismatch)) => Ok(false),
+        Err(other) => Err(InvalidMaterial::BadKey(other.to_string())),
+    }
+}
+
+/// The first private key block of a PEM text (PKCS#8, PKCS#1 or SEC1).
+pub fn parse_key(key_pem: &[u8]) -> Result<PrivateKeyDer<'static>, InvalidMaterial> {
+    if key_pem.iter().all(u8::is_ascii_whitespace) {
+        return Err(InvalidMaterial::Empty);
+    }
+    PrivateKeyDer::from_pem_slice(key_pem).map_err(|err| match err {
+        rustls_pki_types::pem::Error::NoItemsFound => InvalidMaterial::NoPrivateKey,
+        other => InvalidMaterial::Pem(other.to_string()),
+    })
+}
+
+/// Why a certificate does not chain to a set of CAs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChainError {
+    /// No CA of the set has the certificate's issuer name (nor does the certificate's own chain
+    /// lead to one): the set is not the certificate's trust, as opposed to a broken chain.
+    UnknownIssuer,
+    /// A path exists by name but fails: bad signature, an expired CA, a CA that may not sign,
+    /// a usage the CA does not allow. The text is the verifier's.
+    Invalid(String),
+}
+
+impl std::fmt::Display for ChainError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ChainError::UnknownIssuer => f.write_str("no CA of the bundle issued it"),
+            ChainError::Invalid(why) => f.write_str(why),
+        }
+    }
+}
+
+/// Whether `chain` (leaf first, then the intermediates it was served with) leads to one of
+/// `anchors`, checked by webpki at `at` (seconds since the Unix epoch) for any TLS usage
+/// (server auth, else client auth).
+///
+/// A CA certificate (a signer's own `tls.crt`) is not an end entity for webpki: it chains when
+/// it is one of `anchors`, or when an anchor with its issuer's name verifies its signature.
+pub fn chains_to(chain: &[Cert], anchors: &[Cert], at: i64) -> Result<(), ChainError> {
+    let Some(leaf) = chain.first() else {
+        return Err(ChainError::Invalid("no certificate".to_owned()));
+    };
+    if leaf.is_ca {
+        return ca_chains_to(leaf, anchors);
+    }
+    let trust: Vec<_> = anchors
+        .iter()
+        .filter_map(|ca| webpki::anchor_from_trusted_cert(&ca.der).ok())
+        .collect();
+    let end_entity = webpki::EndEntityCert::try_from(&leaf.der).map_err(|err| {
+        ChainError::Invalid(format!("not a usable end-entity certificate: {err}"))
+    })?;
+    let intermediates: Vec<CertificateDer<'_>> = chain[1..].iter().map(|c| c.der.clone()).collect();
+    let provider = rustls::crypto::aws_lc_rs::default_provider();
+    let algorithms = provider.signature_verification_algorithms.all;
+    let time = UnixTime::since_unix_epoch(std::time::Duration::from_secs(at.max(0) as u64));
+    let verify = |usage: webpki::KeyUsage| {
+        end_entity
+            .verify_for_usage(algorithms, &trust, &intermediates, time, usage, None, None)
+            .map(|_| ())
+    };
+    #[allow(deprecated)] // RequiredEkuNotFound: older webpki releases still return it
+    let result = match verify(webpki::KeyUsage::server_auth()) {
+        Err(webpki::Error::RequiredEkuNotFound | webpki::Error::RequiredEkuNotFoundContext(_)) => {
+            verify(webpki::KeyUsage::client_auth())
+        }
+        other => other,
+    };
+    result.map_err(|err| match err {
+        webpki::Error::UnknownIssuer => ChainError::UnknownIssuer,
+        other => ChainError::Invalid(format!("{other}")),
+    })
+}
+
+fn ca_chains_to(ca: &Cert, anchors: &[Cert]) -> Result<(), ChainError> {
+    if anchors.iter().any(|anchor| anchor.der == ca.der) {
+        return Ok(());
+    }
+    let (_, parsed) = x509_parser::parse_x509_certificate(&ca.der)
+        .map_err(|err| ChainError::Invalid(err.to_string()))?;
+    let mut issuers = anchors
+        .iter()
+        .filter(|anchor| anchor.info.subject == ca.info.issuer)
+        .peekable();
+    if issuers.peek().is_none() {
+        return Err(ChainError::UnknownIssuer);
+    }
+    let mut last = String::new();
+    for issuer in issuers {
+        let Ok((_, issuer)) = x509_parser::parse_x509_certificate(&issuer.der) else {
+            continue;
+        };
+        match parsed.verify_signature(Some(issuer.public_key())) {
+            Ok(()) => return Ok(()),
+            Err(err) => {
+                last = format!(
+                    "the signature does not verify with the CA {}: {err}",
+                    issuer.subject()
+                )
+            }
+        }
+    }
+    Err(ChainError::Invalid(last))
 }
 
 /// Parses a CA bundle; blocks that are not certificates are reported and skipped.

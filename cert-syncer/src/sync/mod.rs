@@ -12,7 +12,7 @@
 //! Either way at most `--write-parallelism` objects are written (or removed) at once.
 
 mod files;
-mod mapping;
+pub(crate) mod mapping;
 mod namespace;
 
 use std::path::PathBuf;
@@ -69,6 +69,12 @@ impl Settings {
             .filter(|o| o.kind == kind)
             .cloned()
             .collect()
+    }
+
+    /// Whether `kind` is followed with one namespace-wide watcher (more named objects of it
+    /// than the threshold) rather than one watcher per object.
+    fn namespace_wide(&self, kind: Kind) -> bool {
+        self.objects.iter().filter(|o| o.kind == kind).count() > self.namespace_watch_threshold
     }
 }
 
@@ -140,6 +146,41 @@ impl Settings {
             namespace_watch_threshold: args.namespace_watch_threshold,
         })
     }
+}
+
+/// The objects `sync` follows for some flags: what [`crate::access`] grants.
+pub(crate) struct Followed {
+    /// Their namespace.
+    pub namespace: String,
+    /// (resource plural, name) of the named objects and those of `--file`.
+    pub objects: Vec<(&'static str, String)>,
+    /// Resource plurals followed with one namespace-wide list+watch (above
+    /// `--namespace-watch-threshold`).
+    pub namespace_wide: Vec<&'static str>,
+}
+
+/// The objects `sync` follows for these flags (the same validation as the run).
+pub(crate) fn followed_objects(args: &SyncArgs) -> Result<Followed, ConfigError> {
+    let settings = Settings::from_args(args)?;
+    let plural = |kind: Kind| match kind {
+        Kind::Secret => "secrets",
+        Kind::ConfigMap => "configmaps",
+    };
+    let namespace_wide = [Kind::Secret, Kind::ConfigMap]
+        .into_iter()
+        .filter(|kind| settings.namespace_wide(*kind))
+        .map(plural)
+        .collect();
+    let objects = settings
+        .objects
+        .into_iter()
+        .map(|object| (plural(object.kind), object.name))
+        .collect();
+    Ok(Followed {
+        namespace: settings.namespace,
+        objects,
+        namespace_wide,
+    })
 }
 
 /// DNS-1123 subdomain: what the apiserver accepts as a Secret or ConfigMap name, and therefore
@@ -224,7 +265,7 @@ pub async fn run(args: SyncArgs) -> anyhow::Result<()> {
     let mut tasks = Vec::new();
     for kind in [Kind::Secret, Kind::ConfigMap] {
         let objects = context.settings.objects_of(kind);
-        if objects.len() > context.settings.namespace_watch_threshold {
+        if context.settings.namespace_wide(kind) {
             tracing::info!(
                 kind = kind.label(),
                 objects = objects.len(),

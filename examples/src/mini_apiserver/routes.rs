@@ -18,6 +18,7 @@ use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use serde_json::{Value, json};
 
+use super::audit::{self, AuditLog};
 use super::auth::{Attributes, Authorizer, Tokens, User};
 use super::resource::Resource;
 use super::select::Selector;
@@ -46,6 +47,8 @@ pub struct Api {
     pub shutdown: tokio_util::sync::CancellationToken,
     /// Open watches and requests, served at `/metrics`.
     pub metrics: super::metrics::Metrics,
+    /// `--audit-log`: every authenticated request on objects, as the authorizer sees it.
+    pub audit: Option<AuditLog>,
 }
 
 /// Where a request goes.
@@ -234,14 +237,48 @@ async fn objects(
         resource: resource.plural(),
     };
     api.metrics.request(verb, resource);
-    if !api.authorizer.allows(user, &attributes) {
-        return Err(ApiError::forbidden(format!(
+    let audit_record = api.audit.as_ref().map(|_| audit::Record {
+        user: user.name.clone(),
+        verb: verb.to_owned(),
+        api_group: resource.group().to_owned(),
+        resource: resource.plural().to_owned(),
+        namespace: namespace.clone(),
+        name: match verb {
+            "list" | "watch" => audit::name_from_field_selector(query.get("fieldSelector")),
+            _ => name.clone(),
+        },
+        code: 0,
+    });
+    let outcome = if api.authorizer.allows(user, &attributes) {
+        serve_objects(api, request, query, resource, verb, namespace, name).await
+    } else {
+        Err(ApiError::forbidden(format!(
             "User \"{}\" cannot {verb} resource \"{}\" in namespace \"{}\"",
             user.name,
             resource.plural(),
             namespace.as_deref().unwrap_or("")
-        )));
+        )))
+    };
+    if let (Some(log), Some(mut record)) = (&api.audit, audit_record) {
+        record.code = match &outcome {
+            Ok(response) => response.status().as_u16(),
+            Err(err) => err.code,
+        };
+        log.record(&record);
     }
+    outcome
+}
+
+/// An authorized request on objects.
+async fn serve_objects(
+    api: &Api,
+    request: Request<Incoming>,
+    query: &Query,
+    resource: Resource,
+    verb: &str,
+    namespace: Option<String>,
+    name: Option<String>,
+) -> Result<Response<Body>, ApiError> {
     let namespaced = |ns: &Option<String>| {
         ns.clone()
             .ok_or_else(|| ApiError::method_not_allowed(format!("{verb} needs a namespace")))
@@ -642,6 +679,7 @@ mod tests {
             bookmark_interval: Duration::from_secs(5),
             shutdown: tokio_util::sync::CancellationToken::new(),
             metrics: super::super::metrics::Metrics::default(),
+            audit: None,
         }
     }
 

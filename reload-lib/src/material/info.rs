@@ -8,7 +8,7 @@ use x509_parser::prelude::{FromDer, X509Certificate};
 
 /// What a certificate says about itself: enough to log it, alert on it and choose SNI names.
 ///
-/// Built from the DER by the crate; shown in [`Generation`](crate::Generation) for every served
+/// Built from the DER by the crate; shown in [`ServedCert`](crate::ServedCert) for every served
 /// certificate.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]

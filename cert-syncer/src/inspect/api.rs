@@ -1,0 +1,93 @@
+//! A namespace's Secrets and ConfigMaps into groups, one per object, read through the same
+//! connection code as `sync` (kubeconfig, or `--server`, `--ca-file`, `--token-file` and the SNI
+//! override) and reduced to keys and bytes the way `sync` writes them.
+
+use anyhow::Context;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::Api;
+use kube::api::ListParams;
+
+use super::source::{Entry, Group, ObjectKind, Origin};
+use crate::cli::ConnectionArgs;
+use crate::connection::{Target, connect};
+use crate::sync::mapping::ToFetched;
+
+/// Every Secret, then every ConfigMap of `namespace`, each in name order.
+///
+/// # Errors
+/// When the connection cannot be set up (bad kubeconfig or flags: exit code 2) or a list fails
+/// (TLS refused, 401/403, unreachable: exit code 1).
+pub(super) async fn namespace(
+    args: &ConnectionArgs,
+    namespace: &str,
+) -> anyhow::Result<Vec<Group>> {
+    let connection = connect(args).await?;
+    let secrets: Api<Secret> = Api::namespaced(connection.client.clone(), namespace);
+    let config_maps: Api<ConfigMap> = Api::namespaced(connection.client.clone(), namespace);
+    let mut groups = list(&secrets, ObjectKind::Secret, namespace, &connection.target).await?;
+    groups.extend(
+        list(
+            &config_maps,
+            ObjectKind::ConfigMap,
+            namespace,
+            &connection.target,
+        )
+        .await?,
+    );
+    Ok(groups)
+}
+
+async fn list<K>(
+    api: &Api<K>,
+    kind: ObjectKind,
+    namespace: &str,
+    target: &Target,
+) -> anyhow::Result<Vec<Group>>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + ToFetched,
+{
+    let plural = match kind {
+        ObjectKind::Secret => "Secrets",
+        ObjectKind::ConfigMap => "ConfigMaps",
+    };
+    let objects = match api.list(&ListParams::default()).await {
+        Ok(list) => list.items,
+        Err(err) => {
+            let reason = target.explain(&err);
+            return Err(anyhow::Error::new(err)).with_context(|| match reason {
+                Some(reason) => reason,
+                None => format!(
+                    "cannot list {plural} in namespace {namespace} at {}",
+                    target.server
+                ),
+            });
+        }
+    };
+    let mut groups: Vec<Group> = objects
+        .iter()
+        .map(|object| {
+            let entries = object
+                .to_fetched()
+                .data
+                .into_iter()
+                .map(|(name, bytes)| Entry {
+                    name,
+                    bytes: Ok(bytes),
+                })
+                .collect();
+            Group {
+                origin: Origin::Object {
+                    kind,
+                    namespace: namespace.to_owned(),
+                    name: object.meta().name.clone().unwrap_or_default(),
+                },
+                entries,
+            }
+        })
+        .collect();
+    groups.sort_by_key(|group| match &group.origin {
+        Origin::Object { name, .. } => name.clone(),
+        Origin::Dir(dir) => dir.display().to_string(),
+    });
+    Ok(groups)
+}
