@@ -343,24 +343,7 @@ async fn sigkill_during_a_burst_of_updates_leaves_one_complete_generation_per_di
         for key in keys {
             assert!(dir.join(key).exists(), "{name}/{key} visible");
         }
-        let leftovers = || -> Vec<String> {
-            std::fs::read_dir(&dir)
-                .unwrap()
-                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-                .filter(|n| n.starts_with("..") && n != "..data")
-                .collect()
-        };
-        // The current generation and at most the previous one (kept for readers in flight).
-        // The writer removes older ones right after the `..data` swap that the reads above
-        // already see, so give it a moment.
-        let tidy =
-            |names: &[String]| names.len() <= 2 && !names.iter().any(|n| n.ends_with("_tmp"));
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while !tidy(&leftovers()) && std::time::Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let left = leftovers();
-        assert!(tidy(&left), "{name}: {left:?}");
+        assert_pruned(&dir);
     }
 }
 
@@ -446,12 +429,27 @@ async fn a_full_disk_keeps_the_old_files_and_the_write_lands_when_space_returns(
         started.elapsed()
     );
     assert_one_complete_generation(&dir, &["tls.crt", "tls.key", "ca.crt"]);
-    let leftovers: Vec<String> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with("..") && n != "..data")
-        .collect();
-    assert!(leftovers.len() <= 2, "{leftovers:?}");
+    assert_pruned(&dir);
+}
+
+/// Asserts that an object directory holds the current generation and at most the previous one
+/// (kept for readers in flight), and no temporary links. The writer prunes right after the
+/// `..data` swap that the caller has already seen, so this waits up to 10 s for it.
+fn assert_pruned(dir: &Path) {
+    let generations = || -> Vec<String> {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("..") && n != "..data")
+            .collect()
+    };
+    let pruned = |names: &[String]| names.len() <= 2 && !names.iter().any(|n| n.ends_with("_tmp"));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !pruned(&generations()) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let left = generations();
+    assert!(pruned(&left), "{}: {left:?}", dir.display());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
