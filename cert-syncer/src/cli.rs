@@ -102,6 +102,17 @@ pub struct SyncArgs {
     /// kubelet restarts the container.
     #[arg(long, value_parser = parse_duration, default_value = "5m")]
     pub auth_failure_exit_after: Duration,
+    /// A kind (Secrets, ConfigMaps) with more named objects than this is followed with one
+    /// namespace-wide list+watch, filtered here to the named objects, instead of one watch
+    /// connection per object. That needs `list` and `watch` on the whole kind in the namespace
+    /// (RBAC without resourceNames). 0: always namespace-wide.
+    #[arg(long, value_name = "N", default_value_t = 50)]
+    pub namespace_watch_threshold: usize,
+    /// At most this many objects are written, removed or confirmed at once; the others wait
+    /// their turn (a large first sync does not start hundreds of writes and fsyncs together).
+    #[arg(long, value_name = "N", default_value_t = 8,
+          value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub write_parallelism: u32,
 }
 
 /// Flags of `cert-syncer regenerate`.

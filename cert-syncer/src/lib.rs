@@ -10,9 +10,11 @@
 //! with them.
 //!
 //! The public surface is small on purpose: [`cli`] (the flags, as data), [`run`] (one
-//! subcommand to completion) and [`regenerate::config`] (the rotation config parser, public so
-//! that it can be fuzzed and checked by tests). Everything else is internal.
+//! subcommand to completion), [`regenerate::config`] (the rotation config parser, public so
+//! that it can be fuzzed and checked by tests) and [`access`] (the API access each subcommand
+//! needs for given flags: what RBAC must grant). Everything else is internal.
 
+pub mod access;
 pub mod cli;
 mod connection;
 mod events;

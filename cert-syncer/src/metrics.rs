@@ -5,6 +5,7 @@
 //! | `cert_syncer_syncs_total` | `kind`, `name`, `result` (`written`/`unchanged`/`removed`/`error`) | sync attempts per object |
 //! | `cert_syncer_last_sync_timestamp_seconds` | `kind`, `name` | last successful sync of an object |
 //! | `cert_syncer_certificate_not_after_timestamp_seconds` | `kind`, `name`, `key` | notAfter of the first certificate of each synced PEM key |
+//! | `cert_syncer_namespace_watch_events_total` | `kind`, `result` (`changed`/`unchanged`/`unnamed`) | objects seen by a namespace-wide watch: handed to their object's worker, skipped because that resourceVersion was already handed over (relists, duplicates), or not named at all |
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -26,6 +27,12 @@ pub struct ResultLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WatchEventLabels {
+    pub kind: &'static str,
+    pub result: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KeyLabels {
     pub kind: &'static str,
     pub name: String,
@@ -38,6 +45,7 @@ pub struct Metrics {
     pub syncs: Family<ResultLabels, Counter>,
     pub last_sync: Family<ObjectLabels, Gauge>,
     pub not_after: Family<KeyLabels, Gauge>,
+    pub watch_events: Family<WatchEventLabels, Counter>,
 }
 
 impl Metrics {
@@ -57,6 +65,11 @@ impl Metrics {
             "cert_syncer_certificate_not_after_timestamp_seconds",
             "notAfter of the first certificate in each synced PEM key",
             metrics.not_after.clone(),
+        );
+        registry.register(
+            "cert_syncer_namespace_watch_events",
+            "Objects seen by namespace-wide watches, by what was done with them",
+            metrics.watch_events.clone(),
         );
         metrics
     }

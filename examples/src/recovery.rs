@@ -16,14 +16,16 @@
 //! Every step is printed on a timeline with its time since start.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+
+use crate::child::Proc;
 use base64::Engine;
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
@@ -125,74 +127,6 @@ impl Timeline {
         if first {
             self.mark(what);
         }
-    }
-}
-
-/// A child process, killed on drop; its stderr is kept for the failure report.
-struct Proc {
-    name: &'static str,
-    child: Child,
-    log: Arc<Mutex<Vec<String>>>,
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Proc {
-    /// Spawns `command`; every stderr line goes to the log and through `watch` (for timeline
-    /// marks); the first `listening on ADDR` on stdout is sent on `listening`.
-    fn spawn(
-        name: &'static str,
-        mut command: Command,
-        watch: impl Fn(&str) + Send + 'static,
-        listening: Option<mpsc::Sender<SocketAddr>>,
-    ) -> anyhow::Result<Proc> {
-        let mut child = command
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .with_context(|| format!("cannot start {}", command.get_program().to_string_lossy()))?;
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let (stderr, stdout) = (child.stderr.take(), child.stdout.take());
-        let sink = Arc::clone(&log);
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr.expect("piped"))
-                .lines()
-                .map_while(Result::ok)
-            {
-                watch(&line);
-                sink.lock().unwrap_or_else(|p| p.into_inner()).push(line);
-            }
-        });
-        std::thread::spawn(move || {
-            let mut listening = listening;
-            for line in BufReader::new(stdout.expect("piped"))
-                .lines()
-                .map_while(Result::ok)
-            {
-                if let Some(addr) = line.strip_prefix("listening on ")
-                    && let Some(tx) = listening.take()
-                    && let Ok(addr) = addr.trim().parse()
-                {
-                    let _ = tx.send(addr);
-                }
-            }
-        });
-        Ok(Proc { name, child, log })
-    }
-
-    fn tail(&self, lines: usize) -> String {
-        let log = self.log.lock().unwrap_or_else(|p| p.into_inner());
-        let start = log.len().saturating_sub(lines);
-        log[start..]
-            .iter()
-            .map(|l| format!("  [{}] {l}\n", self.name))
-            .collect()
     }
 }
 

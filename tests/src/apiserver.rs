@@ -56,6 +56,16 @@ impl ApiServer {
     /// # Panics
     /// When the server does not start (the message has its stderr).
     pub fn start(dir: &Path, extra: &[&str]) -> ApiServer {
+        ApiServer::start_with_tokens(dir, extra, &[])
+    }
+
+    /// [`ApiServer::start`] with more users in the token file: `(token, user)` pairs (for
+    /// requests that must be told apart in `--audit-log`, e.g. service accounts named as
+    /// kube-apiserver names them).
+    ///
+    /// # Panics
+    /// When the server does not start.
+    pub fn start_with_tokens(dir: &Path, extra: &[&str], users: &[(&str, &str)]) -> ApiServer {
         let mut serving = Ca::new();
         let mut recovery = Ca::new();
         write_files(
@@ -68,14 +78,14 @@ impl ApiServer {
             &dir.join("recovery/tls.key"),
             &recovery.issue(&CertSpec::server(&["localhost-recovery"])),
         );
-        write_atomic(
-            &dir.join("tokens.csv"),
-            format!(
-                "{ADMIN_TOKEN},admin,1,\"system:masters\"\n{VIEWER_TOKEN},viewer,2\n\
-                 syncer-token,cert-syncer,3,\"syncers\"\n"
-            )
-            .as_bytes(),
+        let mut tokens = format!(
+            "{ADMIN_TOKEN},admin,1,\"system:masters\"\n{VIEWER_TOKEN},viewer,2\n\
+             syncer-token,cert-syncer,3,\"syncers\"\n"
         );
+        for (uid, (token, user)) in users.iter().enumerate() {
+            tokens.push_str(&format!("{token},{user},{}\n", 100 + uid));
+        }
+        write_atomic(&dir.join("tokens.csv"), tokens.as_bytes());
         write_atomic(&dir.join("token"), ADMIN_TOKEN.as_bytes());
         write_atomic(&dir.join("serving-ca.crt"), serving.pem.as_bytes());
         write_atomic(&dir.join("recovery-ca.crt"), recovery.pem.as_bytes());
@@ -192,6 +202,21 @@ impl ApiServer {
         let mut config = self.recovery_config();
         config.auth_info.token_file = Some(self.dir.join("token").display().to_string());
         kube::Client::try_from(config).expect("a kube client")
+    }
+
+    /// `GET /metrics` as the admin: open watches and requests by verb (see
+    /// `examples::mini_apiserver::metrics`).
+    ///
+    /// # Panics
+    /// When the request fails.
+    pub async fn metrics(&self) -> String {
+        let request = http::Request::get("/metrics")
+            .body(Vec::new())
+            .expect("a valid request");
+        self.recovery_client()
+            .request_text(request)
+            .await
+            .expect("GET /metrics")
     }
 
     /// Like [`ApiServer::recovery_client`], with `token` as the bearer token.

@@ -1,11 +1,13 @@
 //! Harness for the end-to-end tests: finding the workspace binaries and running them as child
 //! processes ([`process`]), a throwaway PKI ([`pki`]), client-side TLS helpers ([`tls`]), and a
 //! `mini-apiserver` with kube clients that connect as cert-syncer does ([`apiserver`]), and
-//! `cert-syncer sync` connected to it ([`syncer`]).
+//! `cert-syncer sync` connected to it ([`syncer`]), and `manifests/` read as Kubernetes
+//! objects and command lines ([`manifests`]).
 //!
 //! The most used items are re-exported here.
 
 pub mod apiserver;
+pub mod manifests;
 pub mod pki;
 pub mod process;
 pub mod syncer;
@@ -130,6 +132,21 @@ impl<T> Drop for AbortOnDrop<T> {
     fn drop(&mut self) {
         self.0.abort();
     }
+}
+
+/// The sum of the samples of metric `name` (Prometheus text) whose labels contain every one of
+/// `labels` (`kind="secret"`, ...); 0 when there is none.
+pub fn metric_sum(text: &str, name: &str, labels: &[&str]) -> f64 {
+    text.lines()
+        .filter(|line| !line.starts_with('#'))
+        .filter_map(|line| {
+            let (series, value) = line.rsplit_once(' ')?;
+            let rest = series.strip_prefix(name)?;
+            (rest.is_empty() || rest.starts_with('{')).then_some((rest, value))
+        })
+        .filter(|(series, _)| labels.iter().all(|label| series.contains(label)))
+        .filter_map(|(_, value)| value.parse::<f64>().ok())
+        .sum()
 }
 
 /// One plain-HTTP `GET` (metrics and health endpoints); returns (status code, body).

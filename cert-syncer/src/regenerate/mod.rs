@@ -57,7 +57,7 @@ pub async fn run(args: RegenerateArgs) -> anyhow::Result<()> {
     let client = connection.client.clone();
     let events = EventRecorder::new(
         client.clone(),
-        args.pod_namespace.as_deref().unwrap_or("default"),
+        events_namespace(&args),
         args.pod_name.as_deref(),
     );
     let mut registry = Registry::default();
@@ -120,14 +120,9 @@ pub async fn run(args: RegenerateArgs) -> anyhow::Result<()> {
     let lost_reason = Arc::new(std::sync::Mutex::new(String::new()));
     let mut holder = None;
     if args.leader_elect {
-        let namespace = args
-            .leader_elect_namespace
-            .clone()
-            .or_else(|| args.pod_namespace.clone())
-            .unwrap_or_else(|| "default".to_owned());
         let mut elector = Elector::new(
             client.clone(),
-            &namespace,
+            lease_namespace(&args),
             &args.leader_elect_lease_name,
             identity(args.pod_name.as_deref()),
             leader::Timing {
@@ -241,6 +236,19 @@ async fn follow<K>(
             }
         }
     }
+}
+
+/// Where Events go: the pod's namespace, else `default`.
+pub(crate) fn events_namespace(args: &RegenerateArgs) -> &str {
+    args.pod_namespace.as_deref().unwrap_or("default")
+}
+
+/// Where the Lease lives: `--leader-elect-namespace`, else the pod's namespace, else `default`.
+pub(crate) fn lease_namespace(args: &RegenerateArgs) -> &str {
+    args.leader_elect_namespace
+        .as_deref()
+        .or(args.pod_namespace.as_deref())
+        .unwrap_or("default")
 }
 
 fn log_report(report: &pass::Report) {

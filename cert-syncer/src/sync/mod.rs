@@ -1,10 +1,19 @@
-//! `cert-syncer sync`: one watcher per named object (list + watch by name, resume by
-//! resourceVersion, relist on 410, backoff on errors); every change is confirmed with a live GET,
-//! then written with the atomic directory writer (`..data` swap), so a reader never sees a
-//! half-written object.
+//! `cert-syncer sync`: mirrors named objects with kube-runtime watchers (list + watch, resume by
+//! resourceVersion, relist on 410, backoff on errors) and writes each with the atomic directory
+//! writer (`..data` swap), so a reader never sees a half-written object.
+//!
+//! Two ways to follow a kind, chosen by how many objects of it are named
+//! (`--namespace-watch-threshold`):
+//! - few: one watcher per object (a `metadata.name` field selector: the least data on the wire
+//!   and RBAC by resourceNames); every change is confirmed with a live GET before it is written;
+//! - many: one namespace-wide watcher for the kind, filtered here ([`namespace`]): one
+//!   connection, one list at start-up, and work only for objects whose resourceVersion changed.
+//!
+//! Either way at most `--write-parallelism` objects are written (or removed) at once.
 
 mod files;
 pub(crate) mod mapping;
+mod namespace;
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -48,6 +57,25 @@ struct Settings {
     destination: PathBuf,
     objects: Vec<ObjectSpec>,
     files: Vec<FileMapping>,
+    /// A kind with more named objects than this gets one namespace-wide watcher.
+    namespace_watch_threshold: usize,
+}
+
+impl Settings {
+    /// The named objects of `kind`.
+    fn objects_of(&self, kind: Kind) -> Vec<ObjectSpec> {
+        self.objects
+            .iter()
+            .filter(|o| o.kind == kind)
+            .cloned()
+            .collect()
+    }
+
+    /// Whether `kind` is followed with one namespace-wide watcher (more named objects of it
+    /// than the threshold) rather than one watcher per object.
+    fn namespace_wide(&self, kind: Kind) -> bool {
+        self.objects.iter().filter(|o| o.kind == kind).count() > self.namespace_watch_threshold
+    }
 }
 
 impl Settings {
@@ -115,8 +143,44 @@ impl Settings {
             destination: args.destination_dir.clone(),
             objects,
             files,
+            namespace_watch_threshold: args.namespace_watch_threshold,
         })
     }
+}
+
+/// The objects `sync` follows for some flags: what [`crate::access`] grants.
+pub(crate) struct Followed {
+    /// Their namespace.
+    pub namespace: String,
+    /// (resource plural, name) of the named objects and those of `--file`.
+    pub objects: Vec<(&'static str, String)>,
+    /// Resource plurals followed with one namespace-wide list+watch (above
+    /// `--namespace-watch-threshold`).
+    pub namespace_wide: Vec<&'static str>,
+}
+
+/// The objects `sync` follows for these flags (the same validation as the run).
+pub(crate) fn followed_objects(args: &SyncArgs) -> Result<Followed, ConfigError> {
+    let settings = Settings::from_args(args)?;
+    let plural = |kind: Kind| match kind {
+        Kind::Secret => "secrets",
+        Kind::ConfigMap => "configmaps",
+    };
+    let namespace_wide = [Kind::Secret, Kind::ConfigMap]
+        .into_iter()
+        .filter(|kind| settings.namespace_wide(*kind))
+        .map(plural)
+        .collect();
+    let objects = settings
+        .objects
+        .into_iter()
+        .map(|object| (plural(object.kind), object.name))
+        .collect();
+    Ok(Followed {
+        namespace: settings.namespace,
+        objects,
+        namespace_wide,
+    })
 }
 
 /// DNS-1123 subdomain: what the apiserver accepts as a Secret or ConfigMap name, and therefore
@@ -149,6 +213,9 @@ struct Context {
     /// Cancelled (with the reason stored here) when the process must exit non-zero.
     fatal: Mutex<Option<String>>,
     shutdown: CancellationToken,
+    /// Bounds how many objects are reconciled (GET, write, remove) at once
+    /// (`--write-parallelism`).
+    write_permits: tokio::sync::Semaphore,
 }
 
 /// Runs until SIGTERM/SIGINT (exit 0) or until authentication has failed for too long (error).
@@ -187,6 +254,7 @@ pub async fn run(args: SyncArgs) -> anyhow::Result<()> {
         auth_failure_exit_after: args.auth_failure_exit_after,
         fatal: Mutex::new(None),
         shutdown: shutdown.clone(),
+        write_permits: tokio::sync::Semaphore::new(args.write_parallelism as usize),
     });
     tracing::info!(
         namespace = %context.settings.namespace,
@@ -195,9 +263,28 @@ pub async fn run(args: SyncArgs) -> anyhow::Result<()> {
         "starting sync"
     );
     let mut tasks = Vec::new();
-    for object in context.settings.objects.clone() {
-        let context = Arc::clone(&context);
-        tasks.push(tokio::spawn(async move { context.follow(object).await }));
+    for kind in [Kind::Secret, Kind::ConfigMap] {
+        let objects = context.settings.objects_of(kind);
+        if context.settings.namespace_wide(kind) {
+            tracing::info!(
+                kind = kind.label(),
+                objects = objects.len(),
+                threshold = context.settings.namespace_watch_threshold,
+                "one namespace-wide watch for this kind"
+            );
+            let context = Arc::clone(&context);
+            tasks.push(tokio::spawn(async move {
+                match kind {
+                    Kind::Secret => namespace::follow::<Secret>(context, objects).await,
+                    Kind::ConfigMap => namespace::follow::<ConfigMap>(context, objects).await,
+                }
+            }));
+            continue;
+        }
+        for object in objects {
+            let context = Arc::clone(&context);
+            tasks.push(tokio::spawn(async move { context.follow(object).await }));
+        }
     }
     shutdown.cancelled().await;
     // A write in progress runs to completion inside spawn_blocking; the tasks stop at their next
@@ -266,6 +353,7 @@ impl Context {
             let item = tokio::select! {
                 item = stream.next() => item,
                 () = tokio::time::sleep(retry.unwrap_or(RETRY_MAX)), if retry.is_some() => {
+                    let _permit = self.write_permit().await;
                     let span = tracing::info_span!("sync", object = %object.label(), retry = ?retry);
                     let settled = self.reconcile(object, api, last_seen).instrument(span).await;
                     retry = next_retry(retry, settled);
@@ -280,26 +368,40 @@ impl Context {
                     self.auth_ok();
                     self.readiness.clear("tls");
                     last_seen = seen.is_some();
+                    let _permit = self.write_permit().await;
                     let settled = self
                         .reconcile(object, api, last_seen)
                         .instrument(span)
                         .await;
                     retry = next_retry(None, settled);
                 }
-                Some(Err(err)) => {
-                    let status = watch_error_status(&err);
-                    if matches!(status, Some(401 | 403)) {
-                        self.auth_failed(object, &err.to_string());
-                    } else if let Some(reason) = self.connection.target.explain(&err) {
-                        self.readiness
-                            .block("tls", "the apiserver's certificate is not trusted");
-                        tracing::error!(object = %object.label(), "{reason}; retrying with backoff");
-                    } else {
-                        tracing::warn!(object = %object.label(), error = &err as &dyn std::error::Error, "watch failed; retrying with backoff");
-                    }
-                }
+                Some(Err(err)) => self.watch_failed(&object.label(), &err),
             }
         }
+    }
+
+    /// A watcher error (the watcher retries with backoff): credentials refused, TLS not
+    /// trusted, or anything else, logged about `what` (an object, or a kind in the namespace).
+    fn watch_failed(&self, what: &str, err: &watcher::Error) {
+        let status = watch_error_status(err);
+        if matches!(status, Some(401 | 403)) {
+            self.auth_failed(what, &err.to_string());
+        } else if let Some(reason) = self.connection.target.explain(err) {
+            self.readiness
+                .block("tls", "the apiserver's certificate is not trusted");
+            tracing::error!(object = %what, "{reason}; retrying with backoff");
+        } else {
+            tracing::warn!(object = %what, error = err as &dyn std::error::Error, "watch failed; retrying with backoff");
+        }
+    }
+
+    /// One of the `--write-parallelism` permits, held while an object is reconciled.
+    async fn write_permit(&self) -> tokio::sync::SemaphorePermit<'_> {
+        self.write_permits
+            .acquire()
+            .await
+            // The semaphore lives as long as the context and is never closed.
+            .expect("the write semaphore is never closed")
     }
 
     /// Confirms with a live GET, then writes or removes. `false` when it failed in a way worth
@@ -312,7 +414,7 @@ impl Context {
             Ok(live) => live,
             Err(err) => {
                 if matches!(&err, kube::Error::Api(status) if matches!(status.code, 401 | 403)) {
-                    self.auth_failed(object, &err.to_string());
+                    self.auth_failed(&object.label(), &err.to_string());
                 }
                 // Without a confirmation the disk stays as it is; the watcher's next event (or
                 // its relist after reconnecting) tries again.
@@ -325,12 +427,12 @@ impl Context {
             tracing::debug!(object = %object.label(), "the watch cache was stale; using the live object");
         }
         match live {
-            Some(live) => self.write(object, live.to_fetched()).await,
+            Some(live) => self.write(object, &live.to_fetched()).await,
             None => self.absent(object).await,
         }
     }
 
-    async fn write(&self, object: &ObjectSpec, fetched: Fetched) -> bool {
+    async fn write(&self, object: &ObjectSpec, fetched: &Fetched) -> bool {
         let dir = self.object_dir(object);
         let writer = AtomicDirWriter::new(&dir);
         let payload = fetched.payload(object.kind);
@@ -378,8 +480,8 @@ impl Context {
             }
         }
         self.readiness.clear(&label);
-        self.synced(object, &fetched);
-        self.write_files(object, &fetched).await
+        self.synced(object, fetched);
+        self.write_files(object, fetched).await
     }
 
     async fn absent(&self, object: &ObjectSpec) -> bool {
@@ -528,7 +630,7 @@ impl Context {
         }
     }
 
-    fn auth_failed(&self, object: &ObjectSpec, error: &str) {
+    fn auth_failed(&self, what: &str, error: &str) {
         let mut since = self
             .auth_failing_since
             .lock()
@@ -536,7 +638,7 @@ impl Context {
         let started = *since.get_or_insert_with(Instant::now);
         self.readiness
             .block("auth", "the apiserver refuses our credentials");
-        tracing::error!(object = %object.label(), %error, failing_for = ?started.elapsed(), "the apiserver refuses our credentials (check the token file and RBAC)");
+        tracing::error!(object = %what, %error, failing_for = ?started.elapsed(), "the apiserver refuses our credentials (check the token file and RBAC)");
         if started.elapsed() >= self.auth_failure_exit_after {
             *self.fatal.lock().unwrap_or_else(|p| p.into_inner()) = Some(format!(
                 "the apiserver has refused our credentials for {:?}; exiting so the kubelet restarts us",

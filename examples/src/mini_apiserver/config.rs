@@ -58,6 +58,11 @@ pub struct Flags {
     /// Seconds between bookmarks on watches that allow them.
     #[arg(long, default_value_t = 5.0)]
     pub bookmark_interval: f64,
+    /// Append one JSON line per authenticated request on objects (user, verb, apiGroup,
+    /// resource, namespace, name, code) to this file, for checking RBAC rules against what
+    /// clients really do (see `examples::mini_apiserver::audit`).
+    #[arg(long)]
+    pub audit_log: Option<PathBuf>,
 }
 
 /// One SNI certificate: the name and its files.
@@ -98,6 +103,8 @@ pub struct Settings {
     pub history: usize,
     /// Time between bookmarks.
     pub bookmark_interval: Duration,
+    /// Request log, if any.
+    pub audit_log: Option<PathBuf>,
 }
 
 impl Flags {
@@ -136,6 +143,7 @@ impl Flags {
             seed_dir: self.seed_dir,
             history: self.history,
             bookmark_interval,
+            audit_log: self.audit_log,
         })
     }
 }

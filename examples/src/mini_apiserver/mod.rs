@@ -10,12 +10,15 @@
 //!
 //! Modules: [`config`] (flags → settings), [`routes`] (URL → verb and resource, handlers,
 //! discovery), [`store`] (objects, resourceVersion, bounded history), [`watch`] (fan-out),
-//! [`auth`] (token file, client certificates, rules), [`status`] (`Status` errors),
+//! [`auth`] (token file, client certificates, rules), [`audit`] (`--audit-log`, the requests
+//! as the authorizer sees them), [`status`] (`Status` errors),
 //! [`persist`] (state file, seed dir), [`select`] (label and field selectors), [`resource`]
-//! (the served types).
+//! (the served types), [`metrics`] (open watches and requests at `/metrics`).
 
+pub mod audit;
 pub mod auth;
 pub mod config;
+pub mod metrics;
 pub mod persist;
 pub mod resource;
 pub mod routes;
@@ -75,6 +78,12 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         client_cert_auth: settings.client_ca.is_some(),
         bookmark_interval: settings.bookmark_interval,
         shutdown: shutdown.clone(),
+        metrics: metrics::Metrics::default(),
+        audit: settings
+            .audit_log
+            .as_deref()
+            .map(audit::AuditLog::open)
+            .transpose()?,
     });
     let listener = TcpListener::bind(settings.listen)
         .await

@@ -3,7 +3,7 @@
 //! Paths: `/api/v1[/namespaces/NS]/{secrets,configmaps,events}[/NAME]` and
 //! `/apis/coordination.k8s.io/v1[/namespaces/NS]/leases[/NAME]`; discovery at `/api`,
 //! `/api/v1`, `/apis`, `/apis/coordination.k8s.io[/v1]`, `/version`; `/healthz`, `/readyz`,
-//! `/livez` without authentication. Bodies are JSON (YAML accepted where the content type says
+//! `/livez` without authentication; `/metrics` for any authenticated user (see [`super::metrics`]). Bodies are JSON (YAML accepted where the content type says
 //! so), at most [`MAX_BODY`] bytes. Lists are served from the newest state: a `continue` token
 //! is a position (namespace, name), so later pages reflect later changes (kube-apiserver keeps
 //! the first page's snapshot instead).
@@ -18,6 +18,7 @@ use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use serde_json::{Value, json};
 
+use super::audit::{self, AuditLog};
 use super::auth::{Attributes, Authorizer, Tokens, User};
 use super::resource::Resource;
 use super::select::Selector;
@@ -44,6 +45,10 @@ pub struct Api {
     pub bookmark_interval: Duration,
     /// Cancelled when the server shuts down: open watches end.
     pub shutdown: tokio_util::sync::CancellationToken,
+    /// Open watches and requests, served at `/metrics`.
+    pub metrics: super::metrics::Metrics,
+    /// `--audit-log`: every authenticated request on objects, as the authorizer sees it.
+    pub audit: Option<AuditLog>,
 }
 
 /// Where a request goes.
@@ -51,6 +56,7 @@ pub struct Api {
 enum Route {
     Version,
     Health,
+    Metrics,
     CoreVersions,
     CoreResources,
     Groups,
@@ -92,6 +98,7 @@ fn parse_route(path: &str) -> Option<Route> {
     match parts.as_slice() {
         ["version"] => Some(Route::Version),
         ["healthz" | "readyz" | "livez"] => Some(Route::Health),
+        ["metrics"] => Some(Route::Metrics),
         ["api"] => Some(Route::CoreVersions),
         ["api", "v1"] => Some(Route::CoreResources),
         ["api", "v1", rest @ ..] => objects("", rest),
@@ -145,6 +152,7 @@ async fn route(
     let query = Query::parse(request.uri().query().unwrap_or(""));
     match route {
         Route::Health => unreachable!("answered above"),
+        Route::Metrics => Ok(Response::new(full(api.metrics.encode()))),
         Route::Version => Ok(json_ok(&json!({
             "major": "1", "minor": "33", "gitVersion": "v1.33.0-mini-apiserver",
             "platform": "linux/amd64", "goVersion": "n/a", "compiler": "rustc",
@@ -228,14 +236,49 @@ async fn objects(
         namespace: namespace.as_deref(),
         resource: resource.plural(),
     };
-    if !api.authorizer.allows(user, &attributes) {
-        return Err(ApiError::forbidden(format!(
+    api.metrics.request(verb, resource);
+    let audit_record = api.audit.as_ref().map(|_| audit::Record {
+        user: user.name.clone(),
+        verb: verb.to_owned(),
+        api_group: resource.group().to_owned(),
+        resource: resource.plural().to_owned(),
+        namespace: namespace.clone(),
+        name: match verb {
+            "list" | "watch" => audit::name_from_field_selector(query.get("fieldSelector")),
+            _ => name.clone(),
+        },
+        code: 0,
+    });
+    let outcome = if api.authorizer.allows(user, &attributes) {
+        serve_objects(api, request, query, resource, verb, namespace, name).await
+    } else {
+        Err(ApiError::forbidden(format!(
             "User \"{}\" cannot {verb} resource \"{}\" in namespace \"{}\"",
             user.name,
             resource.plural(),
             namespace.as_deref().unwrap_or("")
-        )));
+        )))
+    };
+    if let (Some(log), Some(mut record)) = (&api.audit, audit_record) {
+        record.code = match &outcome {
+            Ok(response) => response.status().as_u16(),
+            Err(err) => err.code,
+        };
+        log.record(&record);
     }
+    outcome
+}
+
+/// An authorized request on objects.
+async fn serve_objects(
+    api: &Api,
+    request: Request<Incoming>,
+    query: &Query,
+    resource: Resource,
+    verb: &str,
+    namespace: Option<String>,
+    name: Option<String>,
+) -> Result<Response<Body>, ApiError> {
     let namespaced = |ns: &Option<String>| {
         ns.clone()
             .ok_or_else(|| ApiError::method_not_allowed(format!("{verb} needs a namespace")))
@@ -246,6 +289,7 @@ async fn objects(
         "watch" => Ok(watch::respond(
             store,
             watch_request(query, resource, namespace, api)?,
+            api.metrics.watch_opened(resource),
         )),
         "get" => Ok(json_ok(&store.get(
             resource,
@@ -634,6 +678,8 @@ mod tests {
             client_cert_auth: false,
             bookmark_interval: Duration::from_secs(5),
             shutdown: tokio_util::sync::CancellationToken::new(),
+            metrics: super::super::metrics::Metrics::default(),
+            audit: None,
         }
     }
 

@@ -26,6 +26,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use super::metrics::WatchGuard;
 use super::resource::Resource;
 use super::select::Selector;
 use super::status::ApiError;
@@ -96,10 +97,12 @@ impl WatchRequest {
 /// are sent in-stream as an `ERROR` event, as kube-apiserver does; that is what makes clients
 /// relist (kube-runtime treats a non-200 answer to a resumed watch as retryable, not as a
 /// reason to relist).
-pub fn respond(store: &Arc<Store>, request: WatchRequest) -> Response<Body> {
+/// `open` counts the stream in the metrics while its task runs.
+pub fn respond(store: &Arc<Store>, request: WatchRequest, open: WatchGuard) -> Response<Body> {
     let (tx, rx) = mpsc::channel::<Bytes>(BUFFER);
     let store = Arc::clone(store);
     tokio::spawn(async move {
+        let _open = open;
         if let Err(err) = stream(&store, &request, &tx).await {
             tracing::debug!(
                 resource = request.resource.plural(),

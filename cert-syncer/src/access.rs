@@ -1,0 +1,592 @@
+//! The API access each subcommand needs, computed from its flags (and for `regenerate` its
+//! config file): the one list that the RBAC manifests are checked against, and that the
+//! end-to-end tests check every request of a real run against (through `mini-apiserver
+//! --audit-log`).
+//!
+//! The rules use RBAC's semantics (`PolicyRule` in a namespace-scoped `Role`):
+//! - a rule with `resourceNames` matches only requests that name one of them: a get, update or
+//!   delete by its path, a list or watch by a `metadata.name=` field selector (kube's
+//!   single-object watch). It never matches a create (the name is in the body) or a list of a
+//!   whole namespace;
+//! - so every create is a rule without names (RBAC cannot restrict creates by name).
+//!
+//! ```
+//! use cert_syncer::access::{Request, required_access};
+//! use cert_syncer::cli::Cli;
+//! use clap::Parser;
+//!
+//! let cli = Cli::try_parse_from([
+//!     "cert-syncer", "sync", "--server", "https://127.0.0.1:6443", "--namespace", "ns",
+//!     "--destination-dir", "/certs", "--secrets", "serving-cert", "--pod-name", "p",
+//! ])?;
+//! let rules = required_access(&cli.command)?;
+//! let watch = Request::new("watch", "", "secrets", "ns", Some("serving-cert"));
+//! assert!(rules.iter().any(|rule| rule.allows(&watch)));
+//! let other = Request::new("get", "", "secrets", "ns", Some("someone-elses"));
+//! assert!(!rules.iter().any(|rule| rule.allows(&other)));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::cli::{Command, ConfigError, InspectArgs, RegenerateArgs, SyncArgs};
+use crate::regenerate::ObjectKind;
+use crate::regenerate::config::Rotation;
+
+/// The core API group.
+pub const CORE: &str = "";
+/// The Lease API group.
+pub const COORDINATION: &str = "coordination.k8s.io";
+
+/// One permission: verbs on a resource in a namespace, for some names or for all.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Access {
+    /// The namespace (the rule belongs in a `Role` there).
+    pub namespace: String,
+    /// API group (`""` for core).
+    pub api_group: &'static str,
+    /// Resource plural.
+    pub resource: &'static str,
+    /// Sorted verbs.
+    pub verbs: Vec<&'static str>,
+    /// Sorted object names; `None` for every object of the resource in the namespace.
+    pub resource_names: Option<Vec<String>>,
+}
+
+impl Access {
+    /// Whether this rule allows `request` (RBAC's matching, see the module docs).
+    pub fn allows(&self, request: &Request<'_>) -> bool {
+        self.namespace == request.namespace
+            && self.api_group == request.api_group
+            && self.resource == request.resource
+            && self.verbs.contains(&request.verb)
+            && match (&self.resource_names, request.name) {
+                (None, _) => true,
+                (Some(names), Some(name)) => names.iter().any(|n| n == name),
+                (Some(_), None) => false,
+            }
+    }
+}
+
+/// One API request as the authorizer sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Request<'a> {
+    /// `get`, `list`, `watch`, `create`, `update`, `patch`, `delete`.
+    pub verb: &'a str,
+    /// API group (`""` for core).
+    pub api_group: &'a str,
+    /// Resource plural.
+    pub resource: &'a str,
+    /// Namespace.
+    pub namespace: &'a str,
+    /// The object's name, when the request names one (see the module docs).
+    pub name: Option<&'a str>,
+}
+
+impl<'a> Request<'a> {
+    /// A request.
+    pub fn new(
+        verb: &'a str,
+        api_group: &'a str,
+        resource: &'a str,
+        namespace: &'a str,
+        name: Option<&'a str>,
+    ) -> Request<'a> {
+        Request {
+            verb,
+            api_group,
+            resource,
+            namespace,
+            name,
+        }
+    }
+}
+
+/// The access `command` needs with these flags. For `regenerate` this reads `--config`.
+///
+/// # Errors
+/// The same [`ConfigError`]s the subcommand itself would refuse to start with (bad names, an
+/// unreadable config).
+pub fn required_access(command: &Command) -> Result<Vec<Access>, ConfigError> {
+    match command {
+        Command::Sync(args) => sync_access(args),
+        Command::Regenerate(args) => {
+            let rotation = crate::regenerate::config::load(&args.config)?;
+            Ok(regenerate_access(args, &rotation))
+        }
+        Command::Inspect(args) => Ok(inspect_access(args)),
+    }
+}
+
+/// `inspect`: with `--namespace`, one list of the Secrets and one of the ConfigMaps there
+/// (every object, so no names); directories alone need no access.
+pub fn inspect_access(args: &InspectArgs) -> Vec<Access> {
+    let mut rules = Rules::default();
+    if let Some(namespace) = &args.namespace {
+        for resource in ["secrets", "configmaps"] {
+            rules.any(namespace, CORE, resource, &["list"]);
+        }
+    }
+    rules.into_list()
+}
+
+/// `sync`: get, list and watch on each followed object (one single-object watcher each, and a
+/// live GET before every write), and creating Events on the pod when `POD_NAME` is known. For a
+/// kind with more named objects than `--namespace-watch-threshold`: list and watch on every
+/// object of that kind in the namespace (one namespace-wide watcher; RBAC cannot restrict it by
+/// name), and get on the named ones (the live GET before a directory is removed).
+///
+/// # Errors
+/// The flags `sync` refuses.
+pub fn sync_access(args: &SyncArgs) -> Result<Vec<Access>, ConfigError> {
+    let crate::sync::Followed {
+        namespace,
+        objects,
+        namespace_wide,
+    } = crate::sync::followed_objects(args)?;
+    let mut rules = Rules::default();
+    for resource in &namespace_wide {
+        rules.any(&namespace, CORE, resource, &["list", "watch"]);
+    }
+    for (resource, name) in objects {
+        let verbs: &[&'static str] = if namespace_wide.contains(&resource) {
+            &["get"]
+        } else {
+            &["get", "list", "watch"]
+        };
+        rules.named(&namespace, CORE, resource, verbs, &name);
+    }
+    if args.pod_name.is_some() {
+        rules.any(&namespace, CORE, "events", &["create"]);
+    }
+    Ok(rules.into_list())
+}
+
+/// `regenerate`: on every declared signer, bundle and target, get, list and watch (one
+/// single-object watcher each, live reads in every pass) and update; create on Secrets and
+/// ConfigMaps of each namespace that has declared objects (a missing object is created);
+/// Events on the pod when `POD_NAME` is known; with `--leader-elect`, get and update on the
+/// Lease and create on Leases.
+pub fn regenerate_access(args: &RegenerateArgs, rotation: &Rotation) -> Vec<Access> {
+    let mut rules = Rules::default();
+    for (kind, object) in rotation.objects() {
+        let resource = match kind {
+            ObjectKind::Secret => "secrets",
+            ObjectKind::ConfigMap => "configmaps",
+        };
+        rules.named(
+            &object.namespace,
+            CORE,
+            resource,
+            &["get", "list", "watch", "update"],
+            &object.name,
+        );
+        rules.any(&object.namespace, CORE, resource, &["create"]);
+    }
+    if args.pod_name.is_some() {
+        rules.any(
+            crate::regenerate::events_namespace(args),
+            CORE,
+            "events",
+            &["create"],
+        );
+    }
+    if args.leader_elect {
+        let namespace = crate::regenerate::lease_namespace(args);
+        rules.named(
+            namespace,
+            COORDINATION,
+            "leases",
+            &["get", "update"],
+            &args.leader_elect_lease_name,
+        );
+        rules.any(namespace, COORDINATION, "leases", &["create"]);
+    }
+    rules.into_list()
+}
+
+/// (namespace, group, resource, sorted verbs): one rule.
+type RuleKey = (String, &'static str, &'static str, Vec<&'static str>);
+
+/// Rules being collected, names merged per [`RuleKey`].
+#[derive(Default)]
+struct Rules {
+    /// Names per rule; `None` = any name.
+    by_key: BTreeMap<RuleKey, Option<BTreeSet<String>>>,
+}
+
+impl Rules {
+    fn named(
+        &mut self,
+        namespace: &str,
+        group: &'static str,
+        resource: &'static str,
+        verbs: &[&'static str],
+        name: &str,
+    ) {
+        let names = self
+            .by_key
+            .entry((namespace.to_owned(), group, resource, sorted(verbs)))
+            .or_insert_with(|| Some(BTreeSet::new()));
+        if let Some(names) = names {
+            names.insert(name.to_owned());
+        }
+    }
+
+    fn any(
+        &mut self,
+        namespace: &str,
+        group: &'static str,
+        resource: &'static str,
+        verbs: &[&'static str],
+    ) {
+        self.by_key
+            .insert((namespace.to_owned(), group, resource, sorted(verbs)), None);
+    }
+
+    fn into_list(self) -> Vec<Access> {
+        self.by_key
+            .into_iter()
+            .map(|((namespace, api_group, resource, verbs), names)| Access {
+                namespace,
+                api_group,
+                resource,
+                verbs,
+                resource_names: names.map(|names| names.into_iter().collect()),
+            })
+            .collect()
+    }
+}
+
+fn sorted(verbs: &[&'static str]) -> Vec<&'static str> {
+    let mut verbs = verbs.to_vec();
+    verbs.sort_unstable();
+    verbs.dedup();
+    verbs
+}
+
+/// Every flag of each subcommand, sorted into those whose value changes the requests it makes
+/// (read by the functions above) and those that do not ([`FLAGS_WITHOUT_ACCESS`]). A test
+/// fails on a flag in neither list, so a new flag is a decision about access, not an accident.
+/// The connection flags (`--kubeconfig`, `--server`, ...) are in neither: they change where the
+/// requests go, not which.
+pub const FLAGS_THAT_CHANGE_ACCESS: &[(&str, &[&str])] = &[
+    (
+        "sync",
+        &[
+            "namespace",
+            "secrets",
+            "optional-secrets",
+            "configmaps",
+            "optional-configmaps",
+            "file",
+            "pod-name",
+            "namespace-watch-threshold",
+        ],
+    ),
+    (
+        "regenerate",
+        &[
+            "config",
+            "pod-name",
+            "pod-namespace",
+            "leader-elect",
+            "leader-elect-lease-name",
+            "leader-elect-namespace",
+        ],
+    ),
+    ("inspect", &["namespace"]),
+];
+
+/// See [`FLAGS_THAT_CHANGE_ACCESS`]: output, timing and mode flags.
+pub const FLAGS_WITHOUT_ACCESS: &[(&str, &[&str])] = &[
+    (
+        "sync",
+        &[
+            "destination-dir",
+            "metrics-listen",
+            "auth-failure-exit-after",
+            "write-parallelism",
+        ],
+    ),
+    (
+        "regenerate",
+        &[
+            "mode",
+            "once",
+            "metrics-listen",
+            "leader-elect-lease-duration",
+            "leader-elect-renew-deadline",
+            "leader-elect-retry-period",
+            "now",
+        ],
+    ),
+    (
+        "inspect",
+        &["dir", "ca-bundle", "warn-within", "json", "now"],
+    ),
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::Cli;
+    use clap::Parser;
+
+    #[test]
+    fn every_flag_is_classified_for_access() {
+        use clap::CommandFactory;
+        let connection = [
+            "kubeconfig",
+            "context",
+            "server",
+            "ca-file",
+            "token-file",
+            "tls-server-name-override",
+            "log-format",
+            "help",
+            "version",
+        ];
+        let cli = Cli::command();
+        let listed = |table: &[(&str, &[&str])], sub: &str| -> Vec<String> {
+            table
+                .iter()
+                .filter(|(name, _)| *name == sub)
+                .flat_map(|(_, flags)| flags.iter().map(|f| (*f).to_owned()))
+                .collect()
+        };
+        let mut seen = 0;
+        for sub in cli.get_subcommands() {
+            let name = sub.get_name();
+            let changes = listed(FLAGS_THAT_CHANGE_ACCESS, name);
+            let neutral = listed(FLAGS_WITHOUT_ACCESS, name);
+            for arg in sub.get_arguments() {
+                let Some(long) = arg.get_long() else { continue };
+                if connection.contains(&long) {
+                    continue;
+                }
+                seen += 1;
+                assert!(
+                    changes.iter().any(|f| f == long) != neutral.iter().any(|f| f == long),
+                    "flag --{long} of `{name}` must be in exactly one of FLAGS_THAT_CHANGE_ACCESS \
+                     and FLAGS_WITHOUT_ACCESS (src/access.rs): if it changes which API requests \
+                     `{name}` makes, make the {name} access function follow it"
+                );
+            }
+            for flag in changes.iter().chain(&neutral) {
+                assert!(
+                    sub.get_arguments()
+                        .any(|a| a.get_long() == Some(flag.as_str())),
+                    "`{name}` has no flag --{flag} (listed in src/access.rs)"
+                );
+            }
+        }
+        assert!(seen >= 20, "{seen} flags classified");
+    }
+
+    fn command(args: &[&str]) -> Command {
+        let mut argv = vec!["cert-syncer"];
+        argv.extend_from_slice(args);
+        Cli::try_parse_from(argv).unwrap().command
+    }
+
+    fn allowed(
+        rules: &[Access],
+        verb: &str,
+        group: &str,
+        resource: &str,
+        ns: &str,
+        name: Option<&str>,
+    ) -> bool {
+        let request = Request::new(verb, group, resource, ns, name);
+        rules.iter().any(|rule| rule.allows(&request))
+    }
+
+    #[test]
+    fn sync_reads_exactly_its_named_objects() {
+        let rules = sync_access(
+            match &command(&[
+                "sync",
+                "--server=https://127.0.0.1:6443",
+                "--namespace=ns",
+                "--destination-dir=/d",
+                "--secrets=a,b",
+                "--optional-configmaps=c",
+                "--file=configmap/kubelet-ca/ca.crt=/etc/kubernetes/kubelet-ca.crt",
+            ]) {
+                Command::Sync(args) => args,
+                _ => unreachable!(),
+            },
+        )
+        .unwrap();
+        for (resource, name) in [
+            ("secrets", "a"),
+            ("secrets", "b"),
+            ("configmaps", "c"),
+            ("configmaps", "kubelet-ca"),
+        ] {
+            for verb in ["get", "list", "watch"] {
+                assert!(
+                    allowed(&rules, verb, CORE, resource, "ns", Some(name)),
+                    "{verb} {resource}/{name}"
+                );
+            }
+            assert!(!allowed(&rules, "update", CORE, resource, "ns", Some(name)));
+        }
+        assert!(!allowed(&rules, "get", CORE, "secrets", "ns", Some("c")));
+        assert!(
+            !allowed(&rules, "list", CORE, "secrets", "ns", None),
+            "a namespace-wide list"
+        );
+        assert!(!allowed(&rules, "get", CORE, "secrets", "other", Some("a")));
+        // No POD_NAME: no events.
+        assert!(!allowed(&rules, "create", CORE, "events", "ns", None));
+        assert_eq!(rules.len(), 2);
+    }
+
+    #[test]
+    fn sync_above_the_threshold_lists_and_watches_the_whole_kind_and_gets_by_name() {
+        let rules = sync_access(
+            match &command(&[
+                "sync",
+                "--server=https://127.0.0.1:6443",
+                "--namespace=ns",
+                "--destination-dir=/d",
+                "--secrets=a,b,c",
+                "--configmaps=m",
+                "--namespace-watch-threshold=2",
+            ]) {
+                Command::Sync(args) => args,
+                _ => unreachable!(),
+            },
+        )
+        .unwrap();
+        for verb in ["list", "watch"] {
+            assert!(allowed(&rules, verb, CORE, "secrets", "ns", None), "{verb}");
+            // ConfigMaps (one, below the threshold) stay per object.
+            assert!(
+                !allowed(&rules, verb, CORE, "configmaps", "ns", None),
+                "{verb}"
+            );
+            assert!(allowed(&rules, verb, CORE, "configmaps", "ns", Some("m")));
+        }
+        for name in ["a", "b", "c"] {
+            assert!(allowed(&rules, "get", CORE, "secrets", "ns", Some(name)));
+        }
+        assert!(!allowed(&rules, "get", CORE, "secrets", "ns", Some("d")));
+        assert!(!allowed(&rules, "list", CORE, "secrets", "other", None));
+    }
+
+    #[test]
+    fn sync_creates_events_only_with_a_pod_name() {
+        let Command::Sync(args) = command(&[
+            "sync",
+            "--server=https://127.0.0.1:6443",
+            "--namespace=ns",
+            "--destination-dir=/d",
+            "--secrets=a",
+            "--pod-name=pod",
+        ]) else {
+            unreachable!()
+        };
+        let rules = sync_access(&args).unwrap();
+        assert!(allowed(&rules, "create", CORE, "events", "ns", None));
+    }
+
+    #[test]
+    fn sync_refuses_what_the_subcommand_refuses() {
+        let Command::Sync(args) = command(&[
+            "sync",
+            "--server=https://127.0.0.1:6443",
+            "--namespace=ns",
+            "--destination-dir=/d",
+            "--secrets=../etc",
+        ]) else {
+            unreachable!()
+        };
+        assert!(sync_access(&args).unwrap_err().0.contains("../etc"));
+    }
+
+    #[test]
+    fn regenerate_writes_its_objects_creates_per_namespace_and_holds_its_lease() {
+        let rotation = crate::regenerate::config::parse(
+            r#"
+namespace: ns
+signers:
+  - { name: signer, namespace: operator, validity: 30d, refresh: 15d }
+bundles:
+  - { name: ca, namespace: managed, signers: [signer] }
+targets:
+  - { name: cert, signer: signer, serving: { hostnames: [localhost] }, validity: 1d, refresh: 12h }
+"#,
+        )
+        .unwrap();
+        let Command::Regenerate(args) = command(&[
+            "regenerate",
+            "--server=https://127.0.0.1:6443",
+            "--config=/c.yaml",
+            "--pod-name=p",
+            "--pod-namespace=ns",
+            "--leader-elect",
+        ]) else {
+            unreachable!()
+        };
+        let rules = regenerate_access(&args, &rotation);
+        for (resource, ns, name) in [
+            ("secrets", "operator", "signer"),
+            ("configmaps", "managed", "ca"),
+            ("secrets", "ns", "cert"),
+        ] {
+            for verb in ["get", "list", "watch", "update"] {
+                assert!(
+                    allowed(&rules, verb, CORE, resource, ns, Some(name)),
+                    "{verb} {ns}/{name}"
+                );
+            }
+            assert!(allowed(&rules, "create", CORE, resource, ns, None));
+            assert!(!allowed(&rules, "delete", CORE, resource, ns, Some(name)));
+        }
+        assert!(!allowed(
+            &rules,
+            "update",
+            CORE,
+            "secrets",
+            "operator",
+            Some("cert")
+        ));
+        assert!(!allowed(
+            &rules,
+            "create",
+            CORE,
+            "configmaps",
+            "operator",
+            None
+        ));
+        assert!(allowed(&rules, "create", CORE, "events", "ns", None));
+        let lease = "cert-regeneration-controller-lock";
+        assert!(allowed(
+            &rules,
+            "update",
+            COORDINATION,
+            "leases",
+            "ns",
+            Some(lease)
+        ));
+        assert!(allowed(
+            &rules,
+            "create",
+            COORDINATION,
+            "leases",
+            "ns",
+            None
+        ));
+        assert!(!allowed(
+            &rules,
+            "update",
+            COORDINATION,
+            "leases",
+            "ns",
+            Some("other")
+        ));
+    }
+}

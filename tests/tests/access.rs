@@ -1,0 +1,644 @@
+//! The access lists are the truth: real runs of `cert-syncer sync`, `regenerate` and
+//! `inspect --namespace` against `mini-apiserver --audit-log`, and every request they made
+//! (verb, group, resource, namespace, name as kube-apiserver's authorizer sees them) is allowed by
+//! `cert_syncer::access::required_access` for the same flags — and every verb the list grants
+//! was used. Then the static pod's own sidecars, with the pod's flags, kubeconfig templates and
+//! example config, make only requests that the RBAC in `manifests/` allows.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use cert_syncer::access::{Access, Request, required_access};
+use cert_syncer::cli::Cli;
+use clap::Parser;
+use e2e::apiserver::ADMIN_TOKEN;
+use e2e::manifests::{self, REGENERATE_CONTAINER, SYNC_CONTAINER};
+use e2e::pki::write_atomic;
+use e2e::syncer::{NS, bundle_config_map, read, tls_secret};
+use e2e::{ApiServer, Ca, CertSpec, ChildProcess, SyncerSpec, bin_path, install_crypto_provider};
+use examples::mini_apiserver::audit::{self, Record};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::api::{Api, DeleteParams, PostParams};
+use kube::config::Kubeconfig;
+use time::OffsetDateTime;
+
+fn wait_for(what: &str, timeout: Duration, mut condition: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + timeout;
+    while !condition() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The flags of `command`, parsed as cert-syncer parses them.
+fn cli_of(command: &Command) -> Cli {
+    let argv = std::iter::once("cert-syncer".to_owned()).chain(
+        command
+            .get_args()
+            .map(|a| a.to_str().expect("UTF-8 flags").to_owned()),
+    );
+    Cli::try_parse_from(argv).expect("the flags the test runs cert-syncer with")
+}
+
+/// The audit records of `user`, after the run.
+fn requests_of(log: &Path, user: &str) -> Vec<Record> {
+    let records: Vec<Record> = audit::read(log)
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.user == user)
+        .collect();
+    assert!(
+        !records.is_empty(),
+        "no request of {user} in {}",
+        log.display()
+    );
+    records
+}
+
+fn label(r: &Record) -> String {
+    format!(
+        "{} {}/{} {}/{} ({})",
+        r.verb,
+        r.api_group,
+        r.resource,
+        r.namespace.as_deref().unwrap_or("*"),
+        r.name.as_deref().unwrap_or("-"),
+        r.code
+    )
+}
+
+/// Every request is allowed by the list, and every (namespace, group, resource, verb) the
+/// list grants was used.
+fn assert_list_is_the_truth(list: &[Access], records: &[Record]) {
+    for r in records {
+        let namespace = r
+            .namespace
+            .as_deref()
+            .unwrap_or_else(|| panic!("a cluster-wide request: {}", label(r)));
+        let request = Request::new(
+            &r.verb,
+            &r.api_group,
+            &r.resource,
+            namespace,
+            r.name.as_deref(),
+        );
+        assert!(
+            list.iter().any(|a| a.allows(&request)),
+            "request {} is not in the access list:\n{list:#?}",
+            label(r)
+        );
+        assert!(r.code != 401 && r.code != 403, "refused: {}", label(r));
+    }
+    let used: BTreeSet<(String, String, String, String)> = records
+        .iter()
+        .map(|r| {
+            (
+                r.namespace.clone().unwrap_or_default(),
+                r.api_group.clone(),
+                r.resource.clone(),
+                r.verb.clone(),
+            )
+        })
+        .collect();
+    for access in list {
+        for verb in &access.verbs {
+            let key = (
+                access.namespace.clone(),
+                access.api_group.to_owned(),
+                access.resource.to_owned(),
+                (*verb).to_owned(),
+            );
+            assert!(
+                used.contains(&key),
+                "the list grants {verb} on {}/{} in {} but the run never used it; requests:\n{}",
+                access.api_group,
+                access.resource,
+                access.namespace,
+                records.iter().map(label).collect::<Vec<_>>().join("\n")
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_request_of_a_sync_run_is_in_its_access_list() {
+    let (list, records) = audited_sync_run(&[]).await;
+    assert_list_is_the_truth(&list, &records);
+    // Per object too: each followed object was read, listed and watched by name.
+    for name in ["a", "b", "c", "d", "e"] {
+        for verb in ["get", "list", "watch"] {
+            assert!(
+                records
+                    .iter()
+                    .any(|r| r.verb == verb && r.name.as_deref() == Some(name)),
+                "no {verb} of {name}"
+            );
+        }
+    }
+}
+
+/// Above `--namespace-watch-threshold` (0 here): one namespace-wide list and watch per kind,
+/// GETs only to confirm a removal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_request_of_a_namespace_wide_sync_run_is_in_its_access_list() {
+    let (list, records) = audited_sync_run(&["--namespace-watch-threshold=0"]).await;
+    assert_list_is_the_truth(&list, &records);
+    for resource in ["secrets", "configmaps"] {
+        for verb in ["list", "watch"] {
+            assert!(
+                records
+                    .iter()
+                    .any(|r| r.verb == verb && r.resource == resource && r.name.is_none()),
+                "no namespace-wide {verb} of {resource}"
+            );
+        }
+    }
+    let gets: Vec<String> = records
+        .iter()
+        .filter(|r| r.verb == "get")
+        .map(label)
+        .collect();
+    // b and d: the optional objects deleted during the run.
+    assert_eq!(gets.len(), 2, "{gets:?}");
+}
+
+/// A sync run (with `extra` flags) against an audited apiserver: its access list and the
+/// requests it made.
+async fn audited_sync_run(extra: &[&str]) -> (Vec<Access>, Vec<Record>) {
+    install_crypto_provider();
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("audit.jsonl");
+    let api = ApiServer::start(tmp.path(), &["--audit-log", log.to_str().unwrap()]);
+    let admin = api.client_with_token(ADMIN_TOKEN);
+    let secrets: Api<Secret> = Api::namespaced(admin.clone(), NS);
+    let config_maps: Api<ConfigMap> = Api::namespaced(admin, NS);
+    let mut ca = Ca::new();
+    let (cert, key, _) = ca.leaf();
+    let post = PostParams::default();
+    secrets
+        .create(&post, &tls_secret("a", &cert, &key))
+        .await
+        .unwrap();
+    secrets
+        .create(&post, &tls_secret("e", &cert, &key))
+        .await
+        .unwrap();
+    config_maps
+        .create(&post, &bundle_config_map("c", &ca.pem))
+        .await
+        .unwrap();
+
+    // The syncer authenticates as its own user (`cert-syncer` in the token file).
+    let token = tmp.path().join("syncer-token");
+    write_atomic(&token, b"syncer-token");
+    let dest = tmp.path().join("certs");
+    let host_ca = tmp.path().join("host/ca.crt");
+    let host_cert = tmp.path().join("host/e.crt");
+    std::fs::create_dir_all(host_ca.parent().unwrap()).unwrap();
+    let files = [
+        format!("--file=configmap/c/ca-bundle.crt={}", host_ca.display()),
+        // An object named only by --file is followed too.
+        format!("--file=secret/e/tls.crt={}", host_cert.display()),
+    ];
+    let mut flags = vec![
+        "--secrets=a",
+        "--optional-secrets=b",
+        "--configmaps=c",
+        "--optional-configmaps=d",
+        &files[0],
+        &files[1],
+        "--pod-name=syncer-pod",
+    ];
+    flags.extend_from_slice(extra);
+    let mut spec = SyncerSpec::new(&api, &dest, &flags);
+    spec.token_file = token;
+    let command = spec.command();
+    let list = required_access(&cli_of(&command).command).unwrap();
+    let mut syncer = ChildProcess::start(command);
+
+    let timeout = Duration::from_secs(20);
+    wait_for("the files", timeout, || {
+        read(&dest.join("secrets/a/tls.crt")).is_some()
+            && read(&host_ca).as_deref() == Some(ca.pem.as_str())
+            && read(&host_cert).as_deref() == Some(cert.as_str())
+    });
+    secrets
+        .create(&post, &tls_secret("b", &cert, &key))
+        .await
+        .unwrap();
+    wait_for("the optional Secret", timeout, || {
+        dest.join("secrets/b/tls.crt").exists()
+    });
+    secrets.delete("b", &DeleteParams::default()).await.unwrap();
+    wait_for("its removal", timeout, || !dest.join("secrets/b").exists());
+    config_maps
+        .create(&post, &bundle_config_map("d", &ca.pem))
+        .await
+        .unwrap();
+    wait_for("the optional ConfigMap", timeout, || {
+        dest.join("configmaps/d/ca-bundle.crt").exists()
+    });
+    config_maps
+        .delete("d", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for("its removal", timeout, || {
+        !dest.join("configmaps/d").exists()
+    });
+    let (cert2, key2, _) = ca.leaf();
+    secrets
+        .replace("a", &post, &{
+            let mut a = secrets.get("a").await.unwrap();
+            a.data = tls_secret("a", &cert2, &key2).data;
+            a
+        })
+        .await
+        .unwrap();
+    wait_for("the update", timeout, || {
+        read(&dest.join("secrets/a/tls.crt")).as_deref() == Some(cert2.as_str())
+    });
+    assert!(
+        syncer
+            .terminate(Duration::from_secs(10))
+            .is_some_and(|s| s.success())
+    );
+
+    (list, requests_of(&log, "cert-syncer"))
+}
+
+const ROTATION: &str = r#"
+namespace: pods
+signers:
+  - { name: old-signer, namespace: operator, validity: 30d, refresh: 15d }
+  - { name: new-signer, namespace: operator, validity: 30d, refresh: 15d }
+bundles:
+  - { name: old-ca, namespace: managed, signers: [old-signer] }
+  - { name: new-ca, namespace: managed, signers: [new-signer] }
+targets:
+  - { name: old-cert, signer: old-signer, serving: { hostnames: [localhost] }, validity: 10d, refresh: 5d }
+  - { name: new-cert, signer: new-signer, client: { user: someone }, validity: 10d, refresh: 5d }
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_request_of_a_regenerate_run_is_in_its_access_list() {
+    install_crypto_provider();
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("audit.jsonl");
+    let api = ApiServer::start_with_tokens(
+        tmp.path(),
+        &["--audit-log", log.to_str().unwrap()],
+        &[("regenerate-token", "regenerator")],
+    );
+    // Expired material (update) next to missing material (create), in three namespaces.
+    let admin = api.client_with_token(ADMIN_TOKEN);
+    let post = PostParams::default();
+    let now = OffsetDateTime::now_utc();
+    let mut old = Ca::with_validity(
+        now - time::Duration::days(40),
+        now - time::Duration::days(1),
+    );
+    let leaf = old.issue(&CertSpec::server(&["localhost"]).valid(
+        now - time::Duration::days(20),
+        now - time::Duration::days(2),
+    ));
+    Api::<Secret>::namespaced(admin.clone(), "operator")
+        .create(&post, &tls_secret("old-signer", &old.pem, &old.key_pem()))
+        .await
+        .unwrap();
+    Api::<ConfigMap>::namespaced(admin.clone(), "managed")
+        .create(&post, &bundle_config_map("old-ca", &old.pem))
+        .await
+        .unwrap();
+    Api::<Secret>::namespaced(admin, "pods")
+        .create(
+            &post,
+            &tls_secret("old-cert", &leaf.cert_pem, &leaf.key_pem),
+        )
+        .await
+        .unwrap();
+
+    let config = tmp.path().join("rotation.yaml");
+    write_atomic(&config, ROTATION.as_bytes());
+    let token = tmp.path().join("regenerate-token");
+    write_atomic(&token, b"regenerate-token");
+    let mut command = Command::new(bin_path("cert-syncer"));
+    command
+        .arg("regenerate")
+        .arg(format!("--server={}", api.url()))
+        .arg("--tls-server-name-override=localhost-recovery")
+        .arg(format!(
+            "--ca-file={}",
+            api.dir.join("recovery-ca.crt").display()
+        ))
+        .arg(format!("--token-file={}", token.display()))
+        .arg(format!("--config={}", config.display()))
+        .args([
+            "--pod-name=regenerate-pod",
+            "--pod-namespace=pods",
+            "--leader-elect",
+            "--leader-elect-lease-duration=2s",
+            "--leader-elect-renew-deadline=1500ms",
+            "--leader-elect-retry-period=200ms",
+            "--metrics-listen=127.0.0.1:0",
+        ])
+        .env("RUST_LOG", "info");
+    let list = required_access(&cli_of(&command).command).unwrap();
+    let mut regenerate = ChildProcess::start(command);
+    let health = regenerate.addr.to_string();
+    wait_for("a clean pass", Duration::from_secs(30), || {
+        e2e::plain_http_get(&health, "/readyz").0 == 200
+    });
+    wait_for("a lease renewal", Duration::from_secs(10), || {
+        audit::read(&log)
+            .unwrap()
+            .iter()
+            .any(|r| r.resource == "leases" && r.verb == "update")
+    });
+    assert!(
+        regenerate
+            .terminate(Duration::from_secs(10))
+            .is_some_and(|s| s.success())
+    );
+
+    let records = requests_of(&log, "regenerator");
+    assert_list_is_the_truth(&list, &records);
+    // It really regenerated: the expired signer and leaf were updated, the missing ones created.
+    for (verb, resource, name) in [
+        ("update", "secrets", "old-signer"),
+        ("update", "configmaps", "old-ca"),
+        ("update", "secrets", "old-cert"),
+        ("create", "configmaps", ""),
+        ("create", "leases", ""),
+    ] {
+        assert!(
+            records.iter().any(|r| r.verb == verb
+                && r.resource == resource
+                && (name.is_empty() || r.name.as_deref() == Some(name))
+                && r.code < 300),
+            "no successful {verb} {resource} {name}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_request_of_an_inspect_run_is_in_its_access_list() {
+    install_crypto_provider();
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("audit.jsonl");
+    let api = ApiServer::start(tmp.path(), &["--audit-log", log.to_str().unwrap()]);
+    let admin = api.client_with_token(ADMIN_TOKEN);
+    let mut ca = Ca::new();
+    let (cert, key, _) = ca.leaf();
+    let post = PostParams::default();
+    Api::<Secret>::namespaced(admin.clone(), NS)
+        .create(&post, &tls_secret("serving", &cert, &key))
+        .await
+        .unwrap();
+    Api::<ConfigMap>::namespaced(admin, NS)
+        .create(&post, &bundle_config_map("serving-ca", &ca.pem))
+        .await
+        .unwrap();
+    let token = tmp.path().join("syncer-token");
+    write_atomic(&token, b"syncer-token");
+    let mut command = Command::new(bin_path("cert-syncer"));
+    command
+        .arg("inspect")
+        .arg(format!("--server={}", api.url()))
+        .arg("--tls-server-name-override=localhost-recovery")
+        .arg(format!(
+            "--ca-file={}",
+            api.dir.join("recovery-ca.crt").display()
+        ))
+        .arg(format!("--token-file={}", token.display()))
+        .arg(format!("--namespace={NS}"))
+        .arg("--json")
+        .env("RUST_LOG", "warn");
+    let list = required_access(&cli_of(&command).command).unwrap();
+    let output = tokio::task::block_in_place(|| command.output()).unwrap();
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_list_is_the_truth(&list, &requests_of(&log, "cert-syncer"));
+}
+
+/// `argv` with `--name=VALUE` (or `--name VALUE`) replaced by `--name=value`.
+fn replace_flag(argv: &mut Vec<String>, name: &str, value: &str) {
+    let long = format!("--{name}");
+    let index = argv
+        .iter()
+        .position(|a| *a == long || a.starts_with(&format!("{long}=")))
+        .unwrap_or_else(|| panic!("no {long} in {argv:?}"));
+    if argv[index] == long {
+        argv.remove(index + 1);
+    }
+    argv[index] = format!("{long}={value}");
+}
+
+/// The kube-apiserver user of the service account whose token a sidecar's kubeconfig names.
+fn service_account_user(pod: &k8s_openapi::api::core::v1::Pod, name: &str) -> String {
+    let container = manifests::container(pod, name);
+    let argv = manifests::argv(pod, container);
+    let template = manifests::flag(&argv, "kubeconfig").expect("--kubeconfig");
+    let (_, repo) = manifests::node_file(pod, container, template).expect("on a hostPath");
+    let kubeconfig = Kubeconfig::read_from(&repo).unwrap();
+    let token_file = kubeconfig
+        .auth_infos
+        .iter()
+        .find_map(|a| a.auth_info.as_ref()?.token_file.clone())
+        .expect("a tokenFile");
+    let (ns, account) = manifests::service_account_of_token_file(&token_file);
+    format!("system:serviceaccount:{ns}:{account}")
+}
+
+/// A sidecar of the static pod as a process: the pod's command line and downward-API
+/// environment, its kubeconfig template pointed at `api` (server URL, CA file, a token file
+/// holding `token`), and files of this run.
+struct Sidecar {
+    argv: Vec<String>,
+    env: BTreeMap<String, String>,
+    /// The kube-apiserver user name of its service account.
+    user: String,
+}
+
+fn sidecar(name: &str, api: &ApiServer, dir: &Path, token: &str) -> Sidecar {
+    let pod = manifests::pod();
+    let container = manifests::container(&pod, name);
+    let mut argv = manifests::argv(&pod, container);
+    let template = manifests::flag(&argv, "kubeconfig")
+        .expect("--kubeconfig")
+        .to_owned();
+    let (_, repo) = manifests::node_file(&pod, container, &template).expect("on a hostPath");
+    let mut kubeconfig = Kubeconfig::read_from(&repo).unwrap();
+    let token_file = dir.join(format!("{name}.token"));
+    write_atomic(&token_file, token.as_bytes());
+    let user = service_account_user(&pod, name);
+    for auth in kubeconfig
+        .auth_infos
+        .iter_mut()
+        .filter_map(|a| a.auth_info.as_mut())
+    {
+        auth.token_file = Some(token_file.display().to_string());
+    }
+    for cluster in kubeconfig
+        .clusters
+        .iter_mut()
+        .filter_map(|c| c.cluster.as_mut())
+    {
+        assert_eq!(
+            cluster.tls_server_name.as_deref(),
+            Some("localhost-recovery")
+        );
+        cluster.server = Some(api.url());
+        cluster.certificate_authority = Some(api.dir.join("recovery-ca.crt").display().to_string());
+    }
+    let path = dir.join(format!("{name}.kubeconfig"));
+    write_atomic(
+        &path,
+        serde_json::to_string(&kubeconfig).unwrap().as_bytes(),
+    );
+    replace_flag(&mut argv, "kubeconfig", path.to_str().unwrap());
+    replace_flag(&mut argv, "metrics-listen", "127.0.0.1:0");
+    Sidecar {
+        env: manifests::environment(&pod, container),
+        argv,
+        user,
+    }
+}
+
+impl Sidecar {
+    fn start(&self) -> ChildProcess {
+        let mut command = Command::new(bin_path("cert-syncer"));
+        command
+            .args(&self.argv[1..])
+            .envs(&self.env)
+            .env("RUST_LOG", "info");
+        ChildProcess::start(command)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_static_pod_sidecars_make_only_requests_their_rbac_allows() {
+    install_crypto_provider();
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("audit.jsonl");
+    let (sync_token, regenerate_token) = ("sa-sync-token-0123", "sa-regenerate-token-4567");
+    // Users named after the service accounts the kubeconfig templates' token files belong to.
+    let pod = manifests::pod();
+    let (sync_user, regenerate_user) = (
+        service_account_user(&pod, SYNC_CONTAINER),
+        service_account_user(&pod, REGENERATE_CONTAINER),
+    );
+    let api = ApiServer::start_with_tokens(
+        tmp.path(),
+        &["--audit-log", log.to_str().unwrap()],
+        &[
+            (sync_token, &sync_user),
+            (regenerate_token, &regenerate_user),
+        ],
+    );
+
+    // The regeneration controller creates the whole set from nothing, with the example config.
+    let mut regenerate = sidecar(REGENERATE_CONTAINER, &api, tmp.path(), regenerate_token);
+    assert_eq!(regenerate.user, regenerate_user);
+    let config = manifests::flag(&regenerate.argv, "config")
+        .unwrap()
+        .to_owned();
+    let (_, repo_config) = manifests::node_file(
+        &pod,
+        manifests::container(&pod, REGENERATE_CONTAINER),
+        &config,
+    )
+    .unwrap();
+    replace_flag(
+        &mut regenerate.argv,
+        "config",
+        repo_config.to_str().unwrap(),
+    );
+    // Renew often, so the run shows renewals too.
+    regenerate.argv.extend(
+        [
+            "--leader-elect-lease-duration=2s",
+            "--leader-elect-renew-deadline=1500ms",
+            "--leader-elect-retry-period=200ms",
+        ]
+        .map(str::to_owned),
+    );
+    let mut regenerate_process = regenerate.start();
+    let health = regenerate_process.addr.to_string();
+    wait_for("the regeneration pass", Duration::from_secs(60), || {
+        e2e::plain_http_get(&health, "/readyz").0 == 200
+    });
+
+    // The syncer mirrors what it regenerated into the cert dir.
+    let mut sync = sidecar(SYNC_CONTAINER, &api, tmp.path(), sync_token);
+    assert_eq!(sync.user, sync_user);
+    let dest = tmp.path().join("static-pod-certs");
+    replace_flag(&mut sync.argv, "destination-dir", dest.to_str().unwrap());
+    let sync_cli = manifests::parse_cert_syncer(&sync.argv, &sync.env).unwrap();
+    let cert_syncer::cli::Command::Sync(sync_args) = &sync_cli.command else {
+        panic!("{SYNC_CONTAINER} runs sync")
+    };
+    let mut sync_process = sync.start();
+    for name in &sync_args.secrets {
+        wait_for(
+            &format!("secret {name} on disk"),
+            Duration::from_secs(30),
+            || dest.join("secrets").join(name).join("tls.crt").exists(),
+        );
+    }
+    wait_for(
+        "the aggregator CA bundle on disk",
+        Duration::from_secs(30),
+        || {
+            dest.join("configmaps/aggregator-client-ca/ca-bundle.crt")
+                .exists()
+        },
+    );
+    assert!(
+        sync_process
+            .terminate(Duration::from_secs(10))
+            .is_some_and(|s| s.success())
+    );
+    assert!(
+        regenerate_process
+            .terminate(Duration::from_secs(10))
+            .is_some_and(|s| s.success())
+    );
+
+    // Every request each sidecar made is allowed by the Roles bound to its service account.
+    for (container, user) in [
+        (SYNC_CONTAINER, &sync_user),
+        (REGENERATE_CONTAINER, &regenerate_user),
+    ] {
+        let account = user.rsplit(':').next().unwrap();
+        let namespace = user.split(':').nth(2).unwrap();
+        let granted = manifests::granted_rules(namespace, account);
+        let records = requests_of(&log, user);
+        for r in &records {
+            assert!(
+                manifests::rbac_allows(
+                    &granted,
+                    &r.verb,
+                    &r.api_group,
+                    &r.resource,
+                    r.namespace.as_deref().unwrap_or(""),
+                    r.name.as_deref()
+                ),
+                "{container} ({user}) made {}, which manifests/rbac does not allow",
+                label(r)
+            );
+        }
+        eprintln!(
+            "{container}: {} requests, all allowed by its Roles",
+            records.len()
+        );
+    }
+}
