@@ -20,7 +20,11 @@ use crate::reload::{self, Handle, Material, Pass, Served, ServedCert, Status, Ti
 use crate::source::{CertKeyPaths, PassReader};
 use crate::watch::{Dirty, Interest};
 
-/// Configures and starts a [`ClientTls`]. Made by [`ClientTls::builder`].
+/// Configures and starts a [`ClientTls`]. Made by [`ClientTls::builder`]; see there for an
+/// example.
+///
+/// Defaults: no client certificate, no ALPN, TLS 1.2 and 1.3 with the aws-lc-rs provider,
+/// resync every 60 s.
 #[must_use]
 #[derive(Debug)]
 pub struct ClientTlsBuilder {
@@ -42,6 +46,10 @@ impl ClientTlsBuilder {
     }
 
     /// Presents this certificate when a server asks for one (mTLS), reloaded like the roots.
+    ///
+    /// # Security
+    /// The key must match the leaf and the chain must be in order, as for serving pairs; a torn
+    /// or invalid pair is rejected and the last good identity keeps being presented.
     pub fn identity(mut self, paths: CertKeyPaths) -> Self {
         self.identity = Some(paths);
         self
@@ -72,10 +80,28 @@ impl ClientTlsBuilder {
         self
     }
 
-    /// Reads and checks the files, arms the watches and spawns the reload task.
+    /// Reads and checks the files, arms the watches and spawns the reload task (inside a tokio
+    /// runtime).
     ///
     /// # Errors
     /// Any unreadable or invalid file, named in the error.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let dir = tempfile::tempdir()?;
+    /// # let (crt, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+    /// # let pair = rcgen::generate_simple_self_signed(["api.example".to_owned()])?;
+    /// # std::fs::write(&crt, pair.cert.pem())?;
+    /// # std::fs::write(&key, pair.signing_key.serialize_pem())?;
+    /// use reload_lib::{ClientTls, InvalidMaterial};
+    ///
+    /// let empty = dir.path().join("empty-ca.crt");
+    /// std::fs::write(&empty, "")?;
+    /// let err = ClientTls::builder(&empty).start().await.unwrap_err();
+    /// assert_eq!(err.invalid_material(), Some(&InvalidMaterial::Empty));
+    /// # Ok(()) }
+    /// ```
     pub async fn start(self) -> Result<ClientTls> {
         let provider = self
             .provider
@@ -125,22 +151,38 @@ impl ClientTlsBuilder {
 /// `ClientConfig` that always uses the current material, so it can be handed once to
 /// tokio-rustls, hyper-rustls or kube.
 ///
-/// ```no_run
-/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let dir = tempfile::tempdir()?;
+/// # let (crt, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+/// # let pair = rcgen::generate_simple_self_signed(["api.example".to_owned()])?;
+/// # std::fs::write(&crt, pair.cert.pem())?;
+/// # std::fs::write(&key, pair.signing_key.serialize_pem())?;
+/// # let ca = dir.path().join("ca.crt");
+/// # std::fs::write(&ca, pair.cert.pem())?;
 /// use reload_lib::{CertKeyPaths, ClientTls};
 ///
-/// let tls = ClientTls::builder("/etc/kubernetes/ca.crt")
-///     .identity(CertKeyPaths::new("/etc/client/tls.crt", "/etc/client/tls.key"))
+/// // ca.crt: what servers must chain to; tls.crt/tls.key: our certificate for mTLS.
+/// let tls = ClientTls::builder(&ca)
+///     .identity(CertKeyPaths::new(&crt, &key))
 ///     .start()
 ///     .await?;
+/// // Build the connector once: its config follows reloads by itself.
 /// let connector = tokio_rustls::TlsConnector::from(tls.config());
-/// # let _ = connector; Ok(()) }
+/// let served = tls.status().served;
+/// assert_eq!((served[0].source.as_str(), served[1].source.as_str()), ("identity", "roots"));
+/// # drop(connector);
+/// # Ok(()) }
 /// ```
 ///
+/// [`Acceptor`](crate::Acceptor) shows a full handshake against a [`ServingSet`](crate::ServingSet).
 /// # Security
 /// Server certificates are verified by rustls' WebPKI verifier built from the current bundle
-/// (hostname, chain, validity). Session tickets cached by the config were obtained under older
-/// trust and may resume; build a new `ClientConfig` if trust must shrink instantly.
+/// (hostname, chain, validity); verification cannot be turned off through this type. A roots
+/// file that is empty or holds an unparsable certificate is rejected and the last good bundle
+/// stays in use. Session tickets cached by the config were obtained under older trust and may
+/// resume; build a new `ClientConfig` if trust must shrink instantly.
 #[derive(Debug, Clone)]
 pub struct ClientTls {
     handle: Arc<Handle<ClientSnapshot>>,
@@ -148,7 +190,8 @@ pub struct ClientTls {
 }
 
 impl ClientTls {
-    /// Starts configuring with the CA bundle at `roots`.
+    /// Starts configuring with the CA bundle at `roots` (PEM; every `CERTIFICATE` block is a
+    /// trust anchor). See the [type-level example](ClientTls).
     pub fn builder(roots: impl Into<PathBuf>) -> ClientTlsBuilder {
         ClientTlsBuilder {
             name: "client".to_owned(),
@@ -162,12 +205,13 @@ impl ClientTls {
         }
     }
 
-    /// The client configuration; it follows reloads by itself.
+    /// The client configuration; it follows reloads by itself, so hand it once to tokio-rustls,
+    /// hyper-rustls or kube.
     pub fn config(&self) -> Arc<ClientConfig> {
         Arc::clone(&self.config)
     }
 
-    /// Status updates, as for servers.
+    /// Status updates, as for servers (see [`ServingSet::subscribe`](crate::ServingSet::subscribe)).
     pub fn subscribe(&self) -> watch::Receiver<Status> {
         self.handle.status.clone()
     }
@@ -181,6 +225,25 @@ impl ClientTls {
     ///
     /// # Errors
     /// Why the files were rejected (the last good material stays in use).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let dir = tempfile::tempdir()?;
+    /// # let (crt, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+    /// # let pair = rcgen::generate_simple_self_signed(["api.example".to_owned()])?;
+    /// # std::fs::write(&crt, pair.cert.pem())?;
+    /// # std::fs::write(&key, pair.signing_key.serialize_pem())?;
+    /// use reload_lib::{ClientTls, InvalidMaterial, fs::write_file_atomic};
+    ///
+    /// // tls.crt is the roots file here.
+    /// let tls = ClientTls::builder(&crt).start().await?;
+    /// write_file_atomic(&crt, b"-----BEGIN CERTIFICATE-----\nnot base64\n", 0o644)?;
+    /// let err = tls.reload().await.unwrap_err();
+    /// assert!(matches!(err.invalid_material(), Some(InvalidMaterial::Pem(_))));
+    /// assert_eq!(tls.status().generation, 1); // the old roots still verify servers
+    /// # Ok(()) }
+    /// ```
     pub async fn reload(&self) -> Result<bool> {
         self.handle.reload().await
     }

@@ -11,6 +11,35 @@ use std::sync::Arc;
 /// Callers are only expected to branch on [`Error::InvalidMaterial`] (the files exist but what they
 /// hold cannot be served); every other variant is an I/O or set-up failure and should be reported
 /// as is. New variants may be added.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let dir = tempfile::tempdir()?;
+/// # let (crt, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+/// # let pair = rcgen::generate_simple_self_signed(["api.example".to_owned()])?;
+/// # std::fs::write(&crt, pair.cert.pem())?;
+/// # std::fs::write(&key, pair.signing_key.serialize_pem())?;
+/// # let other = rcgen::generate_simple_self_signed(["api.example".to_owned()])?;
+/// # std::fs::write(&key, other.signing_key.serialize_pem())?;
+/// use reload_lib::{CertKeyPaths, Error, InvalidMaterial, ServingSet};
+///
+/// // tls.key belongs to another certificate.
+/// let err = ServingSet::builder(CertKeyPaths::new(&crt, &key)).start().await.unwrap_err();
+/// assert_eq!(err.invalid_material(), Some(&InvalidMaterial::KeyMismatch));
+/// assert!(matches!(&err, Error::InvalidMaterial { path, .. } if *path == crt));
+/// assert_eq!(
+///     err.to_string(),
+///     format!("invalid material in {}: the private key does not match the certificate's public key", crt.display()),
+/// );
+///
+/// let missing = ServingSet::builder(CertKeyPaths::new("/nonexistent/tls.crt", &key)).start().await;
+/// assert_eq!(missing.unwrap_err().to_string(), "failed to read /nonexistent/tls.crt");
+/// # Ok(()) }
+/// ```
+///
+/// # Security
+/// Messages name files and describe the problem; they never contain key material.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -68,6 +97,30 @@ pub enum Error {
 }
 
 /// Why material was rejected. Part of [`Error::InvalidMaterial`].
+///
+/// Most rejections after start-up are transient (a writer caught mid-way: [`Empty`](Self::Empty),
+/// [`KeyMismatch`](Self::KeyMismatch)) and are retried by the set; a rejection that persists
+/// means the files are wrong and someone should look.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let dir = tempfile::tempdir()?;
+/// # let (crt, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+/// # let pair = rcgen::generate_simple_self_signed(["api.example".to_owned()])?;
+/// # std::fs::write(&crt, pair.cert.pem())?;
+/// # std::fs::write(&key, pair.signing_key.serialize_pem())?;
+/// use reload_lib::{CertKeyPaths, InvalidMaterial, ServingSet};
+///
+/// std::fs::write(&crt, "")?;
+/// let err = ServingSet::builder(CertKeyPaths::new(&crt, &key)).start().await.unwrap_err();
+/// match err.invalid_material() {
+///     Some(InvalidMaterial::Empty) => eprintln!("{} is empty: {err}", crt.display()),
+///     Some(other) => panic!("unexpected rejection: {other}"),
+///     None => panic!("not a material problem: {err}"),
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum InvalidMaterial {
@@ -116,10 +169,22 @@ pub enum InvalidMaterial {
 }
 
 /// `Result` with [`Error`] as the default error.
+///
+/// ```
+/// use reload_lib::{CertKeyPaths, Result, ServingSet};
+///
+/// async fn serve(paths: CertKeyPaths) -> Result<ServingSet> {
+///     let set = ServingSet::builder(paths).start().await?;
+///     set.reload_on_sighup().ok();
+///     Ok(set)
+/// }
+/// # drop(serve(CertKeyPaths::new("tls.crt", "tls.key")));
+/// ```
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
-    /// The rejection reason when this is [`Error::InvalidMaterial`].
+    /// The rejection reason when this is [`Error::InvalidMaterial`] (also through
+    /// [`Error::Retained`]). See the [`Error`] example.
     pub fn invalid_material(&self) -> Option<&InvalidMaterial> {
         match self {
             Error::InvalidMaterial { reason, .. } => Some(reason),

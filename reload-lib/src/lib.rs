@@ -11,6 +11,8 @@
 //! # Quick start
 //!
 //! ```no_run
+//! // no_run: it waits for a client on a fixed port. Runnable versions of every step follow
+//! // (`Acceptor` runs a real handshake on 127.0.0.1).
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! use reload_lib::{CertKeyPaths, ClientAuth, ServingSet};
 //!
@@ -25,6 +27,35 @@
 //! let tls = acceptor.accept(tcp).await?; // hand `tls` to hyper
 //! # Ok(()) }
 //! ```
+//!
+//! A complete hyper server is `reload-lib/examples/minimal.rs`
+//! (`cargo run -p reload-lib --example minimal`).
+//!
+//! # Where to look
+//! - Serving: [`ServingSet`] (start, rotate, wait for the swap), [`ServingSetBuilder`] (SNI,
+//!   client certificates, tuning), [`Acceptor`] (a real handshake), [`ServingSnapshot`] (what
+//!   is served to which name).
+//! - Observing: [`Status`] (a rejected write keeps the old certificate), [`Served`],
+//!   [`CertInfo`], [`metrics`], [`WatchMode`].
+//! - Clients: [`ClientTls`] (reloading roots and client identity behind one `ClientConfig`).
+//! - Writing: [`fs::AtomicDirWriter`] (the Kubernetes `..data` layout this crate reads) and
+//!   [`fs::write_file_atomic`].
+//! - Errors: [`Error`], [`InvalidMaterial`].
+//!
+//! # Security
+//! - Fails closed at start-up: every file must read and validate, or [`ServingSetBuilder::start`]
+//!   returns an error naming the file.
+//! - After start-up, new material replaces served material only when every PEM block parses,
+//!   the private key matches the leaf, the chain is in issuing order, configured SNI names are
+//!   covered, a CA bundle is non-empty, and the new certificate is not expired while the served
+//!   one is still valid. Anything else is rejected, reported in [`Status`], logs and metrics,
+//!   and retried; the last good material keeps serving.
+//! - Files are only read, never written or chmod-ed, by the reloaders; their paths come from
+//!   your configuration. The [`fs`] writers create files with the mode you give (`0o600` for
+//!   keys), never wider, and never write outside their directory.
+//! - Private keys never appear in errors, logs or `Debug` output.
+//! - Certificate validation of peers is rustls' WebPKI verification; it cannot be turned off
+//!   through this crate.
 //!
 //! # Features
 //! - `metrics` (default): Prometheus metrics through `prometheus-client` ([`metrics`]).

@@ -10,6 +10,36 @@
 //! | `reload_certificate_not_after_timestamp_seconds` | `set`, `source` | notAfter of each served certificate (for a CA bundle: the earliest) |
 //!
 //! Seconds to expiry is `reload_certificate_not_after_timestamp_seconds - time()` in PromQL.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let dir = tempfile::tempdir()?;
+//! # let (crt, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+//! # let pair = rcgen::generate_simple_self_signed(["api.example".to_owned()])?;
+//! # std::fs::write(&crt, pair.cert.pem())?;
+//! # std::fs::write(&key, pair.signing_key.serialize_pem())?;
+//! use prometheus_client::{encoding::text::encode, registry::Registry};
+//! use reload_lib::{CertKeyPaths, ServingSet};
+//!
+//! let mut registry = Registry::default();
+//! let set = ServingSet::builder(CertKeyPaths::new(&crt, &key))
+//!     .name("api")
+//!     .metrics(&mut registry)
+//!     .start()
+//!     .await?;
+//! // Serve `registry` on your /metrics endpoint; the start-up state is already recorded.
+//! let mut text = String::new();
+//! encode(&mut text, &registry)?;
+//! assert!(text.contains(r#"reload_generation{set="api"} 1"#));
+//! assert!(text.contains(r#"reload_reloads_total{set="api",result="ok"} 1"#));
+//! let not_after = set.status().served[0].info.not_after;
+//! let expiry = format!(r#"reload_certificate_not_after_timestamp_seconds{{set="api",source="default"}} {not_after}"#);
+//! assert!(text.contains(&expiry));
+//! # Ok(()) }
+//! ```
+//!
+//! Labels hold set names and source roles, never file contents.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;

@@ -72,7 +72,28 @@ impl<S> Pass<S> {
     }
 }
 
-/// One certificate in use, and where it came from.
+/// One certificate in use, and where it came from. Listed in [`Served`].
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let dir = tempfile::tempdir()?;
+/// # let (crt, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+/// # let pair = rcgen::generate_simple_self_signed(["api.example".to_owned()])?;
+/// # std::fs::write(&crt, pair.cert.pem())?;
+/// # std::fs::write(&key, pair.signing_key.serialize_pem())?;
+/// use reload_lib::{CertKeyPaths, ServingSet};
+///
+/// let set = ServingSet::builder(CertKeyPaths::new(&crt, &key)).start().await?;
+/// let default = &set.status().served[0];
+/// assert_eq!(default.source, "default");
+/// assert_eq!(default.path, crt);
+/// assert_eq!(default.info.dns_names, ["api.example"]);
+/// # Ok(()) }
+/// ```
+///
+/// # Security
+/// Public facts only: the private key is never part of it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ServedCert {
@@ -89,6 +110,33 @@ pub struct ServedCert {
 ///
 /// Cheap to clone: statuses share the entries of sources that did not change, so publishing a
 /// change to one pair of a large set does not copy the others.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let dir = tempfile::tempdir()?;
+/// # let (crt, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+/// # let pair = rcgen::generate_simple_self_signed(["api.example".to_owned()])?;
+/// # std::fs::write(&crt, pair.cert.pem())?;
+/// # std::fs::write(&key, pair.signing_key.serialize_pem())?;
+/// # let (rcrt, rkey) = (dir.path().join("recovery.crt"), dir.path().join("recovery.key"));
+/// # let recovery = rcgen::generate_simple_self_signed(["localhost-recovery".to_owned()])?;
+/// # std::fs::write(&rcrt, recovery.cert.pem())?;
+/// # std::fs::write(&rkey, recovery.signing_key.serialize_pem())?;
+/// use reload_lib::{CertKeyPaths, ServingSet};
+///
+/// let set = ServingSet::builder(CertKeyPaths::new(&crt, &key))
+///     .sni("localhost-recovery", CertKeyPaths::new(&rcrt, &rkey))
+///     .start()
+///     .await?;
+/// let served = set.status().served;
+/// assert_eq!(served.len(), 2);
+/// assert_eq!(served[1].source, "sni:localhost-recovery");
+/// for cert in served.iter() {
+///     println!("{}: {} until {}", cert.source, cert.info.subject, cert.info.not_after_rfc3339());
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Clone, Default)]
 pub struct Served {
     pairs: imbl::Vector<Arc<ServedCert>>,
@@ -176,6 +224,37 @@ impl FromIterator<ServedCert> for Served {
 
 /// The state of a reloadable set, published to subscribers on every reload attempt that changes
 /// something (a new generation, or a new failure).
+///
+/// A garbage write is rejected and the last good certificate keeps serving:
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let dir = tempfile::tempdir()?;
+/// # let (crt, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+/// # let pair = rcgen::generate_simple_self_signed(["api.example".to_owned()])?;
+/// # std::fs::write(&crt, pair.cert.pem())?;
+/// # std::fs::write(&key, pair.signing_key.serialize_pem())?;
+/// use reload_lib::{CertKeyPaths, InvalidMaterial, ServingSet};
+/// use std::time::Duration;
+///
+/// let set = ServingSet::builder(CertKeyPaths::new(&crt, &key)).start().await?;
+/// let mut updates = set.subscribe();
+/// std::fs::write(&crt, "garbage")?; // in place: truncate, then write
+///
+/// let failed = updates.wait_for(|status| status.last_error.is_some());
+/// let status = tokio::time::timeout(Duration::from_secs(10), failed).await??.clone();
+/// let reason = status.last_error.as_ref().and_then(|err| err.invalid_material());
+/// // Empty if the reader caught the write between truncate and write.
+/// assert!(matches!(reason, Some(InvalidMaterial::NoCertificate | InvalidMaterial::Empty)));
+/// assert_eq!(status.generation, 1);
+/// assert_eq!(set.current().certificate_for(None).dns_names, ["api.example"]);
+/// # Ok(()) }
+/// ```
+///
+/// # Security
+/// `last_error` names the file and what is wrong with it; it never holds key material, so it is
+/// safe to log or expose on a health endpoint.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct Status {

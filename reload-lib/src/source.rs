@@ -20,6 +20,11 @@ use crate::error::{Error, Result};
 /// let bundle = CertKeyPaths::bundle("/etc/tls/credential.pem");
 /// assert_eq!(bundle.cert(), bundle.key());
 /// ```
+///
+/// # Security
+/// The paths come from your configuration and are trusted as such; they are only ever read
+/// (never written, created or chmod-ed). Their file modes are not checked: keep key files
+/// `0600` (the writers in [`fs`](crate::fs) create them with the mode you give).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct CertKeyPaths {
     cert: PathBuf,
@@ -36,7 +41,23 @@ impl CertKeyPaths {
     }
 
     /// One file holding the private key and the chain (the kubelet `credentialBundlePath` shape),
-    /// which a writer can replace in a single atomic step.
+    /// which a writer can replace in a single atomic step, so no torn pair is ever seen.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let dir = tempfile::tempdir()?;
+    /// # let (crt, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+    /// # let pair = rcgen::generate_simple_self_signed(["api.example".to_owned()])?;
+    /// use reload_lib::{CertKeyPaths, ServingSet, fs::write_file_atomic};
+    ///
+    /// let bundle = dir.path().join("credential.pem");
+    /// let pem = pair.signing_key.serialize_pem() + &pair.cert.pem(); // key and chain, any order
+    /// write_file_atomic(&bundle, pem.as_bytes(), 0o600)?;
+    /// let set = ServingSet::builder(CertKeyPaths::bundle(&bundle)).start().await?;
+    /// assert_eq!(set.current().certificate_for(None).dns_names, ["api.example"]);
+    /// # Ok(()) }
+    /// ```
     pub fn bundle(path: impl Into<PathBuf>) -> Self {
         let path = path.into();
         Self {

@@ -35,10 +35,25 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use crate::source::current_generation;
 
 /// The longest key accepted, in bytes (a DNS subdomain: the apiserver's own limit for keys).
+///
+/// ```
+/// use reload_lib::fs::{MAX_KEY_LEN, validate_key};
+/// assert!(validate_key(&"k".repeat(MAX_KEY_LEN)).is_ok());
+/// assert!(validate_key(&"k".repeat(MAX_KEY_LEN + 1)).is_err());
+/// ```
 pub const MAX_KEY_LEN: usize = 253;
 
 /// The content and mode of one file. `Debug` shows the length only: the bytes may be a private
 /// key.
+///
+/// ```
+/// use reload_lib::fs::FileContent;
+///
+/// let key = FileContent::new(b"-----BEGIN PRIVATE KEY-----".to_vec(), 0o600);
+/// assert_eq!(format!("{key:?}"), "FileContent { len: 27, mode: 600 }");
+/// // Only permission bits are kept: no file type, never more than 0o7777.
+/// assert_eq!(FileContent::new(Vec::new(), 0o100644).mode(), 0o644);
+/// ```
 #[derive(Clone, PartialEq, Eq)]
 pub struct FileContent {
     bytes: Vec<u8>,
@@ -55,7 +70,8 @@ impl std::fmt::Debug for FileContent {
 }
 
 impl FileContent {
-    /// `bytes` to be written with permission bits `mode` (e.g. `0o600` for keys).
+    /// `bytes` to be written with permission bits `mode` (e.g. `0o600` for keys, `0o644` for
+    /// certificates); bits above `0o7777` are dropped.
     pub fn new(bytes: Vec<u8>, mode: u32) -> Self {
         Self {
             bytes,
@@ -74,7 +90,7 @@ impl FileContent {
     }
 }
 
-/// What a write did.
+/// What a write did. See [`AtomicDirWriter`] for an example.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum WriteOutcome {
@@ -89,7 +105,7 @@ pub enum WriteOutcome {
     },
 }
 
-/// Errors of the atomic writers.
+/// Errors of the atomic writers. See [`AtomicDirWriter::write`] for an example.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -156,18 +172,34 @@ pub fn validate_key(key: &str) -> Result<(), Error> {
 /// Writes sets of files into one directory with the kubelet `..data` protocol. Synchronous
 /// (`std::fs`); call it from `spawn_blocking` in async code. One writer per directory at a time.
 ///
-/// ```no_run
-/// use std::collections::BTreeMap;
-/// use reload_lib::fs::{AtomicDirWriter, FileContent};
-///
-/// let writer = AtomicDirWriter::new("/etc/kubernetes/static-pod-resources/secrets/serving-cert");
-/// let payload = BTreeMap::from([
-///     ("tls.crt".to_owned(), FileContent::new(b"-----BEGIN CERTIFICATE-----...".to_vec(), 0o600)),
-///     ("tls.key".to_owned(), FileContent::new(b"-----BEGIN PRIVATE KEY-----...".to_vec(), 0o600)),
-/// ]);
-/// writer.write(&payload)?;
-/// # Ok::<(), reload_lib::fs::Error>(())
 /// ```
+/// # let dir = tempfile::tempdir()?;
+/// use reload_lib::fs::{AtomicDirWriter, FileContent, WriteOutcome};
+/// use std::collections::BTreeMap;
+/// use std::os::unix::fs::PermissionsExt;
+///
+/// let writer = AtomicDirWriter::new(dir.path().join("serving-cert"));
+/// let payload = BTreeMap::from([
+///     ("tls.crt".to_owned(), FileContent::new(b"certificate PEM".to_vec(), 0o644)),
+///     ("tls.key".to_owned(), FileContent::new(b"key PEM".to_vec(), 0o600)),
+/// ]);
+/// assert!(matches!(writer.write(&payload)?, WriteOutcome::Written { .. }));
+/// assert_eq!(writer.write(&payload)?, WriteOutcome::Unchanged); // no new generation
+///
+/// // serving-cert/tls.key -> ..data/tls.key, ..data -> ..<timestamp>
+/// let key = writer.dir().join("tls.key");
+/// assert_eq!(std::fs::read_link(&key)?, std::path::Path::new("..data/tls.key"));
+/// assert_eq!(std::fs::read(&key)?, b"key PEM");
+/// assert_eq!(std::fs::metadata(&key)?.permissions().mode() & 0o7777, 0o600);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// # Security
+/// Every file is created with its final mode (exclusive create, then an explicit chmod because
+/// the umask may have narrowed it), so a key is never readable by others, not even for a
+/// moment. Keys are untrusted file names and are validated before anything touches the disk
+/// ([`validate_key`]); nothing outside the directory is written or removed (see the module
+/// docs). Contents are fsynced before the commit, so a crash leaves the old or the new set.
 #[derive(Debug, Clone)]
 pub struct AtomicDirWriter {
     dir: PathBuf,
@@ -184,10 +216,24 @@ impl AtomicDirWriter {
         &self.dir
     }
 
-    /// Makes the directory hold exactly `payload`.
+    /// Makes the directory hold exactly `payload`: keys that are not in it are removed, and
+    /// generations older than the previous one are pruned.
     ///
     /// # Errors
     /// [`Error::InvalidKey`] before anything is written; [`Error::Io`] naming the step and path.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// use reload_lib::fs::{AtomicDirWriter, Error, FileContent};
+    /// use std::collections::BTreeMap;
+    ///
+    /// let writer = AtomicDirWriter::new(dir.path().join("secret"));
+    /// let payload = BTreeMap::from([("../escape".to_owned(), FileContent::new(b"x".to_vec(), 0o600))]);
+    /// let err = writer.write(&payload).unwrap_err();
+    /// assert!(matches!(err, Error::InvalidKey { ref key, .. } if key == "../escape"));
+    /// assert!(!writer.dir().exists()); // nothing touched the disk
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn write(&self, payload: &BTreeMap<String, FileContent>) -> Result<WriteOutcome, Error> {
         for key in payload.keys() {
             validate_key(key)?;
@@ -252,6 +298,18 @@ impl AtomicDirWriter {
 
     /// Removes the managed directory and everything in it (the object was deleted). Returns
     /// whether there was anything to remove. Symlinks inside are removed, never followed.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir()?;
+    /// use reload_lib::fs::{AtomicDirWriter, FileContent};
+    /// use std::collections::BTreeMap;
+    ///
+    /// let writer = AtomicDirWriter::new(dir.path().join("secret"));
+    /// writer.write(&BTreeMap::from([("token".to_owned(), FileContent::new(b"t".to_vec(), 0o600))]))?;
+    /// assert!(writer.remove_all()?);
+    /// assert!(!writer.remove_all()?); // already gone
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     ///
     /// # Errors
     /// [`Error::Io`] when the removal fails.
@@ -434,6 +492,23 @@ fn sync_dir(dir: &Path) -> Result<(), Error> {
 ///
 /// # Errors
 /// [`Error::Io`] naming the step; on failure `path` is untouched.
+///
+/// # Security
+/// The temporary file is created exclusively with `mode` (then chmod-ed to exactly `mode`), so
+/// the content is never readable with wider permissions, and readers see the old file or the
+/// new one, never a partial write.
+///
+/// ```
+/// # let dir = tempfile::tempdir()?;
+/// use reload_lib::fs::write_file_atomic;
+/// use std::os::unix::fs::PermissionsExt;
+///
+/// let path = dir.path().join("tls.key");
+/// assert!(write_file_atomic(&path, b"key PEM", 0o600)?);
+/// assert!(!write_file_atomic(&path, b"key PEM", 0o600)?); // already there: not written
+/// assert_eq!(std::fs::metadata(&path)?.permissions().mode() & 0o7777, 0o600);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn write_file_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<bool, Error> {
     let mode = mode & 0o7777;
     if let Ok(meta) = fs::metadata(path)

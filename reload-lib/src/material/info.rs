@@ -10,6 +10,24 @@ use x509_parser::prelude::{FromDer, X509Certificate};
 ///
 /// Built from the DER by the crate; shown in [`ServedCert`](crate::ServedCert) for every served
 /// certificate.
+///
+/// ```
+/// use reload_lib::CertInfo;
+///
+/// let pair = rcgen::generate_simple_self_signed(["API.example".to_owned(), "10.0.0.1".to_owned()])?;
+/// let info = CertInfo::from_der(pair.cert.der())?;
+/// assert_eq!(info.dns_names, ["api.example"]); // lower-cased
+/// assert_eq!(info.ip_addresses, ["10.0.0.1".parse::<std::net::IpAddr>()?]);
+/// assert_eq!(info.sha256.len(), 64);
+/// assert!(!info.is_ca && !info.is_expired_at(info.not_before));
+/// assert!(info.is_expired_at(info.not_after + 1));
+/// println!("expires {}", info.not_after_rfc3339());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// # Security
+/// Facts for logs, metrics and name selection, parsed without verifying anything: a `CertInfo`
+/// says nothing about whether the certificate is trusted. Chains are verified by rustls.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct CertInfo {
@@ -36,7 +54,8 @@ pub struct CertInfo {
 }
 
 impl CertInfo {
-    /// Parses the facts out of a DER certificate; the error is the parser's message.
+    /// Parses the facts out of a DER certificate; the error is the parser's message. Trailing
+    /// bytes after the certificate are an error.
     pub fn from_der(der: &[u8]) -> Result<Self, String> {
         let (rest, cert) = X509Certificate::from_der(der).map_err(|err| err.to_string())?;
         if !rest.is_empty() {

@@ -26,7 +26,47 @@ use crate::watch::{Dirty, Interest, WatchMode, watch_path};
 pub use acceptor::Acceptor;
 use resolver::{PairEntry, Rank, SniResolver};
 
-/// Whether and how clients present certificates.
+/// Whether and how clients present certificates. Used with [`ServingSetBuilder::client_ca`].
+///
+/// A client without a certificate is refused by a [`Required`](Self::Required) set (a real
+/// handshake on 127.0.0.1):
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let dir = tempfile::tempdir()?;
+/// # let (crt, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+/// # let pair = rcgen::generate_simple_self_signed(["api.example".to_owned()])?;
+/// # std::fs::write(&crt, pair.cert.pem())?;
+/// # std::fs::write(&key, pair.signing_key.serialize_pem())?;
+/// # let ca = dir.path().join("client-ca.crt");
+/// # std::fs::write(&ca, pair.cert.pem())?;
+/// use reload_lib::{CertKeyPaths, ClientAuth, ClientTls, ServingSet};
+/// use rustls_pki_types::ServerName;
+///
+/// let set = ServingSet::builder(CertKeyPaths::new(&crt, &key))
+///     .client_ca(&ca, ClientAuth::Required)
+///     .start()
+///     .await?;
+/// let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+/// let addr = listener.local_addr()?;
+/// // A client that trusts the server but has no certificate of its own.
+/// let client = ClientTls::builder(&crt).start().await?;
+/// let name = ServerName::try_from("api.example")?;
+/// tokio::spawn(async move {
+///     let tcp = tokio::net::TcpStream::connect(addr).await?;
+///     tokio_rustls::TlsConnector::from(client.config()).connect(name, tcp).await
+/// });
+/// let (tcp, _) = listener.accept().await?;
+/// assert!(set.acceptor().accept(tcp).await.is_err());
+/// # Ok(()) }
+/// ```
+///
+/// # Security
+/// Client certificates are verified by rustls' WebPKI client verifier built from the current CA
+/// bundle (chain to a CA in the bundle, validity, client-auth usage, CRLs when configured).
+/// Verification cannot be turned off; `Optional` only lets clients present no certificate at
+/// all, never an invalid one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ClientAuth {
@@ -69,6 +109,40 @@ type Configure = Arc<dyn Fn(&mut ServerConfig) + Send + Sync>;
 ///
 /// Defaults: no SNI pairs, no client certificates, ALPN `h2` then `http/1.1`, TLS 1.2 and 1.3
 /// with the aws-lc-rs provider, resync every 60 s, polling every 1 s when inotify is unavailable.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let dir = tempfile::tempdir()?;
+/// # let (crt, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+/// # let pair = rcgen::generate_simple_self_signed(["api.example".to_owned()])?;
+/// # std::fs::write(&crt, pair.cert.pem())?;
+/// # std::fs::write(&key, pair.signing_key.serialize_pem())?;
+/// # let (rcrt, rkey) = (dir.path().join("recovery.crt"), dir.path().join("recovery.key"));
+/// # let recovery = rcgen::generate_simple_self_signed(["localhost-recovery".to_owned()])?;
+/// # std::fs::write(&rcrt, recovery.cert.pem())?;
+/// # std::fs::write(&rkey, recovery.signing_key.serialize_pem())?;
+/// // tls.crt/tls.key: a pair for api.example; recovery.crt/recovery.key: for localhost-recovery.
+/// use reload_lib::{CertKeyPaths, ServingSet};
+/// use std::time::Duration;
+///
+/// let set = ServingSet::builder(CertKeyPaths::new(&crt, &key))
+///     .name("kube-apiserver")
+///     .sni("localhost-recovery", CertKeyPaths::new(&rcrt, &rkey))
+///     .alpn(vec![b"h2".to_vec()])
+///     .configure(|config| config.ignore_client_order = true)
+///     .resync_interval(Some(Duration::from_secs(300)))
+///     .start()
+///     .await?;
+/// let served = set.current();
+/// assert_eq!(served.certificate_for(Some("localhost-recovery")).dns_names, ["localhost-recovery"]);
+/// assert_eq!(served.certificate_for(None).dns_names, ["api.example"]);
+/// # Ok(()) }
+/// ```
+///
+/// # Security
+/// Nothing is served until [`start`](Self::start) has read and validated every file. The
+/// builder takes paths from your configuration and only ever reads them.
 #[must_use]
 pub struct ServingSetBuilder {
     name: String,
@@ -105,6 +179,32 @@ impl ServingSetBuilder {
     /// Serves `paths` to clients asking for `name` (exact, or `*.` wildcard covering one label).
     /// The certificate must cover the name; configured names win over names taken from
     /// certificates, and earlier entries win over later ones.
+    ///
+    /// # Security
+    /// Coverage is checked at start-up and on every reload: a rotated certificate that no longer
+    /// covers the name is rejected and the last good pair keeps serving that name. This guards
+    /// against misconfiguration, not against a hostile writer of the files.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let dir = tempfile::tempdir()?;
+    /// # let (crt, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+    /// # let pair = rcgen::generate_simple_self_signed(["api.example".to_owned()])?;
+    /// # std::fs::write(&crt, pair.cert.pem())?;
+    /// # std::fs::write(&key, pair.signing_key.serialize_pem())?;
+    /// use reload_lib::{CertKeyPaths, InvalidMaterial, ServingSet};
+    ///
+    /// // tls.crt covers api.example only.
+    /// let err = ServingSet::builder(CertKeyPaths::new(&crt, &key))
+    ///     .sni("other.example", CertKeyPaths::new(&crt, &key))
+    ///     .start()
+    ///     .await
+    ///     .unwrap_err();
+    /// let reason = InvalidMaterial::NameNotCovered("other.example".into());
+    /// assert_eq!(err.invalid_material(), Some(&reason));
+    /// # Ok(()) }
+    /// ```
     pub fn sni(self, name: impl Into<String>, paths: CertKeyPaths) -> Self {
         self.sni_names([name.into()], paths)
     }
@@ -124,6 +224,33 @@ impl ServingSetBuilder {
 
     /// Serves `paths` for every DNS name in its certificate (its CN when it has no DNS SANs).
     /// IP addresses are never SNI names. The names follow the certificate across reloads.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let dir = tempfile::tempdir()?;
+    /// # let (crt, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+    /// # let pair = rcgen::generate_simple_self_signed(["api.example".to_owned()])?;
+    /// # std::fs::write(&crt, pair.cert.pem())?;
+    /// # std::fs::write(&key, pair.signing_key.serialize_pem())?;
+    /// # let (apps_crt, apps_key) = (dir.path().join("apps.crt"), dir.path().join("apps.key"));
+    /// # let apps = rcgen::generate_simple_self_signed(["*.apps.example".to_owned(), "apps.example".to_owned()])?;
+    /// # std::fs::write(&apps_crt, apps.cert.pem())?;
+    /// # std::fs::write(&apps_key, apps.signing_key.serialize_pem())?;
+    /// use reload_lib::{CertKeyPaths, ServingSet};
+    ///
+    /// // apps.crt has the SANs *.apps.example and apps.example.
+    /// let set = ServingSet::builder(CertKeyPaths::new(&crt, &key))
+    ///     .sni_from_certificate(CertKeyPaths::new(&apps_crt, &apps_key))
+    ///     .start()
+    ///     .await?;
+    /// let served = set.current();
+    /// assert_eq!(served.certificate_for(Some("shop.apps.example")).dns_names[0], "*.apps.example");
+    /// assert_eq!(served.certificate_for(Some("apps.example")).dns_names[0], "*.apps.example");
+    /// // A wildcard covers exactly one label: this falls back to the default pair.
+    /// assert_eq!(served.certificate_for(Some("a.b.apps.example")).dns_names, ["api.example"]);
+    /// # Ok(()) }
+    /// ```
     pub fn sni_from_certificate(mut self, paths: CertKeyPaths) -> Self {
         self.sni.push(SniEntry {
             names: SniNames::FromCertificate,
@@ -133,6 +260,34 @@ impl ServingSetBuilder {
     }
 
     /// Verifies client certificates against the CA bundle at `path` (reloaded like the rest).
+    /// See [`ClientAuth`] for a handshake that is refused.
+    ///
+    /// # Security
+    /// The bundle must hold at least one certificate and every `CERTIFICATE` block must parse, or
+    /// it is rejected. When a reload removes a CA (or changes the CRLs), the TLS session cache is
+    /// replaced, so sessions authenticated under the old trust cannot resume; adding a CA keeps
+    /// the cache.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let dir = tempfile::tempdir()?;
+    /// # let (crt, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+    /// # let pair = rcgen::generate_simple_self_signed(["api.example".to_owned()])?;
+    /// # std::fs::write(&crt, pair.cert.pem())?;
+    /// # std::fs::write(&key, pair.signing_key.serialize_pem())?;
+    /// # let ca = dir.path().join("client-ca.crt");
+    /// # std::fs::write(&ca, pair.cert.pem())?;
+    /// use reload_lib::{CertKeyPaths, ClientAuth, ServingSet};
+    ///
+    /// let set = ServingSet::builder(CertKeyPaths::new(&crt, &key))
+    ///     .client_ca(&ca, ClientAuth::Optional)
+    ///     .start()
+    ///     .await?;
+    /// // Served certificates: the default pair, then the CA bundle's certificates.
+    /// assert_eq!(set.status().served[1].source, "client-ca");
+    /// # Ok(()) }
+    /// ```
     pub fn client_ca(mut self, path: impl Into<PathBuf>, auth: ClientAuth) -> Self {
         self.client_ca = Some(ClientCaConfig {
             path: path.into(),
@@ -144,6 +299,11 @@ impl ServingSetBuilder {
 
     /// Adds a file of CRLs (PEM `X509 CRL` blocks) checked with the client CA bundle. Ignored
     /// without [`client_ca`](Self::client_ca).
+    ///
+    /// # Security
+    /// Every CRL in the file must parse, or the bundle and its CRLs are rejected together and
+    /// the last good ones stay in force. A client whose certificate is revoked is refused;
+    /// a change of CRLs replaces the session cache (see [`client_ca`](Self::client_ca)).
     pub fn client_crl(mut self, path: impl Into<PathBuf>) -> Self {
         if let Some(ca) = &mut self.client_ca {
             ca.crls.push(path.into());
@@ -164,7 +324,13 @@ impl ServingSetBuilder {
     }
 
     /// Adjusts every [`ServerConfig`] the set builds (after ALPN and the session cache are set),
-    /// e.g. to set `max_early_data_size`. Do not replace `cert_resolver`.
+    /// e.g. to set `max_early_data_size`. Called again for every snapshot, so it should be cheap
+    /// and deterministic. See the [type-level example](ServingSetBuilder).
+    ///
+    /// # Security
+    /// Do not replace `cert_resolver` (reloads would stop reaching handshakes) or
+    /// `session_storage` (sessions would survive a shrink of client trust). The client
+    /// certificate verifier is fixed by the builder and cannot be changed here.
     pub fn configure(mut self, f: impl Fn(&mut ServerConfig) + Send + Sync + 'static) -> Self {
         self.configure = Some(Arc::new(f));
         self
@@ -212,12 +378,28 @@ impl ServingSetBuilder {
     }
 
     /// Reads and checks every file, arms the watches and spawns the reload task on the current
-    /// tokio runtime.
+    /// tokio runtime (it must be called inside one).
     ///
     /// # Errors
     /// Fails closed: any unreadable or invalid file at start-up is an error naming the file.
     /// Expired certificates are accepted at start-up (with a warning), since nothing better
     /// exists.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let dir = tempfile::tempdir()?;
+    /// # let (crt, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+    /// # let pair = rcgen::generate_simple_self_signed(["api.example".to_owned()])?;
+    /// # std::fs::write(&crt, pair.cert.pem())?;
+    /// # std::fs::write(&key, pair.signing_key.serialize_pem())?;
+    /// use reload_lib::{CertKeyPaths, ServingSet};
+    ///
+    /// std::fs::write(&key, "not a key")?;
+    /// let err = ServingSet::builder(CertKeyPaths::new(&crt, &key)).start().await.unwrap_err();
+    /// assert!(err.to_string().starts_with(&format!("invalid material in {}", key.display())));
+    /// # Ok(()) }
+    /// ```
     pub async fn start(self) -> Result<ServingSet> {
         let provider = self
             .provider
@@ -247,29 +429,36 @@ impl ServingSetBuilder {
 /// A reloading set of serving material: the default certificate, SNI certificates and the
 /// optional client-CA bundle, watched on disk and swapped in as one snapshot.
 ///
-/// ```no_run
-/// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
-/// use reload_lib::{CertKeyPaths, ServingSet};
+/// Start it, hand [`acceptor`](Self::acceptor) to your accept loop (see [`Acceptor`] for a
+/// handshake), and rotate by writing files; [`subscribe`](Self::subscribe) tells you when a
+/// rotation is served:
 ///
-/// let set = ServingSet::builder(CertKeyPaths::new("/etc/tls/tls.crt", "/etc/tls/tls.key"))
-///     .sni("localhost-recovery", CertKeyPaths::new("/etc/recovery/tls.crt", "/etc/recovery/tls.key"))
-///     .start()
-///     .await?;
-/// let acceptor = set.acceptor();
-/// let listener = tokio::net::TcpListener::bind("127.0.0.1:8443").await?;
-/// loop {
-///     let (tcp, _) = listener.accept().await?;
-///     let acceptor = acceptor.clone();
-///     tokio::spawn(async move {
-///         if let Ok(tls) = acceptor.accept(tcp).await {
-///             // serve HTTP over `tls`
-/// #           drop(tls);
-///         }
-///     });
-/// }
-/// # }
 /// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let dir = tempfile::tempdir()?;
+/// # let (crt, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+/// # let pair = rcgen::generate_simple_self_signed(["api.example".to_owned()])?;
+/// # std::fs::write(&crt, pair.cert.pem())?;
+/// # std::fs::write(&key, pair.signing_key.serialize_pem())?;
+/// // tls.crt and tls.key in `dir` hold a valid pair for api.example.
+/// use reload_lib::{CertKeyPaths, ServingSet, fs::write_file_atomic};
+/// use std::time::Duration;
 ///
+/// let set = ServingSet::builder(CertKeyPaths::new(&crt, &key)).start().await?;
+/// let mut updates = set.subscribe();
+///
+/// // Rotate by rename; the torn state in between (new key, old certificate), if seen, is
+/// // rejected and retried.
+/// let next = rcgen::generate_simple_self_signed(["api.example".to_owned()])?;
+/// write_file_atomic(&key, next.signing_key.serialize_pem().as_bytes(), 0o600)?;
+/// write_file_atomic(&crt, next.cert.pem().as_bytes(), 0o644)?;
+///
+/// let rotated = updates.wait_for(|status| status.generation == 2);
+/// tokio::time::timeout(Duration::from_secs(10), rotated).await??;
+/// assert_eq!(set.current().certified_key_for(None).cert[0], *next.cert.der());
+/// # Ok(()) }
+/// ```
 /// # Recovery
 /// Changes are picked up from inotify directory watches (kubelet `..data` swaps, rename into
 /// place, in-place writes, directories deleted and recreated, queue overflow), from a periodic
@@ -299,7 +488,7 @@ pub struct ServingSet {
 
 impl ServingSet {
     /// Starts configuring a set whose default pair is `default` (served to clients without SNI
-    /// and to names no SNI entry matches).
+    /// and to names no SNI entry matches). See [`ServingSetBuilder`] for an example.
     pub fn builder(default: CertKeyPaths) -> ServingSetBuilder {
         ServingSetBuilder {
             name: "default".to_owned(),
@@ -316,7 +505,8 @@ impl ServingSet {
         }
     }
 
-    /// An acceptor for incoming connections.
+    /// An acceptor for incoming connections: cheap to clone, one per accept loop or per
+    /// connection. See [`Acceptor`] for a handshake.
     pub fn acceptor(&self) -> Acceptor {
         Acceptor {
             current: Arc::clone(&self.handle.current),
@@ -324,28 +514,107 @@ impl ServingSet {
         }
     }
 
-    /// The snapshot served now.
+    /// The snapshot served now (new handshakes use it; the next swap does not change it).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let dir = tempfile::tempdir()?;
+    /// # let (crt, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+    /// # let pair = rcgen::generate_simple_self_signed(["api.example".to_owned()])?;
+    /// # std::fs::write(&crt, pair.cert.pem())?;
+    /// # std::fs::write(&key, pair.signing_key.serialize_pem())?;
+    /// use reload_lib::{CertKeyPaths, ServingSet};
+    ///
+    /// let set = ServingSet::builder(CertKeyPaths::new(&crt, &key)).start().await?;
+    /// let snapshot = set.current();
+    /// assert_eq!(snapshot.generation, 1);
+    /// assert_eq!(snapshot.certificate_for(None).dns_names, ["api.example"]);
+    /// # Ok(()) }
+    /// ```
     pub fn current(&self) -> Arc<ServingSnapshot> {
         self.handle.current.load_full()
     }
 
-    /// The `ServerConfig` served now, for callers with their own accept loop
-    /// (`TlsAcceptor::from(set.server_config())` per connection).
+    /// The `ServerConfig` served now, for callers with their own accept loop: take it once per
+    /// connection (a config kept longer keeps serving the material it was built with).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let dir = tempfile::tempdir()?;
+    /// # let (crt, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+    /// # let pair = rcgen::generate_simple_self_signed(["api.example".to_owned()])?;
+    /// # std::fs::write(&crt, pair.cert.pem())?;
+    /// # std::fs::write(&key, pair.signing_key.serialize_pem())?;
+    /// use reload_lib::{CertKeyPaths, ServingSet};
+    ///
+    /// let set = ServingSet::builder(CertKeyPaths::new(&crt, &key)).start().await?;
+    /// // Per connection:
+    /// let acceptor = tokio_rustls::TlsAcceptor::from(set.server_config());
+    /// assert_eq!(set.server_config().alpn_protocols, [&b"h2"[..], b"http/1.1"]);
+    /// # drop(acceptor);
+    /// # Ok(()) }
+    /// ```
     pub fn server_config(&self) -> Arc<ServerConfig> {
         Arc::clone(&self.handle.current.load().config)
     }
 
-    /// Status updates: a new value after every published snapshot and every rejection.
+    /// Status updates: a new value after every published snapshot and every rejection. See the
+    /// [type-level example](ServingSet) for waiting on a rotation, and [`Status`] for a rejection.
+    ///
+    /// Do not hold the borrowed value across an `.await` (it blocks the reload task): clone it.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let dir = tempfile::tempdir()?;
+    /// # let (crt, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+    /// # let pair = rcgen::generate_simple_self_signed(["api.example".to_owned()])?;
+    /// # std::fs::write(&crt, pair.cert.pem())?;
+    /// # std::fs::write(&key, pair.signing_key.serialize_pem())?;
+    /// use reload_lib::{CertKeyPaths, ServingSet};
+    ///
+    /// let set = ServingSet::builder(CertKeyPaths::new(&crt, &key)).start().await?;
+    /// let mut updates = set.subscribe();
+    /// tokio::spawn(async move {
+    ///     while updates.changed().await.is_ok() {
+    ///         let status = updates.borrow_and_update().clone();
+    ///         match &status.last_error {
+    ///             None => eprintln!("serving generation {}", status.generation),
+    ///             Some(err) => eprintln!("rejected, still serving the last good material: {err}"),
+    ///         }
+    ///     }
+    /// });
+    /// # Ok(()) }
+    /// ```
     pub fn subscribe(&self) -> watch::Receiver<Status> {
         self.handle.status.clone()
     }
 
-    /// The latest status.
+    /// The latest status (see [`Status`] for a rejected write).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let dir = tempfile::tempdir()?;
+    /// # let (crt, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+    /// # let pair = rcgen::generate_simple_self_signed(["api.example".to_owned()])?;
+    /// # std::fs::write(&crt, pair.cert.pem())?;
+    /// # std::fs::write(&key, pair.signing_key.serialize_pem())?;
+    /// use reload_lib::{CertKeyPaths, ServingSet};
+    ///
+    /// let set = ServingSet::builder(CertKeyPaths::new(&crt, &key)).start().await?;
+    /// let status = set.status();
+    /// assert_eq!((status.generation, status.reloads_ok, status.reloads_failed), (1, 1, 0));
+    /// assert!(status.last_error.is_none());
+    /// # Ok(()) }
+    /// ```
     pub fn status(&self) -> Status {
         self.handle.status.borrow().clone()
     }
 
-    /// Whether changes are seen through inotify or by polling.
+    /// Whether changes are seen through inotify or by polling. See [`WatchMode`] for an example.
     pub fn watch_mode(&self) -> &WatchMode {
         &self.handle.mode
     }
@@ -357,6 +626,30 @@ impl ServingSet {
     /// # Errors
     /// Why the files were rejected (the last good material of the rejected source keeps
     /// serving; changes to other sources found by the same pass are published regardless).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let dir = tempfile::tempdir()?;
+    /// # let (crt, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+    /// # let pair = rcgen::generate_simple_self_signed(["api.example".to_owned()])?;
+    /// # std::fs::write(&crt, pair.cert.pem())?;
+    /// # std::fs::write(&key, pair.signing_key.serialize_pem())?;
+    /// use reload_lib::{CertKeyPaths, InvalidMaterial, ServingSet, fs::write_file_atomic};
+    ///
+    /// let set = ServingSet::builder(CertKeyPaths::new(&crt, &key)).start().await?;
+    /// let before = set.current().certificate_for(None).sha256.clone();
+    ///
+    /// write_file_atomic(&crt, b"garbage", 0o644)?;
+    /// let err = set.reload().await.unwrap_err();
+    /// assert_eq!(err.invalid_material(), Some(&InvalidMaterial::NoCertificate));
+    /// assert_eq!(set.current().certificate_for(None).sha256, before); // still served
+    ///
+    /// write_file_atomic(&crt, pair.cert.pem().as_bytes(), 0o644)?;
+    /// set.reload().await?; // the files hold what is served again
+    /// assert!(set.status().last_error.is_none());
+    /// # Ok(()) }
+    /// ```
     pub async fn reload(&self) -> Result<bool> {
         self.handle.reload().await
     }
@@ -366,7 +659,23 @@ impl ServingSet {
         self.handle.trigger();
     }
 
-    /// Spawns a task that triggers a reload on every SIGHUP, for as long as the set lives.
+    /// Spawns a task that triggers a reload on every SIGHUP, for as long as the set lives
+    /// (`kill -HUP <pid>` after replacing files on a filesystem without inotify events).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let dir = tempfile::tempdir()?;
+    /// # let (crt, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+    /// # let pair = rcgen::generate_simple_self_signed(["api.example".to_owned()])?;
+    /// # std::fs::write(&crt, pair.cert.pem())?;
+    /// # std::fs::write(&key, pair.signing_key.serialize_pem())?;
+    /// use reload_lib::{CertKeyPaths, ServingSet};
+    ///
+    /// let set = ServingSet::builder(CertKeyPaths::new(&crt, &key)).start().await?;
+    /// set.reload_on_sighup()?;
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Errors
     /// When the signal handler cannot be installed.
@@ -391,6 +700,47 @@ impl ServingSet {
 /// Snapshots share structure: a pair whose files did not change between two snapshots is the
 /// same parsed entry (the same `Arc`) in both, and the SNI maps of a new snapshot copy only the
 /// map nodes leading to the names of the pairs that changed.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let dir = tempfile::tempdir()?;
+/// # let (crt, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+/// # let pair = rcgen::generate_simple_self_signed(["api.example".to_owned()])?;
+/// # std::fs::write(&crt, pair.cert.pem())?;
+/// # std::fs::write(&key, pair.signing_key.serialize_pem())?;
+/// # let (rcrt, rkey) = (dir.path().join("recovery.crt"), dir.path().join("recovery.key"));
+/// # let recovery = rcgen::generate_simple_self_signed(["localhost-recovery".to_owned()])?;
+/// # std::fs::write(&rcrt, recovery.cert.pem())?;
+/// # std::fs::write(&rkey, recovery.signing_key.serialize_pem())?;
+/// use reload_lib::{CertKeyPaths, ServingSet, fs::write_file_atomic};
+/// use std::sync::Arc;
+///
+/// let set = ServingSet::builder(CertKeyPaths::new(&crt, &key))
+///     .sni("localhost-recovery", CertKeyPaths::new(&rcrt, &rkey))
+///     .start()
+///     .await?;
+/// let before = set.current();
+/// assert_eq!(before.pair_count(), 2);
+/// // Names are matched case-insensitively, a trailing dot ignored; unknown names get the default.
+/// assert_eq!(before.certificate_for(Some("LOCALHOST-RECOVERY.")).dns_names, ["localhost-recovery"]);
+/// assert_eq!(before.certificate_for(Some("unknown.example")).dns_names, ["api.example"]);
+///
+/// // Rotate the recovery pair only: the default pair's entry is shared.
+/// let next = rcgen::generate_simple_self_signed(["localhost-recovery".to_owned()])?;
+/// write_file_atomic(&rkey, next.signing_key.serialize_pem().as_bytes(), 0o600)?;
+/// write_file_atomic(&rcrt, next.cert.pem().as_bytes(), 0o644)?;
+/// set.reload().await?;
+/// let after = set.current();
+/// assert!(Arc::ptr_eq(before.certified_key_for(None), after.certified_key_for(None)));
+/// let recovery = Some("localhost-recovery");
+/// assert!(!Arc::ptr_eq(before.certified_key_for(recovery), after.certified_key_for(recovery)));
+/// # Ok(()) }
+/// ```
+///
+/// # Security
+/// [`certified_key_for`](Self::certified_key_for) hands out the signing key (as rustls does);
+/// its `Debug` output names the algorithm only. Do not export it beyond the process.
 pub struct ServingSnapshot {
     /// Increases by one with every swap.
     pub generation: u64,

@@ -16,7 +16,28 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::Notify;
 
-/// How a reloader learns about changes.
+/// How a reloader learns about changes. Either way, changes are found: polling is a fallback,
+/// never "no reload".
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let dir = tempfile::tempdir()?;
+/// # let (crt, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+/// # let pair = rcgen::generate_simple_self_signed(["api.example".to_owned()])?;
+/// # std::fs::write(&crt, pair.cert.pem())?;
+/// # std::fs::write(&key, pair.signing_key.serialize_pem())?;
+/// use reload_lib::{CertKeyPaths, ServingSet, WatchMode};
+///
+/// let set = ServingSet::builder(CertKeyPaths::new(&crt, &key)).start().await?;
+/// match set.watch_mode() {
+///     WatchMode::Inotify => println!("changes are seen within milliseconds"),
+///     WatchMode::Polling(reason) => println!("polling every second: {reason}"),
+/// }
+/// let polled = ServingSet::builder(CertKeyPaths::new(&crt, &key)).poll_only(true).start().await?;
+/// assert!(matches!(polled.watch_mode(), WatchMode::Polling(_)));
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WatchMode {
     /// inotify directory watches, plus the periodic resync.
@@ -169,7 +190,25 @@ pub(crate) fn subscribe(
 }
 
 /// The number of directory watches held by this process's shared inotify instance (for tests and
-/// metrics).
+/// metrics). Watches are per directory and shared between sets; they are removed when the last
+/// set using a directory is dropped.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let dir = tempfile::tempdir()?;
+/// # let (crt, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+/// # let pair = rcgen::generate_simple_self_signed(["api.example".to_owned()])?;
+/// # std::fs::write(&crt, pair.cert.pem())?;
+/// # std::fs::write(&key, pair.signing_key.serialize_pem())?;
+/// use reload_lib::{CertKeyPaths, ServingSet, WatchMode, watch::active_watch_count};
+///
+/// let set = ServingSet::builder(CertKeyPaths::new(&crt, &key)).start().await?;
+/// if *set.watch_mode() == WatchMode::Inotify {
+///     assert!(active_watch_count() >= 1); // the directory of tls.crt and tls.key
+/// }
+/// # Ok(()) }
+/// ```
 pub fn active_watch_count() -> usize {
     inotify::Watcher::global()
         .map(|watcher| watcher.watch_count())
@@ -177,7 +216,13 @@ pub fn active_watch_count() -> usize {
 }
 
 /// How many times this process's inotify queue overflowed (each time, every reloader re-read
-/// everything).
+/// everything, so no change was lost). Worth a metric; a growing count means the kernel's
+/// `max_queued_events` is too small for the write rate.
+///
+/// ```
+/// let overflows: u64 = reload_lib::watch::overflow_count();
+/// println!("inotify queue overflows so far: {overflows}");
+/// ```
 pub fn overflow_count() -> u64 {
     inotify::OVERFLOWS.load(std::sync::atomic::Ordering::Relaxed)
 }
