@@ -378,7 +378,7 @@ fn a_kubelet_layout_is_read_through_the_generation_data_points_to() {
     let mut ca = Ca::new();
     let current = ca.issue(&CertSpec::server(&["current.example"]));
     let stale = ca.issue(&CertSpec::server(&["stale.example"]).expired(5));
-    // The previous generation is still on disk (a writer removes it after the swap); only the
+    // A stale generation left on disk (by a writer killed before its prune); only the
     // one `..data` points to is read, under the names of the visible links.
     for (generation, issued) in [
         ("..2026_01_01_00_00_00.1", &stale),

@@ -432,9 +432,10 @@ async fn a_full_disk_keeps_the_old_files_and_the_write_lands_when_space_returns(
     assert_pruned(&dir);
 }
 
-/// Asserts that an object directory holds the current generation and at most the previous one
-/// (kept for readers in flight), and no temporary links. The writer prunes right after the
-/// `..data` swap that the caller has already seen, so this waits up to 10 s for it.
+/// Asserts that an object directory holds the current generation only (the writer removes the
+/// previous one right after the swap: the consumer contract) and no temporary links. The writer
+/// prunes right after the `..data` swap that the caller has already seen, so this waits up to
+/// 10 s for it.
 fn assert_pruned(dir: &Path) {
     let generations = || -> Vec<String> {
         std::fs::read_dir(dir)
@@ -443,7 +444,7 @@ fn assert_pruned(dir: &Path) {
             .filter(|n| n.starts_with("..") && n != "..data")
             .collect()
     };
-    let pruned = |names: &[String]| names.len() <= 2 && !names.iter().any(|n| n.ends_with("_tmp"));
+    let pruned = |names: &[String]| names.len() <= 1 && !names.iter().any(|n| n.ends_with("_tmp"));
     let deadline = Instant::now() + Duration::from_secs(10);
     while !pruned(&generations()) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));

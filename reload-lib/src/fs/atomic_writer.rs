@@ -13,9 +13,21 @@
 //! and fsync every file (created with its final mode, never wider), fsync the directory; point
 //! `..data_tmp` at it and rename it over `..data` (the commit); fsync the parent; add missing key
 //! links (replacing plain files by rename, never unlink-then-create); remove links of keys that
-//! left; remove generations older than the previous one. The previous generation stays until the
-//! next write, so a reader that resolved `..data` just before the commit can finish reading.
+//! left; remove every other generation at once, as the kubelet does.
 //! Spec: <https://github.com/kubernetes/kubernetes/blob/master/pkg/volume/util/atomic_writer.go>.
+//!
+//! # The consumer contract
+//! kube-apiserver (`--tls-cert-file`, `--tls-sni-cert-key`, `--client-ca-file`), the kubelet's
+//! client-CA loader and controller-runtime's certwatcher watch each *file* with fsnotify: an
+//! inotify watch on the inode that `dir/<key>` resolves to (the file inside the generation
+//! directory), re-added after a remove or rename event, and no periodic re-read. Such a consumer
+//! sees a write only when the inode it watches gets an event. So the old generation is removed
+//! right after the `..data` swap: its files are unlinked, each watched inode gets
+//! `IN_DELETE_SELF`, and the consumer re-resolves the path and reads the new generation. Keeping the
+//! previous generation until the next write (as this writer once did) made every other write
+//! invisible to those consumers. A reader that resolved `..data` just before the swap and loses
+//! the race gets `ENOENT` and must retry (reload-lib's reader does; so do the Go loaders, which
+//! re-add the watch and re-read).
 //!
 //! # Security
 //! Keys come from the API and are untrusted: they must be one path component (no `/`, not `.` or
@@ -216,8 +228,9 @@ impl AtomicDirWriter {
         &self.dir
     }
 
-    /// Makes the directory hold exactly `payload`: keys that are not in it are removed, and
-    /// generations older than the previous one are pruned.
+    /// Makes the directory hold exactly `payload`: keys that are not in it are removed, and every
+    /// generation but the new one is removed right after the commit (the consumer contract in the
+    /// module docs).
     ///
     /// # Errors
     /// [`Error::InvalidKey`] before anything is written; [`Error::Io`] naming the step and path.
@@ -287,7 +300,8 @@ impl AtomicDirWriter {
                 fs::remove_file(&link).map_err(io_err("remove", &link))?;
             }
         }
-        self.prune(&generation, previous.as_deref())?;
+        // Removing the old generation at once is what tells file-watching consumers (module docs).
+        self.prune(&generation)?;
         sync_dir(dir)?;
         tracing::debug!(dir = %dir.display(), generation = %generation.display(), "committed");
         Ok(WriteOutcome::Written {
@@ -395,9 +409,9 @@ impl AtomicDirWriter {
         Ok(())
     }
 
-    /// Removes every `..*` generation directory except the new and the previous one (older ones,
-    /// and orphans of interrupted writes).
-    fn prune(&self, keep_new: &Path, keep_previous: Option<&Path>) -> Result<(), Error> {
+    /// Removes every `..*` generation directory except the new one (the previous generation,
+    /// older ones, and orphans of interrupted writes).
+    fn prune(&self, keep_new: &Path) -> Result<(), Error> {
         let entries = fs::read_dir(&self.dir).map_err(io_err("list", &self.dir))?;
         for entry in entries {
             let entry = entry.map_err(io_err("list", &self.dir))?;
@@ -406,7 +420,6 @@ impl AtomicDirWriter {
             if !text.starts_with("..")
                 || text == "..data"
                 || name == keep_new
-                || Some(name.as_path()) == keep_previous
             {
                 continue;
             }
@@ -608,15 +621,14 @@ mod tests {
     }
 
     #[test]
-    fn the_previous_generation_is_kept_until_the_next_write() {
+    fn the_previous_generation_is_removed_right_after_the_swap() {
         let tmp = tempfile::tempdir().unwrap();
         let writer = AtomicDirWriter::new(tmp.path());
         for i in 0..5 {
             writer
                 .write(&payload(&[("a", &i.to_string(), 0o600)]))
                 .unwrap();
-            let expected = if i == 0 { 1 } else { 2 };
-            assert_eq!(generations(tmp.path()).len(), expected, "after write {i}");
+            assert_eq!(generations(tmp.path()).len(), 1, "after write {i}");
         }
         assert_eq!(fs::read(tmp.path().join("a")).unwrap(), b"4");
     }
