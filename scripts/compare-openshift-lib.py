@@ -194,9 +194,11 @@ distinguished_name = dn
         return path
 
     def cert(self, key_path, subject, not_before, not_after, ca=None, is_ca=False,
-             sans=(), eku=None):
+             sans=(), eku=None, template=None):
         """Sign a certificate for `key_path`: self-signed when `ca` is None, else by ca=(crt, key).
-        `subject` is an openssl -subj string (/CN=x/O=y). Returns the PEM path."""
+        `subject` is an openssl -subj string (/CN=x/O=y); with `template` (a PEM certificate file
+        for the same key) its subject is copied byte for byte instead (OpenShift's signer names
+        are longer than the 64 characters `openssl req -subj` accepts). Returns the PEM path."""
         ext = self._tmp(".ext")
         with open(ext, "w") as f:
             f.write("[x]\n")
@@ -214,15 +216,19 @@ distinguished_name = dn
                     alt = ",".join(("IP:" if _is_ip(s) else "DNS:") + s for s in sans)
                     f.write(f"subjectAltName = {alt}\n")
         csr = self._tmp(".csr")
-        run(["openssl", "req", "-new", "-key", key_path, "-subj", subject, "-out", csr,
-             "-config", os.path.join(self.d, "ca.cnf")])
+        if template:
+            run(["openssl", "x509", "-x509toreq", "-in", template, "-signkey", key_path,
+                 "-out", csr])
+        else:
+            run(["openssl", "req", "-new", "-key", key_path, "-subj", subject, "-out", csr,
+                 "-config", os.path.join(self.d, "ca.cnf")])
         out = self._tmp(".crt")
         with open(os.path.join(self.d, "serial"), "w") as f:
             f.write(os.urandom(16).hex() + "\n")
         cmd = ["openssl", "ca", "-batch", "-notext", "-config", os.path.join(self.d, "ca.cnf"),
                "-in", csr, "-out", out, "-extfile", ext, "-extensions", "x",
-               "-startdate", ossl_time(not_before), "-enddate", ossl_time(not_after),
-               "-subj", subject, "-multivalue-rdn"]
+               "-startdate", ossl_time(not_before), "-enddate", ossl_time(not_after)]
+        cmd += ["-preserveDN"] if template else ["-subj", subject, "-multivalue-rdn"]
         if ca is None:
             cmd += ["-selfsign", "-keyfile", key_path]
         else:
@@ -495,7 +501,7 @@ current-context: c
 
     def audit_counts(self, since_offset=0):
         """Requests per user (unique audit IDs; a watch counts once) from byte offset on;
-        returns ({user: {verb: n}}, new offset)."""
+        returns ({user: {"verb resource": n}}, new offset)."""
         counts = {}
         seen = set()
         try:
@@ -515,10 +521,38 @@ current-context: c
                 continue
             seen.add(aid)
             user = ev.get("user", {}).get("username", "?")
-            verb = ev.get("verb", "?")
+            verb = f"{ev.get('verb', '?')} {ev.get('objectRef', {}).get('resource', '?')}"
             counts.setdefault(user, {}).setdefault(verb, 0)
             counts[user][verb] += 1
         return counts, since_offset + end
+
+    def audit_writes(self, since_offset, user):
+        """Writes (create/update/patch/delete) by `user` from byte offset on, in order:
+        [(verb, "resource ns/name", HTTP code)]."""
+        out, seen = [], set()
+        try:
+            with open(self.audit_log, "rb") as f:
+                f.seek(since_offset)
+                data = f.read()
+        except FileNotFoundError:
+            return out
+        for line in data.splitlines():
+            try:
+                ev = json.loads(line)
+            except ValueError:
+                continue
+            if ev.get("stage") != "ResponseComplete" or ev.get("auditID") in seen:
+                continue
+            seen.add(ev.get("auditID"))
+            if ev.get("user", {}).get("username") != user:
+                continue
+            if ev.get("verb") not in ("create", "update", "patch", "delete"):
+                continue
+            ref = ev.get("objectRef", {})
+            out.append((ev["verb"], f"{ref.get('resource')} {ref.get('namespace')}/"
+                                    f"{ref.get('name', '')}",
+                        ev.get("responseStatus", {}).get("code")))
+        return out
 
     def audit_offset(self):
         try:
