@@ -314,6 +314,17 @@ class Api:
         self.ctx.check_hostname = False  # the URL is an IP; the CA is ours alone
 
     def req(self, method, path, body=None, ok=(200, 201)):
+        """One request; a GET that times out or loses its connection is retried (the shared
+        machine can stall the apiserver for seconds), three attempts in all."""
+        for attempt in range(3):
+            try:
+                return self._req(method, path, body, ok)
+            except (TimeoutError, ConnectionError, urllib.error.URLError) as e:
+                if method != "GET" or attempt == 2:
+                    raise RuntimeError(f"{method} {path}: {e}") from None
+                time.sleep(1)
+
+    def _req(self, method, path, body, ok):
         data = json.dumps(body).encode() if body is not None else None
         r = urllib.request.Request(self.url + path, data=data, method=method, headers={
             "Authorization": f"Bearer {self.token}", "Content-Type": "application/json",
