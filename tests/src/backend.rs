@@ -71,6 +71,9 @@ pub struct ApiOptions {
     pub real: RealOptions,
     /// More users in the token file (both backends; mini ignores the groups).
     pub users: Vec<User>,
+    /// Keep an audit log of every request (mini: `--audit-log`; real: `--audit-log-path`),
+    /// read with [`TestApi::audit_records`].
+    pub audit: bool,
     /// Namespaces to create (the real apiserver needs them; mini accepts any). The sync
     /// tests' namespace, [`crate::syncer::NS`], is always created.
     pub namespaces: Vec<String>,
@@ -109,7 +112,11 @@ impl TestApi {
     pub async fn start(backend: Backend, dir: &Path, options: &ApiOptions) -> TestApi {
         let inner = match backend {
             Backend::Mini => {
-                let args: Vec<&str> = options.mini_args.iter().map(String::as_str).collect();
+                let mut args: Vec<&str> = options.mini_args.iter().map(String::as_str).collect();
+                let log = dir.join("audit.jsonl").display().to_string();
+                if options.audit {
+                    args.extend(["--audit-log", log.as_str()]);
+                }
                 let users: Vec<(&str, &str)> = options
                     .users
                     .iter()
@@ -120,6 +127,7 @@ impl TestApi {
             Backend::Real => {
                 let mut real = options.real.clone();
                 real.users.extend(options.users.iter().cloned());
+                real.audit |= options.audit;
                 let dir = dir.to_owned();
                 // Blocking start (it waits for /readyz) off the async workers.
                 let server =
@@ -264,6 +272,18 @@ impl TestApi {
 }
 
 impl TestApi {
+    /// Every request in the audit log so far (start with [`ApiOptions::audit`]), as mini's
+    /// records: mini's own log, or kube-apiserver's read by
+    /// [`crate::envtest::audit_records`].
+    pub fn audit_records(&self) -> Vec<examples::mini_apiserver::audit::Record> {
+        match self.backend {
+            Backend::Mini => {
+                examples::mini_apiserver::audit::read(&self.dir.join("audit.jsonl")).unwrap()
+            }
+            Backend::Real => crate::envtest::audit_records(&self.dir.join("audit.log")),
+        }
+    }
+
     /// Requests served so far with `verb` (lowercase: `list`, `get`, `watch`, ...) on
     /// `resource` (`secrets`, ...), from `/metrics`: mini's `mini_apiserver_requests_total`, or
     /// kube-apiserver's `apiserver_request_total` (uppercase verbs). Both reset on restart.

@@ -250,13 +250,12 @@ impl RealApiServer {
             .iter()
             .enumerate()
             .map(|(uid, user)| {
-                format!(
-                    "{},{},{},\"{}\"\n",
-                    user.token,
-                    user.name,
-                    uid + 1,
-                    user.groups.join(",")
-                )
+                let groups = if user.groups.is_empty() {
+                    String::new()
+                } else {
+                    format!(",\"{}\"", user.groups.join(","))
+                };
+                format!("{},{},{}{groups}\n", user.token, user.name, uid + 1)
             })
             .collect();
         write_atomic(&dir.join("tokens.csv"), tokens.as_bytes());
@@ -268,7 +267,8 @@ impl RealApiServer {
         if options.audit {
             write_atomic(
                 &dir.join("audit-policy.yaml"),
-                b"apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Metadata\n",
+                b"apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\n\
+                  rules:\n- level: Metadata\n",
             );
             args.push(format!(
                 "--audit-policy-file={}",
@@ -491,6 +491,48 @@ fn log_tail(dir: &Path, name: &str) -> String {
     let text = std::fs::read_to_string(dir.join(name)).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(40)..].join("\n")
+}
+
+/// The requests in kube-apiserver's audit log (`--audit-log-path`, JSON), one per request as
+/// its authorizer saw it, in the shape of `mini-apiserver --audit-log`'s records: the first
+/// event of each request past `RequestReceived` (a watch: `ResponseStarted`), requests that
+/// name no resource left out (as mini does). An absent log reads as empty.
+///
+/// # Panics
+/// On a line that is not an audit event.
+pub fn audit_records(path: &Path) -> Vec<examples::mini_apiserver::audit::Record> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let mut seen = std::collections::BTreeSet::new();
+    let mut records = Vec::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let event: serde_json::Value = serde_json::from_str(line)
+            .unwrap_or_else(|err| panic!("{}: not an audit event: {err}", path.display()));
+        let field = |pointer: &str| event.pointer(pointer).and_then(|v| v.as_str());
+        if field("/stage") == Some("RequestReceived") {
+            continue;
+        }
+        let Some(resource) = field("/objectRef/resource") else {
+            continue;
+        };
+        let id = field("/auditID").unwrap_or_default().to_owned();
+        if !seen.insert(id) {
+            continue;
+        }
+        records.push(examples::mini_apiserver::audit::Record {
+            user: field("/user/username").unwrap_or_default().to_owned(),
+            verb: field("/verb").unwrap_or_default().to_owned(),
+            api_group: field("/objectRef/apiGroup").unwrap_or_default().to_owned(),
+            resource: resource.to_owned(),
+            namespace: field("/objectRef/namespace").map(str::to_owned),
+            name: field("/objectRef/name").map(str::to_owned),
+            code: event
+                .pointer("/responseStatus/code")
+                .and_then(serde_json::Value::as_u64)
+                .and_then(|c| u16::try_from(c).ok())
+                .unwrap_or(0),
+        });
+    }
+    records
 }
 
 /// Creates namespace `name` with `client` (nothing when it exists).

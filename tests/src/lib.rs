@@ -13,6 +13,7 @@ pub mod envtest;
 pub mod manifests;
 pub mod pki;
 pub mod process;
+pub mod rbac;
 pub mod syncer;
 pub mod tls;
 
