@@ -674,6 +674,12 @@ async fn the_static_pod_sidecars_make_only_requests_their_rbac_allows(backend: B
                 "{container} ({user}) made {}, which manifests/rbac does not allow",
                 label(r)
             );
+            // On the real apiserver RBAC is enforced: nothing was refused either.
+            assert!(
+                r.code != 401 && r.code != 403,
+                "{container} ({user}) was refused: {}",
+                label(r)
+            );
         }
         eprintln!(
             "{container}: {} requests, all allowed by its Roles",
