@@ -130,15 +130,23 @@ async fn recover_once() -> Duration {
             .await;
         }
     }
-    let generations = std::fs::read_dir(&serving)
-        .unwrap()
-        .filter_map(Result::ok)
-        .filter(|e| {
-            let name = e.file_name().to_string_lossy().into_owned();
-            name.starts_with("..") && name != "..data" && e.path().is_dir()
-        })
-        .count();
-    assert_eq!(generations, 1, "sync leaves one generation on disk");
+    // Sync removes the previous generation right after the `..data` swap the loop above saw.
+    let generations = || {
+        std::fs::read_dir(&serving)
+            .unwrap()
+            .filter_map(Result::ok)
+            .filter(|e| {
+                let name = e.file_name().to_string_lossy().into_owned();
+                name.starts_with("..") && name != "..data" && e.path().is_dir()
+            })
+            .count()
+    };
+    e2e::wait_until(
+        "sync to leave one generation on disk",
+        Duration::from_secs(10),
+        || async { generations() == 1 },
+    )
+    .await;
 
     // The node wakes up: kube-apiserver serves `localhost` from the synced, expired pair and
     // authenticates clients against the synced client-CA bundle.
