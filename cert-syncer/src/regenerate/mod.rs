@@ -149,6 +149,7 @@ pub async fn run(args: RegenerateArgs) -> anyhow::Result<()> {
 
     // One watch per declared object; any change wakes the loop.
     let wake = Arc::new(Notify::new());
+    let watch_timeout = connection.watch_timeout_seconds;
     let mut watches = Vec::new();
     for (kind, object) in rotation.objects() {
         let (client, wake, object) = (client.clone(), Arc::clone(&wake), object.clone());
@@ -156,11 +157,21 @@ pub async fn run(args: RegenerateArgs) -> anyhow::Result<()> {
             match kind {
                 ObjectKind::Secret => {
                     let api: Api<Secret> = Api::namespaced(client, &object.namespace);
-                    follow(watcher::watch_object(api, &object.name), &wake, &object).await;
+                    follow(
+                        crate::watch::watch_object(api, &object.name, watch_timeout),
+                        &wake,
+                        &object,
+                    )
+                    .await;
                 }
                 ObjectKind::ConfigMap => {
                     let api: Api<ConfigMap> = Api::namespaced(client, &object.namespace);
-                    follow(watcher::watch_object(api, &object.name), &wake, &object).await;
+                    follow(
+                        crate::watch::watch_object(api, &object.name, watch_timeout),
+                        &wake,
+                        &object,
+                    )
+                    .await;
                 }
             }
         }));

@@ -312,7 +312,11 @@ impl Context {
                 self.follow_stream(
                     &object,
                     &api,
-                    watcher::watch_object(api.clone(), &object.name),
+                    crate::watch::watch_object(
+                        api.clone(),
+                        &object.name,
+                        self.connection.watch_timeout_seconds,
+                    ),
                 )
                 .await
             }
@@ -322,7 +326,11 @@ impl Context {
                 self.follow_stream(
                     &object,
                     &api,
-                    watcher::watch_object(api.clone(), &object.name),
+                    crate::watch::watch_object(
+                        api.clone(),
+                        &object.name,
+                        self.connection.watch_timeout_seconds,
+                    ),
                 )
                 .await
             }

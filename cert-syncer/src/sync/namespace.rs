@@ -85,7 +85,11 @@ where
                 .inc_by(n);
         }
     };
-    let stream = watcher::watcher(api, watcher::Config::default()).default_backoff();
+    let stream = watcher::watcher(
+        api,
+        crate::watch::config(context.connection.watch_timeout_seconds),
+    )
+    .default_backoff();
     futures::pin_mut!(stream);
     loop {
         let item = tokio::select! {
