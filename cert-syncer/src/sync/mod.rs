@@ -442,7 +442,7 @@ impl Context {
 
     async fn write(&self, object: &ObjectSpec, fetched: &Fetched) -> bool {
         let dir = self.object_dir(object);
-        let writer = AtomicDirWriter::new(&dir);
+        let writer = self.writer(object);
         let payload = fetched.payload(object.kind);
         let outcome = tokio::task::spawn_blocking(move || writer.write(&payload)).await;
         let label = object.label();
@@ -501,7 +501,7 @@ impl Context {
             // Its creation arrives as a watch event.
             return true;
         }
-        let writer = AtomicDirWriter::new(self.object_dir(object));
+        let writer = self.writer(object);
         match tokio::task::spawn_blocking(move || writer.remove_all()).await {
             Ok(Ok(true)) => {
                 tracing::info!(object = %label, "optional object deleted; directory removed");
@@ -576,6 +576,12 @@ impl Context {
             }
         }
         settled
+    }
+
+    /// The writer of an object's directory: no symlink below the destination is followed
+    /// (`secrets/`, `secrets/<name>`), so writes and deletes stay inside it.
+    fn writer(&self, object: &ObjectSpec) -> AtomicDirWriter {
+        AtomicDirWriter::new(self.object_dir(object)).with_root(&self.settings.destination)
     }
 
     fn object_dir(&self, object: &ObjectSpec) -> PathBuf {
