@@ -17,6 +17,7 @@
 pub mod access;
 pub mod cli;
 mod connection;
+mod decode;
 mod events;
 mod health;
 mod input_file;

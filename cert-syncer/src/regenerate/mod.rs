@@ -29,6 +29,7 @@ use tokio_util::sync::CancellationToken;
 pub use decide::Mode;
 
 use crate::cli::{ConfigError, RegenerateArgs};
+use crate::decode::Raw;
 use crate::events::EventRecorder;
 use crate::health::Readiness;
 use crate::leader::{self, Elector};
@@ -156,7 +157,7 @@ pub async fn run(args: RegenerateArgs) -> anyhow::Result<()> {
         watches.push(tokio::spawn(async move {
             match kind {
                 ObjectKind::Secret => {
-                    let api: Api<Secret> = Api::namespaced(client, &object.namespace);
+                    let api: Api<Raw<Secret>> = Api::namespaced(client, &object.namespace);
                     follow(
                         crate::watch::watch_object(api, &object.name, watch_timeout),
                         &wake,
@@ -165,7 +166,7 @@ pub async fn run(args: RegenerateArgs) -> anyhow::Result<()> {
                     .await;
                 }
                 ObjectKind::ConfigMap => {
-                    let api: Api<ConfigMap> = Api::namespaced(client, &object.namespace);
+                    let api: Api<Raw<ConfigMap>> = Api::namespaced(client, &object.namespace);
                     follow(
                         crate::watch::watch_object(api, &object.name, watch_timeout),
                         &wake,

@@ -15,6 +15,7 @@ use kube::api::{ObjectMeta, PostParams};
 use super::config::{Identity, ObjectRef, Rotation};
 use super::decide::{self, Found, Mode, Reason};
 use super::pki::{self, Cert, KeyPairPem};
+use crate::decode::Raw;
 use crate::events::EventRecorder;
 
 /// Attempts per object when writes conflict.
@@ -301,21 +302,28 @@ impl Pass<'_> {
     }
 
     async fn read_secret(&self, object: &ObjectRef) -> ReadSecret {
-        let api: Api<Secret> = Api::namespaced(self.client.clone(), &object.namespace);
+        // Raw, then decoded here: kube-client would log the whole body (keys) on a bad field.
+        let api: Api<Raw<Secret>> = Api::namespaced(self.client.clone(), &object.namespace);
         let secret = api
             .get_opt(&object.name)
             .await
-            .map_err(|err| format!("cannot read: {err}"))?;
+            .map_err(|err| format!("cannot read: {err}"))?
+            .map(|raw| raw.decode())
+            .transpose()
+            .map_err(|err| format!("cannot decode: {err}"))?;
         let found = secret.as_ref().map(parse_secret);
         Ok((secret, found))
     }
 
     async fn read_bundle(&self, object: &ObjectRef) -> ReadBundle {
-        let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), &object.namespace);
+        let api: Api<Raw<ConfigMap>> = Api::namespaced(self.client.clone(), &object.namespace);
         let map = api
             .get_opt(&object.name)
             .await
-            .map_err(|err| format!("cannot read: {err}"))?;
+            .map_err(|err| format!("cannot read: {err}"))?
+            .map(|raw| raw.decode())
+            .transpose()
+            .map_err(|err| format!("cannot decode: {err}"))?;
         let text = map
             .as_ref()
             .and_then(|m| m.data.as_ref())

@@ -30,6 +30,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::cli::{ConfigError, SyncArgs};
+use crate::decode::{DecodeError, Raw};
 use crate::events::EventRecorder;
 use crate::health::Readiness;
 use crate::metrics::{KeyLabels, Metrics, ObjectLabels, ResultLabels};
@@ -307,7 +308,7 @@ impl Context {
     async fn follow(self: Arc<Self>, object: ObjectSpec) {
         match object.kind {
             Kind::Secret => {
-                let api: Api<Secret> =
+                let api: Api<Raw<Secret>> =
                     Api::namespaced(self.client.clone(), &self.settings.namespace);
                 self.follow_stream(
                     &object,
@@ -321,7 +322,7 @@ impl Context {
                 .await
             }
             Kind::ConfigMap => {
-                let api: Api<ConfigMap> =
+                let api: Api<Raw<ConfigMap>> =
                     Api::namespaced(self.client.clone(), &self.settings.namespace);
                 self.follow_stream(
                     &object,
@@ -340,16 +341,10 @@ impl Context {
     async fn follow_stream<K>(
         &self,
         object: &ObjectSpec,
-        api: &Api<K>,
-        stream: impl Stream<Item = Result<Option<K>, watcher::Error>> + Send,
+        api: &Api<Raw<K>>,
+        stream: impl Stream<Item = Result<Option<Raw<K>>, watcher::Error>> + Send,
     ) where
-        K: kube::Resource
-            + Clone
-            + serde::de::DeserializeOwned
-            + std::fmt::Debug
-            + ToFetched
-            + Send
-            + 'static,
+        K: kube::Resource<DynamicType = ()> + serde::de::DeserializeOwned + ToFetched,
     {
         let stream = stream.default_backoff();
         futures::pin_mut!(stream);
@@ -414,9 +409,14 @@ impl Context {
 
     /// Confirms with a live GET, then writes or removes. `false` when it failed in a way worth
     /// retrying.
-    async fn reconcile<K>(&self, object: &ObjectSpec, api: &Api<K>, watched_present: bool) -> bool
+    async fn reconcile<K>(
+        &self,
+        object: &ObjectSpec,
+        api: &Api<Raw<K>>,
+        watched_present: bool,
+    ) -> bool
     where
-        K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + ToFetched,
+        K: kube::Resource<DynamicType = ()> + serde::de::DeserializeOwned + ToFetched,
     {
         let live = match api.get_opt(&object.name).await {
             Ok(live) => live,
@@ -434,10 +434,29 @@ impl Context {
         if live.is_some() != watched_present {
             tracing::debug!(object = %object.label(), "the watch cache was stale; using the live object");
         }
-        match live {
-            Some(live) => self.write(object, &live.to_fetched()).await,
+        match live.map(|live| live.decode()) {
+            Some(Ok(live)) => self.write(object, &live.to_fetched()).await,
+            Some(Err(err)) => self.undecodable(object, &err).await,
             None => self.absent(object).await,
         }
+    }
+
+    /// An object that does not decode: its files are kept (never the response body in a log:
+    /// see [`crate::decode`]). Settled: a fix arrives as a watch event.
+    async fn undecodable(&self, object: &ObjectSpec, err: &DecodeError) -> bool {
+        let label = object.label();
+        tracing::error!(object = %label, field = %err.field, reason = %err.reason, "cannot decode the object; previous files kept");
+        self.count(object, "error");
+        self.readiness.block(&label, "the object cannot be decoded");
+        self.events
+            .record(
+                "CertificateUpdateFailed",
+                &label,
+                format!("Cannot decode {label}: {err}"),
+                true,
+            )
+            .await;
+        true
     }
 
     async fn write(&self, object: &ObjectSpec, fetched: &Fetched) -> bool {
