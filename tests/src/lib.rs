@@ -7,6 +7,7 @@
 //! The most used items are re-exported here.
 
 pub mod apiserver;
+pub mod log_scan;
 pub mod manifests;
 pub mod pki;
 pub mod process;
