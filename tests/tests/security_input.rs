@@ -434,3 +434,36 @@ fn a_mute_server_is_an_error_for_one_shot_jobs_and_a_logged_retry_for_sync() {
         );
     }
 }
+
+#[test]
+fn a_token_file_readable_by_others_gets_a_warning() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (ca, token) = credentials(tmp.path());
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let dest = tmp.path().join("dest");
+    let outcome = run(
+        syncer(&[
+            "sync",
+            "--server",
+            &format!("https://{}", mute_tcp()),
+            "--ca-file",
+            ca.to_str().unwrap(),
+            "--token-file",
+            token.to_str().unwrap(),
+            "--namespace",
+            "ns",
+            "--secrets",
+            "a",
+            "--destination-dir",
+            dest.to_str().unwrap(),
+            "--connect-timeout",
+            "1s",
+        ]),
+        Duration::from_secs(3),
+    );
+    assert!(
+        outcome.stderr.contains("readable by group or others") && outcome.stderr.contains("644"),
+        "{outcome:?}"
+    );
+    assert!(!outcome.stderr.contains(TOKEN), "{outcome:?}");
+}

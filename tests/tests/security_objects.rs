@@ -202,3 +202,105 @@ async fn a_symlinked_object_directory_is_refused_and_nothing_outside_changes() {
     assert_eq!(listing(&outside), before, "nothing outside changed");
     assert_eq!(syncer.readyz().0, 503);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_mapping_writes_one_key_only_and_a_missing_object_is_not_ready() {
+    install_crypto_provider();
+    let tmp = tempfile::tempdir().unwrap();
+    let api = ApiServer::start(tmp.path(), &[]);
+    let secrets: Api<Secret> = Api::namespaced(api.client_with_token(ADMIN_TOKEN), NS);
+    let mut ca = Ca::new();
+    let leaf = ca.issue(&CertSpec::server(&["localhost"]));
+    secrets
+        .create(
+            &PostParams::default(),
+            &tls_secret("serving-cert", &leaf.cert_pem, &leaf.key_pem),
+        )
+        .await
+        .unwrap();
+    let dest = tmp.path().join("dest");
+    let host = tmp.path().join("host");
+    std::fs::create_dir_all(&host).unwrap();
+    let cert_file = host.join("serving.crt");
+    let missing_file = host.join("missing.crt");
+    let syncer = Syncer::start(
+        &api,
+        &dest,
+        &[
+            "--file",
+            &format!("secret/serving-cert/tls.crt={}", cert_file.display()),
+            "--file",
+            &format!("secret/absent-cert/tls.crt={}", missing_file.display()),
+        ],
+    );
+    wait_until("the host file", || {
+        std::fs::read_to_string(&cert_file).ok().as_deref() == Some(leaf.cert_pem.as_str())
+    });
+    wait_until("the missing object reported", || {
+        syncer.process.stderr_text().contains("secret/absent-cert")
+    });
+    // Only the mapped key left the apiserver: no copy of the Secret (its key) in the destination.
+    assert!(
+        !dest.join("secrets/serving-cert").exists(),
+        "the whole Secret was mirrored"
+    );
+    let (status, body) = syncer.readyz();
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("absent-cert"), "{body}");
+    assert!(!missing_file.exists());
+}
+
+const ROTATION: &str = r#"
+namespace: openshift-kube-apiserver
+signers:
+  - { name: serving-signer, validity: 30d, refresh: 15d }
+bundles:
+  - { name: serving-ca, signers: [serving-signer] }
+targets:
+  - name: pull-secret
+    signer: serving-signer
+    serving: { hostnames: [localhost] }
+    validity: 10d
+    refresh: 5d
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regenerate_refuses_a_secret_type_it_does_not_own() {
+    install_crypto_provider();
+    let tmp = tempfile::tempdir().unwrap();
+    let api = ApiServer::start(tmp.path(), &[]);
+    let secrets: Api<Secret> = Api::namespaced(api.client_with_token(ADMIN_TOKEN), NS);
+    let pull = Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some("pull-secret".to_owned()),
+            ..Default::default()
+        },
+        type_: Some("kubernetes.io/dockerconfigjson".to_owned()),
+        data: Some(std::collections::BTreeMap::from([(
+            ".dockerconfigjson".to_owned(),
+            k8s_openapi::ByteString(b"{\"auths\":{}}".to_vec()),
+        )])),
+        ..Default::default()
+    };
+    secrets.create(&PostParams::default(), &pull).await.unwrap();
+    let config = tmp.path().join("rotation.yaml");
+    std::fs::write(&config, ROTATION).unwrap();
+    let output = e2e::syncer::regenerate_command(&api, &config, &["--once"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("kubernetes.io/dockerconfigjson") && stderr.contains("does not manage"),
+        "{stderr}"
+    );
+    let after = secrets.get("pull-secret").await.unwrap();
+    let keys: Vec<&String> = after.data.as_ref().unwrap().keys().collect();
+    assert_eq!(
+        keys,
+        [".dockerconfigjson"],
+        "nothing was added to the pull secret"
+    );
+    // The signer and its bundle, which it does own, were still created.
+    assert!(secrets.get_opt("serving-signer").await.unwrap().is_some());
+}

@@ -78,6 +78,7 @@ pub async fn run(args: RegenerateArgs) -> anyhow::Result<()> {
         .await;
         metrics.record(&report);
         log_report(&report);
+        record_failures(&events, &report).await;
         let mut failures = report.failures;
         failures.extend(
             rotation
@@ -205,6 +206,7 @@ pub async fn run(args: RegenerateArgs) -> anyhow::Result<()> {
         .await;
         metrics.record(&report);
         log_report(&report);
+        record_failures(&events, &report).await;
         if report.failures.is_empty() {
             readiness.clear("pass");
             retry = Duration::from_secs(1);
@@ -261,6 +263,21 @@ pub(crate) fn lease_namespace(args: &RegenerateArgs) -> &str {
         .as_deref()
         .or(args.pod_namespace.as_deref())
         .unwrap_or("default")
+}
+
+/// One Warning Event per failed item (rate-limited per item by the recorder).
+async fn record_failures(events: &EventRecorder, report: &pass::Report) {
+    for failure in &report.failures {
+        let object = failure.split(':').next().unwrap_or("regenerate");
+        events
+            .record(
+                "CertificateRegenerationFailed",
+                object,
+                failure.clone(),
+                true,
+            )
+            .await;
+    }
 }
 
 fn log_report(report: &pass::Report) {

@@ -18,6 +18,10 @@ use super::pki::{self, Cert, KeyPairPem};
 use crate::decode::Raw;
 use crate::events::EventRecorder;
 
+/// Secret types regenerate writes `tls.crt`/`tls.key` into. Any other type (a pull secret, a
+/// service-account token) belongs to someone else: adding a private key to it is refused.
+const OWNED_SECRET_TYPES: &[&str] = &["kubernetes.io/tls", "Opaque"];
+
 /// Attempts per object when writes conflict.
 const MAX_ATTEMPTS: usize = 5;
 
@@ -352,6 +356,24 @@ impl Pass<'_> {
     ) -> Result<KeyPairPem, String> {
         let api: Api<Secret> = Api::namespaced(self.client.clone(), &object.namespace);
         for _ in 0..MAX_ATTEMPTS {
+            if let Some(type_) = existing.as_ref().and_then(|s| s.type_.as_deref())
+                && !OWNED_SECRET_TYPES.contains(&type_)
+            {
+                let message = format!(
+                    "secret {object} has type {type_}, which regenerate does not manage (only \
+                     {}); refusing to write a certificate and key into it",
+                    OWNED_SECRET_TYPES.join(" or ")
+                );
+                self.events
+                    .record(
+                        "CertificateRegenerationRefused",
+                        &format!("secret/{object}"),
+                        message.clone(),
+                        true,
+                    )
+                    .await;
+                return Err(message);
+            }
             let Some(reason) = decide(&found) else {
                 return match found {
                     Some(Ok(pair)) => Ok(pair),

@@ -43,6 +43,9 @@ struct ObjectSpec {
     kind: Kind,
     name: String,
     required: bool,
+    /// Mirrored into the destination directory. `false` for an object named only by `--file`:
+    /// only the mapped key goes to its host file, never the whole object (its private key).
+    mirror: bool,
 }
 
 impl ObjectSpec {
@@ -109,6 +112,7 @@ impl Settings {
                     kind,
                     name: name.clone(),
                     required,
+                    mirror: true,
                 });
             }
         }
@@ -122,10 +126,13 @@ impl Settings {
                 .iter()
                 .any(|o| o.kind == file.kind && o.name == file.name)
             {
+                // Required: a host file whose object is missing is a failure to report (not
+                // ready), and there is no directory to remove.
                 objects.push(ObjectSpec {
                     kind: file.kind,
                     name: file.name.clone(),
-                    required: false,
+                    required: true,
+                    mirror: false,
                 });
             }
         }
@@ -460,6 +467,12 @@ impl Context {
     }
 
     async fn write(&self, object: &ObjectSpec, fetched: &Fetched) -> bool {
+        if !object.mirror {
+            // write_files blocks readiness again for a key that is missing or not PEM.
+            self.readiness.clear(&object.label());
+            self.synced(object, fetched);
+            return self.write_files(object, fetched).await;
+        }
         let dir = self.object_dir(object);
         let writer = self.writer(object);
         let payload = fetched.payload(object.kind);
@@ -514,7 +527,11 @@ impl Context {
     async fn absent(&self, object: &ObjectSpec) -> bool {
         let label = object.label();
         if object.required {
-            tracing::error!(object = %label, "required object is absent; keeping its files");
+            if object.mirror {
+                tracing::error!(object = %label, "required object is absent; keeping its files");
+            } else {
+                tracing::error!(object = %label, "the object of a --file mapping is absent; host file kept, not ready");
+            }
             self.readiness.block(&label, "absent from the apiserver");
             self.count(object, "error");
             // Its creation arrives as a watch event.
@@ -567,10 +584,16 @@ impl Context {
             );
             let Some(bytes) = fetched.data.get(key) else {
                 tracing::error!(object = %object.label(), key, path = %mapping.path.display(), "key missing from the object; host file kept");
+                self.readiness
+                    .block(&object.label(), format!("--file key {key} missing"));
                 continue;
             };
             if let Err(reason) = files::check_certificates(bytes) {
                 tracing::error!(object = %object.label(), key, path = %mapping.path.display(), %reason, "not PEM certificates; host file kept");
+                self.readiness.block(
+                    &object.label(),
+                    format!("--file key {key} is not certificates"),
+                );
                 continue;
             }
             let (path, bytes) = (mapping.path.clone(), bytes.clone());
