@@ -304,3 +304,94 @@ async fn regenerate_refuses_a_secret_type_it_does_not_own() {
     // The signer and its bundle, which it does own, were still created.
     assert!(secrets.get_opt("serving-signer").await.unwrap().is_some());
 }
+
+const TWO_TARGETS: &str = r#"
+namespace: openshift-kube-apiserver
+signers:
+  - { name: serving-signer, validity: 30d, refresh: 15d }
+bundles:
+  - { name: serving-ca, signers: [serving-signer] }
+targets:
+  - name: from-the-future
+    signer: serving-signer
+    serving: { hostnames: [localhost] }
+    validity: 10d
+    refresh: 5d
+  - name: expired-cert
+    signer: serving-signer
+    serving: { hostnames: [localhost] }
+    validity: 10d
+    refresh: 5d
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_certificate_with_a_future_not_before_does_not_stop_the_other_regenerations() {
+    install_crypto_provider();
+    let tmp = tempfile::tempdir().unwrap();
+    let api = ApiServer::start(tmp.path(), &[]);
+    let client = api.client_with_token(ADMIN_TOKEN);
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), NS);
+    let now = time::OffsetDateTime::now_utc();
+    let mut ca = Ca::with_validity(
+        now - time::Duration::days(1),
+        now + time::Duration::days(800),
+    );
+    let future = ca.issue(&CertSpec::server(&["localhost"]).valid(
+        now + time::Duration::days(365),
+        now + time::Duration::days(400),
+    ));
+    let expired = ca.issue(&CertSpec::server(&["localhost"]).valid(
+        now - time::Duration::days(20),
+        now - time::Duration::days(2),
+    ));
+    for (name, cert, key) in [
+        ("serving-signer", ca.pem.clone(), ca.key_pem()),
+        (
+            "from-the-future",
+            future.cert_pem.clone(),
+            future.key_pem.clone(),
+        ),
+        (
+            "expired-cert",
+            expired.cert_pem.clone(),
+            expired.key_pem.clone(),
+        ),
+    ] {
+        secrets
+            .create(&PostParams::default(), &tls_secret(name, &cert, &key))
+            .await
+            .unwrap();
+    }
+    let config_maps: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client, NS);
+    config_maps
+        .create(
+            &PostParams::default(),
+            &e2e::syncer::bundle_config_map("serving-ca", &ca.pem),
+        )
+        .await
+        .unwrap();
+    let config = tmp.path().join("rotation.yaml");
+    std::fs::write(&config, TWO_TARGETS).unwrap();
+    let output = e2e::syncer::regenerate_command(&api, &config, &["--once"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(
+        output.status.code(),
+        Some(1),
+        "the stray is a failure: {stderr}"
+    );
+    assert!(stderr.contains("from-the-future"), "{stderr}");
+    let regenerated = secrets.get("expired-cert").await.unwrap();
+    assert_ne!(
+        regenerated.data.unwrap()["tls.crt"].0,
+        expired.cert_pem.as_bytes(),
+        "the expired certificate was regenerated despite the stray: {stderr}"
+    );
+    let stray = secrets.get("from-the-future").await.unwrap();
+    assert_eq!(
+        stray.data.unwrap()["tls.crt"].0,
+        future.cert_pem.as_bytes(),
+        "the stray is left alone"
+    );
+}

@@ -95,8 +95,15 @@ impl Pass<'_> {
                 seen.push((format!("secret {}", config.object), pair.cert()));
             }
         }
+        // A target counts for the clock when a regenerate wrote it (its not-before annotation
+        // matches the certificate): our own fresh leaf in the future means our clock is behind.
+        // Any other target with a future notBefore (written by someone else) is skipped on its
+        // own below: one stray must not stop every regeneration. Either way nothing is written
+        // to it, so the annotation only chooses between two refusals.
         for (config, read) in rotation.targets.iter().zip(&targets) {
-            if let Ok((_, Some(Ok(pair)))) = read {
+            if let Ok((Some(secret), Some(Ok(pair)))) = read
+                && written_by_us(secret, pair.cert())
+            {
                 seen.push((format!("secret {}", config.object), pair.cert()));
             }
         }
@@ -241,6 +248,18 @@ impl Pass<'_> {
                     "secret {}: skipped, its CA bundle is unavailable",
                     config.object
                 ));
+                continue;
+            }
+            if let Ok((_, Some(Ok(pair)))) = &read
+                && let Err(reason) = decide::clock_check(
+                    [(format!("secret {}", config.object).as_str(), pair.cert())],
+                    rotation.backdate,
+                    self.now,
+                )
+            {
+                report
+                    .failures
+                    .push(format!("secret {}: skipped: {reason}", config.object));
                 continue;
             }
             let outcome = match read {
@@ -513,6 +532,16 @@ impl Pass<'_> {
         }
         Err(format!("still conflicting after {MAX_ATTEMPTS} attempts"))
     }
+}
+
+/// Whether a regenerate wrote this Secret: its not-before annotation is the certificate's.
+fn written_by_us(secret: &Secret, cert: &Cert) -> bool {
+    secret
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ANNOTATION_NOT_BEFORE))
+        .is_some_and(|at| *at == pki::rfc3339(cert.not_before))
 }
 
 fn is_conflict(err: &kube::Error) -> bool {
