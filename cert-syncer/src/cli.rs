@@ -62,6 +62,29 @@ pub struct ConnectionArgs {
     /// `localhost-recovery`.
     #[arg(long)]
     pub tls_server_name_override: Option<String>,
+    /// INSECURE: allow an `http://` server (no TLS: anyone on the path reads and forges every
+    /// object). Without it a non-`https` server is refused. Even with it no credential is ever
+    /// sent in clear text: a token file, a kubeconfig token or client certificate, or a CA file
+    /// together with an `http://` server is refused.
+    #[arg(long)]
+    pub insecure_plain_http: bool,
+    /// Give up on a connection attempt (TCP connect and TLS handshake) after this long.
+    #[arg(long, value_parser = parse_duration, default_value = "10s")]
+    pub connect_timeout: Duration,
+    /// Give up on a request when the server sends nothing for this long (headers or body).
+    /// Watches ask the server to end them after two thirds of it, so an idle watch is never
+    /// cut by this timeout.
+    #[arg(long, value_parser = parse_duration, default_value = "90s")]
+    pub read_idle_timeout: Duration,
+}
+
+impl ConnectionArgs {
+    /// `timeoutSeconds` for watches: two thirds of `--read-idle-timeout` (at least 1 s), so a
+    /// quiet watch ends cleanly (and is resumed) before the idle timeout would cut it.
+    pub fn watch_timeout_seconds(&self) -> u32 {
+        let seconds = self.read_idle_timeout.as_secs() * 2 / 3;
+        seconds.clamp(1, 3600) as u32
+    }
 }
 
 /// Flags of `cert-syncer sync`.

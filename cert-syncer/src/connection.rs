@@ -27,6 +27,8 @@ pub struct Connection {
     pub client: kube::Client,
     /// Where and how we connect, for error messages (no secrets).
     pub target: Target,
+    /// `timeoutSeconds` for every watch (below the read idle timeout).
+    pub watch_timeout_seconds: u32,
     /// Follows the CA file; dropping it would freeze the trust bundle.
     _tls: Option<ClientTls>,
 }
@@ -91,9 +93,7 @@ fn find_rustls_error<'a>(err: &'a (dyn std::error::Error + 'static)) -> Option<&
 /// config.
 pub async fn connect(args: &ConnectionArgs) -> anyhow::Result<Connection> {
     let (mut config, kubeconfig_ca) = if let Some(path) = &args.kubeconfig {
-        let kubeconfig = Kubeconfig::read_from(path).map_err(|err| {
-            ConfigError(format!("cannot read kubeconfig {}: {err}", path.display()))
-        })?;
+        let kubeconfig = read_kubeconfig(path)?;
         let ca = kubeconfig_ca_file(&kubeconfig, args.context.as_deref());
         let options = KubeConfigOptions {
             context: args.context.clone(),
@@ -120,6 +120,7 @@ pub async fn connect(args: &ConnectionArgs) -> anyhow::Result<Connection> {
         })?;
         (config, None)
     };
+    check_inline_token(&config)?;
     if let Some(name) = &args.tls_server_name_override {
         config.tls_server_name = Some(name.clone());
     }
@@ -134,10 +135,21 @@ pub async fn connect(args: &ConnectionArgs) -> anyhow::Result<Connection> {
         ca_file: ca_file.clone(),
     };
     let token_file = config.auth_info.token_file.take().map(PathBuf::from);
+    let plain_http = check_transport(
+        &config,
+        ca_file.as_deref(),
+        token_file.as_deref(),
+        args.insecure_plain_http,
+    )?;
     tracing::info!(server = %target.server, tls_server_name = ?target.tls_server_name, ca_file = ?target.ca_file, token_file = ?token_file, "connecting to the apiserver");
 
     let has_identity = config.auth_info.client_certificate.is_some()
         || config.auth_info.client_certificate_data.is_some();
+    if let Some(path) = &ca_file {
+        // A FIFO or device here would hang the start-up (reload-lib then keeps following it).
+        crate::input_file::check_path("CA file", path, crate::input_file::MAX_CONFIG_FILE)
+            .map_err(ConfigError)?;
+    }
     let (tls_config, tls) = match &ca_file {
         // A client certificate from a kubeconfig stays with kube's own TLS set-up.
         Some(path) if !has_identity => {
@@ -162,19 +174,31 @@ pub async fn connect(args: &ConnectionArgs) -> anyhow::Result<Connection> {
 
     let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
     http.enforce_http(false);
-    http.set_connect_timeout(config.connect_timeout);
-    let mut https = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config(tls_config)
-        .https_or_http();
+    http.set_connect_timeout(Some(args.connect_timeout));
+    let https = hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls_config);
+    // `https_only` also refuses a plain-HTTP URI that some layer might produce later.
+    let mut https = if plain_http {
+        https.https_or_http()
+    } else {
+        https.https_only()
+    };
     if let Some(name) = &config.tls_server_name {
         let name = rustls_pki_types::ServerName::try_from(name.clone())
             .map_err(|err| ConfigError(format!("invalid TLS server name {name:?}: {err}")))?;
         https = https.with_server_name_resolver(hyper_rustls::FixedServerNameResolver::new(name));
     }
     let https = https.enable_http1().wrap_connector(http);
+    // Without these a server that accepts the connection and then says nothing (no handshake,
+    // no headers, a body that stops) holds a request, and the process, forever. The connect
+    // timeout covers the TCP connect and the TLS handshake; the read timeout is an idle timeout
+    // (reset by every byte), so a long watch that keeps receiving events is not cut.
+    let mut timed = hyper_timeout::TimeoutConnector::new(https);
+    timed.set_connect_timeout(Some(args.connect_timeout));
+    timed.set_read_timeout(Some(args.read_idle_timeout));
+    timed.set_write_timeout(Some(args.read_idle_timeout));
     let http_client: hyper_util::client::legacy::Client<_, kube::client::Body> =
         hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-            .build(https);
+            .build(timed);
     let kube_auth = config
         .auth_layer()
         .context("cannot set up authentication")?;
@@ -197,8 +221,145 @@ pub async fn connect(args: &ConnectionArgs) -> anyhow::Result<Connection> {
     Ok(Connection {
         client: kube::Client::new(service, config.default_namespace),
         target,
+        watch_timeout_seconds: args.watch_timeout_seconds(),
         _tls: tls,
     })
+}
+
+/// Reads and parses a kubeconfig. It holds credentials, so a parse error never quotes it: the
+/// YAML parser's message shows the neighbouring lines (a token among them); only its first
+/// line is kept, with every quoted part removed.
+fn read_kubeconfig(path: &Path) -> Result<Kubeconfig, ConfigError> {
+    let (bytes, _) =
+        crate::input_file::read("kubeconfig", path, crate::input_file::MAX_CONFIG_FILE)
+            .map_err(ConfigError)?;
+    let text = String::from_utf8(bytes).map_err(|err| {
+        ConfigError(format!(
+            "kubeconfig {} is not UTF-8 (byte {})",
+            path.display(),
+            err.utf8_error().valid_up_to()
+        ))
+    })?;
+    if let Err(err) = Kubeconfig::from_yaml(&text) {
+        return Err(ConfigError(format!(
+            "cannot parse kubeconfig {}: {}",
+            path.display(),
+            redact_parse_error(&err.to_string())
+        )));
+    }
+    // Parsed again by kube, which also makes its relative file paths absolute.
+    Kubeconfig::read_from(path).map_err(|err| {
+        ConfigError(format!(
+            "cannot read kubeconfig {}: {}",
+            path.display(),
+            redact_parse_error(&err.to_string())
+        ))
+    })
+}
+
+/// The first line of a parser message with every quoted part (`'…'`, `"…"`, `` `…` ``)
+/// replaced by `…`, at most 300 characters: what is wrong and where, never the content.
+pub(crate) fn redact_parse_error(message: &str) -> String {
+    let first = message.lines().next().unwrap_or_default();
+    let mut out = String::new();
+    let mut quote: Option<char> = None;
+    for c in first.chars() {
+        match quote {
+            Some(q) if c == q => {
+                out.push('…');
+                out.push(c);
+                quote = None;
+            }
+            Some(_) => {}
+            None if matches!(c, '\'' | '"' | '`') => {
+                out.push(c);
+                quote = Some(c);
+            }
+            None => out.push(c),
+        }
+    }
+    if quote.is_some() {
+        out.push('…');
+    }
+    if out.chars().count() > 300 {
+        out = out.chars().take(300).collect::<String>() + "…";
+    }
+    out
+}
+
+/// An inline kubeconfig token must fit in a header: tower-http would panic on a newline.
+fn check_inline_token(config: &kube::Config) -> Result<(), ConfigError> {
+    if let Some(token) = &config.auth_info.token {
+        use secrecy::ExposeSecret;
+        let text = token.expose_secret();
+        if text.trim().is_empty() || text.trim().bytes().any(|b| b.is_ascii_control()) {
+            return Err(ConfigError(
+                "the kubeconfig user's token is empty or holds a newline or another control \
+                 character"
+                    .to_owned(),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Refuses a server that is not `https://` (exit 2) unless `allow_plain_http`
+/// (`--insecure-plain-http`); even then refuses any credential or CA, which would either go out
+/// in clear text or be silently ignored. Returns whether the connection is plain HTTP.
+fn check_transport(
+    config: &kube::Config,
+    ca_file: Option<&Path>,
+    token_file: Option<&Path>,
+    allow_plain_http: bool,
+) -> Result<bool, ConfigError> {
+    let url = &config.cluster_url;
+    match url.scheme_str() {
+        Some("https") => return Ok(false),
+        Some("http") if allow_plain_http => {}
+        Some("http") => {
+            return Err(ConfigError(format!(
+                "refusing server {url}: plain HTTP has no TLS, so the CA file would be ignored \
+                 and the bearer token sent in clear text; use an https:// URL (or, for a test \
+                 server without credentials only, --insecure-plain-http)"
+            )));
+        }
+        other => {
+            return Err(ConfigError(format!(
+                "refusing server {url}: the scheme must be https, not {}",
+                other.map_or("missing".to_owned(), |s| format!("{s:?}"))
+            )));
+        }
+    }
+    let auth = &config.auth_info;
+    let mut refused = Vec::new();
+    if token_file.is_some() || auth.token.is_some() {
+        refused.push("a bearer token");
+    }
+    if auth.username.is_some() || auth.password.is_some() {
+        refused.push("a user name and password");
+    }
+    if auth.client_certificate.is_some()
+        || auth.client_certificate_data.is_some()
+        || auth.client_key.is_some()
+        || auth.client_key_data.is_some()
+    {
+        refused.push("a client certificate");
+    }
+    if auth.exec.is_some() || auth.auth_provider.is_some() {
+        refused.push("an exec or auth-provider credential");
+    }
+    if ca_file.is_some() || config.root_cert.is_some() {
+        refused.push("a CA (there is no TLS to verify)");
+    }
+    if !refused.is_empty() {
+        return Err(ConfigError(format!(
+            "--insecure-plain-http: refusing {} with the plain-HTTP server {url}: credentials are \
+             never sent in clear text",
+            refused.join(", ")
+        )));
+    }
+    tracing::warn!(server = %url, "INSECURE: plain HTTP, no TLS and no credentials (--insecure-plain-http)");
+    Ok(true)
 }
 
 /// The CA file named by the kubeconfig's cluster for `context` (or the current context).
@@ -312,8 +473,17 @@ impl TokenFile {
         if state.stamp.as_ref() == Some(&stamp) {
             return Ok(());
         }
-        let text = std::fs::read_to_string(&self.path)
-            .map_err(|err| format!("cannot read token file {path}: {err}"))?;
+        let (bytes, meta) =
+            crate::input_file::read("token file", &self.path, crate::input_file::MAX_TOKEN_FILE)?;
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = meta.permissions().mode() & 0o777;
+            if mode & 0o077 != 0 {
+                tracing::warn!(path = %path, mode = %format_args!("{mode:o}"), "the token file is readable by group or others; it should be 0600 (or 0400)");
+            }
+        }
+        let text =
+            String::from_utf8(bytes).map_err(|_| format!("token file {path} is not UTF-8"))?;
         let token = text.trim();
         if token.is_empty() {
             return Err(format!("token file {path} is empty"));

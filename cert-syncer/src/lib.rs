@@ -17,14 +17,17 @@
 pub mod access;
 pub mod cli;
 mod connection;
+mod decode;
 mod events;
 mod health;
+mod input_file;
 mod inspect;
 mod leader;
 mod metrics;
 pub mod regenerate;
 mod shutdown;
 mod sync;
+mod watch;
 
 /// Runs one subcommand until it finishes or is shut down (SIGTERM/SIGINT).
 ///

@@ -42,8 +42,17 @@ fn main() -> ExitCode {
 }
 
 fn init_tracing(format: cli::LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let directives = std::env::var("RUST_LOG").unwrap_or_else(|_| "info".to_owned());
+    // kube-client logs a whole response body at WARN when it cannot decode it (Secrets: private
+    // keys). Every object is decoded by `cert_syncer`'s own code, so this only silences a
+    // second line of defence, unless kube_client's logging is asked for by name.
+    let directives = if directives.contains("kube_client") {
+        directives
+    } else {
+        format!("{directives},kube_client::client=error")
+    };
+    let filter = tracing_subscriber::EnvFilter::try_new(&directives)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,kube_client::client=error"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

@@ -10,6 +10,7 @@
 pub mod apiserver;
 pub mod backend;
 pub mod envtest;
+pub mod log_scan;
 pub mod manifests;
 pub mod pki;
 pub mod process;

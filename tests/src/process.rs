@@ -50,6 +50,8 @@ pub struct ChildProcess {
     pub addr: SocketAddr,
     /// Everything it wrote on stderr so far.
     pub stderr: Arc<Mutex<String>>,
+    /// Secret bytes seen in its output ([`crate::log_scan`]): the test fails on drop.
+    leaks: crate::log_scan::Leaks,
 }
 
 /// The older name of [`ChildProcess`].
@@ -90,10 +92,13 @@ impl ChildProcess {
             .map_err(|err| format!("cannot start {program}: {err}"))?;
         let stderr = Arc::new(Mutex::new(String::new()));
         let sink = Arc::clone(&stderr);
+        let leaks = crate::log_scan::Leaks::default();
+        let (err_leaks, out_leaks) = (leaks.clone(), leaks.clone());
         let err = child.stderr.take().expect("stderr is piped");
         let prefix = program.clone();
         std::thread::spawn(move || {
             for line in BufReader::new(err).lines().map_while(Result::ok) {
+                err_leaks.scan(&prefix, &line);
                 eprintln!("[{prefix}] {line}");
                 let mut sink = sink.lock().unwrap_or_else(|p| p.into_inner());
                 sink.push_str(&line);
@@ -106,6 +111,7 @@ impl ChildProcess {
         std::thread::spawn(move || {
             let mut tx = Some(tx);
             for line in BufReader::new(out).lines().map_while(Result::ok) {
+                out_leaks.scan(&prefix, &line);
                 if let Some(addr) = line.strip_prefix("listening on ")
                     && let Some(tx) = tx.take()
                 {
@@ -129,6 +135,7 @@ impl ChildProcess {
                 child,
                 addr,
                 stderr,
+                leaks,
             }),
             Ok(Err(err)) => Err(failure(
                 format!("printed an unparsable address: {err}"),
@@ -171,10 +178,13 @@ impl ChildProcess {
             .stderr(err_file)
             .spawn()
             .map_err(|err| format!("cannot start {program}: {err}"))?;
+        // Not scanned for secrets: these are third-party servers (etcd, kube-apiserver) whose
+        // output goes to a file; our binaries are started with `start`/`try_start`.
         Ok(ChildProcess {
             child,
             addr,
             stderr: Arc::new(Mutex::new(String::new())),
+            leaks: crate::log_scan::Leaks::default(),
         })
     }
 
@@ -225,5 +235,6 @@ impl ChildProcess {
 impl Drop for ChildProcess {
     fn drop(&mut self) {
         self.kill();
+        self.leaks.assert_none();
     }
 }

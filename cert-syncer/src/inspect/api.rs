@@ -10,6 +10,7 @@ use kube::api::ListParams;
 use super::source::{Entry, Group, ObjectKind, Origin};
 use crate::cli::ConnectionArgs;
 use crate::connection::{Target, connect};
+use crate::decode::Raw;
 use crate::sync::mapping::ToFetched;
 
 /// Every Secret, then every ConfigMap of `namespace`, each in name order.
@@ -22,8 +23,9 @@ pub(super) async fn namespace(
     namespace: &str,
 ) -> anyhow::Result<Vec<Group>> {
     let connection = connect(args).await?;
-    let secrets: Api<Secret> = Api::namespaced(connection.client.clone(), namespace);
-    let config_maps: Api<ConfigMap> = Api::namespaced(connection.client.clone(), namespace);
+    // Raw: one object that does not decode is reported alone, and no response body is logged.
+    let secrets: Api<Raw<Secret>> = Api::namespaced(connection.client.clone(), namespace);
+    let config_maps: Api<Raw<ConfigMap>> = Api::namespaced(connection.client.clone(), namespace);
     let mut groups = list(&secrets, ObjectKind::Secret, namespace, &connection.target).await?;
     groups.extend(
         list(
@@ -38,13 +40,13 @@ pub(super) async fn namespace(
 }
 
 async fn list<K>(
-    api: &Api<K>,
+    api: &Api<Raw<K>>,
     kind: ObjectKind,
     namespace: &str,
     target: &Target,
 ) -> anyhow::Result<Vec<Group>>
 where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + ToFetched,
+    K: kube::Resource<DynamicType = ()> + serde::de::DeserializeOwned + ToFetched,
 {
     let plural = match kind {
         ObjectKind::Secret => "Secrets",
@@ -66,20 +68,29 @@ where
     let mut groups: Vec<Group> = objects
         .iter()
         .map(|object| {
-            let entries = object
-                .to_fetched()
-                .data
-                .into_iter()
-                .map(|(name, bytes)| Entry {
-                    name,
-                    bytes: Ok(bytes),
-                })
-                .collect();
+            let entries = match object.decode() {
+                Ok(decoded) => decoded
+                    .to_fetched()
+                    .data
+                    .into_iter()
+                    .map(|(name, bytes)| Entry {
+                        name,
+                        bytes: Ok(bytes),
+                    })
+                    .collect(),
+                Err(err) => vec![Entry {
+                    name: super::source::WHOLE_OBJECT.to_owned(),
+                    bytes: Err(format!("cannot decode the object: {err}")),
+                }],
+            };
             Group {
                 origin: Origin::Object {
                     kind,
                     namespace: namespace.to_owned(),
-                    name: object.meta().name.clone().unwrap_or_default(),
+                    name: kube::Resource::meta(object)
+                        .name
+                        .clone()
+                        .unwrap_or_default(),
                 },
                 entries,
             }

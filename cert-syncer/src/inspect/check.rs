@@ -69,6 +69,8 @@ enum Content {
     Other,
 }
 
+use super::source::WHOLE_OBJECT;
+
 const CERT_MARKER: &[u8] = b"-----BEGIN CERTIFICATE-----";
 const KEY_MARKER: &[u8] = b"PRIVATE KEY-----";
 
@@ -88,7 +90,10 @@ fn classify(entry: &Entry) -> Content {
     let name = entry.name.as_str();
     let bytes = match &entry.bytes {
         Ok(bytes) => bytes,
-        Err(err) if is_cert_name(name) || is_key_name(name) => return Content::Broken(err.clone()),
+        // An object that does not decode may hold certificates: reported, never skipped.
+        Err(err) if is_cert_name(name) || is_key_name(name) || name == WHOLE_OBJECT => {
+            return Content::Broken(err.clone());
+        }
         Err(_) => return Content::Other,
     };
     let mentions_cert = contains(bytes, CERT_MARKER);

@@ -32,6 +32,9 @@ pub(super) enum ObjectKind {
     ConfigMap,
 }
 
+/// The entry name of an object that does not decode (its error stands for all its keys).
+pub(super) const WHOLE_OBJECT: &str = "(object)";
+
 /// One file or key.
 #[derive(Debug)]
 pub(super) struct Entry {

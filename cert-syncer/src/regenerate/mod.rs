@@ -29,6 +29,7 @@ use tokio_util::sync::CancellationToken;
 pub use decide::Mode;
 
 use crate::cli::{ConfigError, RegenerateArgs};
+use crate::decode::Raw;
 use crate::events::EventRecorder;
 use crate::health::Readiness;
 use crate::leader::{self, Elector};
@@ -77,6 +78,7 @@ pub async fn run(args: RegenerateArgs) -> anyhow::Result<()> {
         .await;
         metrics.record(&report);
         log_report(&report);
+        record_failures(&events, &report).await;
         let mut failures = report.failures;
         failures.extend(
             rotation
@@ -149,18 +151,29 @@ pub async fn run(args: RegenerateArgs) -> anyhow::Result<()> {
 
     // One watch per declared object; any change wakes the loop.
     let wake = Arc::new(Notify::new());
+    let watch_timeout = connection.watch_timeout_seconds;
     let mut watches = Vec::new();
     for (kind, object) in rotation.objects() {
         let (client, wake, object) = (client.clone(), Arc::clone(&wake), object.clone());
         watches.push(tokio::spawn(async move {
             match kind {
                 ObjectKind::Secret => {
-                    let api: Api<Secret> = Api::namespaced(client, &object.namespace);
-                    follow(watcher::watch_object(api, &object.name), &wake, &object).await;
+                    let api: Api<Raw<Secret>> = Api::namespaced(client, &object.namespace);
+                    follow(
+                        crate::watch::watch_object(api, &object.name, watch_timeout),
+                        &wake,
+                        &object,
+                    )
+                    .await;
                 }
                 ObjectKind::ConfigMap => {
-                    let api: Api<ConfigMap> = Api::namespaced(client, &object.namespace);
-                    follow(watcher::watch_object(api, &object.name), &wake, &object).await;
+                    let api: Api<Raw<ConfigMap>> = Api::namespaced(client, &object.namespace);
+                    follow(
+                        crate::watch::watch_object(api, &object.name, watch_timeout),
+                        &wake,
+                        &object,
+                    )
+                    .await;
                 }
             }
         }));
@@ -193,6 +206,7 @@ pub async fn run(args: RegenerateArgs) -> anyhow::Result<()> {
         .await;
         metrics.record(&report);
         log_report(&report);
+        record_failures(&events, &report).await;
         if report.failures.is_empty() {
             readiness.clear("pass");
             retry = Duration::from_secs(1);
@@ -249,6 +263,21 @@ pub(crate) fn lease_namespace(args: &RegenerateArgs) -> &str {
         .as_deref()
         .or(args.pod_namespace.as_deref())
         .unwrap_or("default")
+}
+
+/// One Warning Event per failed item (rate-limited per item by the recorder).
+async fn record_failures(events: &EventRecorder, report: &pass::Report) {
+    for failure in &report.failures {
+        let object = failure.split(':').next().unwrap_or("regenerate");
+        events
+            .record(
+                "CertificateRegenerationFailed",
+                object,
+                failure.clone(),
+                true,
+            )
+            .await;
+    }
 }
 
 fn log_report(report: &pass::Report) {

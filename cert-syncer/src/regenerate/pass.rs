@@ -15,7 +15,12 @@ use kube::api::{ObjectMeta, PostParams};
 use super::config::{Identity, ObjectRef, Rotation};
 use super::decide::{self, Found, Mode, Reason};
 use super::pki::{self, Cert, KeyPairPem};
+use crate::decode::Raw;
 use crate::events::EventRecorder;
+
+/// Secret types regenerate writes `tls.crt`/`tls.key` into. Any other type (a pull secret, a
+/// service-account token) belongs to someone else: adding a private key to it is refused.
+const OWNED_SECRET_TYPES: &[&str] = &["kubernetes.io/tls", "Opaque"];
 
 /// Attempts per object when writes conflict.
 const MAX_ATTEMPTS: usize = 5;
@@ -90,8 +95,15 @@ impl Pass<'_> {
                 seen.push((format!("secret {}", config.object), pair.cert()));
             }
         }
+        // A target counts for the clock when a regenerate wrote it (its not-before annotation
+        // matches the certificate): our own fresh leaf in the future means our clock is behind.
+        // Any other target with a future notBefore (written by someone else) is skipped on its
+        // own below: one stray must not stop every regeneration. Either way nothing is written
+        // to it, so the annotation only chooses between two refusals.
         for (config, read) in rotation.targets.iter().zip(&targets) {
-            if let Ok((_, Some(Ok(pair)))) = read {
+            if let Ok((Some(secret), Some(Ok(pair)))) = read
+                && written_by_us(secret, pair.cert())
+            {
                 seen.push((format!("secret {}", config.object), pair.cert()));
             }
         }
@@ -238,6 +250,18 @@ impl Pass<'_> {
                 ));
                 continue;
             }
+            if let Ok((_, Some(Ok(pair)))) = &read
+                && let Err(reason) = decide::clock_check(
+                    [(format!("secret {}", config.object).as_str(), pair.cert())],
+                    rotation.backdate,
+                    self.now,
+                )
+            {
+                report
+                    .failures
+                    .push(format!("secret {}: skipped: {reason}", config.object));
+                continue;
+            }
             let outcome = match read {
                 Err(err) => Err(err),
                 Ok((object, found)) => {
@@ -301,21 +325,28 @@ impl Pass<'_> {
     }
 
     async fn read_secret(&self, object: &ObjectRef) -> ReadSecret {
-        let api: Api<Secret> = Api::namespaced(self.client.clone(), &object.namespace);
+        // Raw, then decoded here: kube-client would log the whole body (keys) on a bad field.
+        let api: Api<Raw<Secret>> = Api::namespaced(self.client.clone(), &object.namespace);
         let secret = api
             .get_opt(&object.name)
             .await
-            .map_err(|err| format!("cannot read: {err}"))?;
+            .map_err(|err| format!("cannot read: {err}"))?
+            .map(|raw| raw.decode())
+            .transpose()
+            .map_err(|err| format!("cannot decode: {err}"))?;
         let found = secret.as_ref().map(parse_secret);
         Ok((secret, found))
     }
 
     async fn read_bundle(&self, object: &ObjectRef) -> ReadBundle {
-        let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), &object.namespace);
+        let api: Api<Raw<ConfigMap>> = Api::namespaced(self.client.clone(), &object.namespace);
         let map = api
             .get_opt(&object.name)
             .await
-            .map_err(|err| format!("cannot read: {err}"))?;
+            .map_err(|err| format!("cannot read: {err}"))?
+            .map(|raw| raw.decode())
+            .transpose()
+            .map_err(|err| format!("cannot decode: {err}"))?;
         let text = map
             .as_ref()
             .and_then(|m| m.data.as_ref())
@@ -344,6 +375,24 @@ impl Pass<'_> {
     ) -> Result<KeyPairPem, String> {
         let api: Api<Secret> = Api::namespaced(self.client.clone(), &object.namespace);
         for _ in 0..MAX_ATTEMPTS {
+            if let Some(type_) = existing.as_ref().and_then(|s| s.type_.as_deref())
+                && !OWNED_SECRET_TYPES.contains(&type_)
+            {
+                let message = format!(
+                    "secret {object} has type {type_}, which regenerate does not manage (only \
+                     {}); refusing to write a certificate and key into it",
+                    OWNED_SECRET_TYPES.join(" or ")
+                );
+                self.events
+                    .record(
+                        "CertificateRegenerationRefused",
+                        &format!("secret/{object}"),
+                        message.clone(),
+                        true,
+                    )
+                    .await;
+                return Err(message);
+            }
             let Some(reason) = decide(&found) else {
                 return match found {
                     Some(Ok(pair)) => Ok(pair),
@@ -483,6 +532,16 @@ impl Pass<'_> {
         }
         Err(format!("still conflicting after {MAX_ATTEMPTS} attempts"))
     }
+}
+
+/// Whether a regenerate wrote this Secret: its not-before annotation is the certificate's.
+fn written_by_us(secret: &Secret, cert: &Cert) -> bool {
+    secret
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ANNOTATION_NOT_BEFORE))
+        .is_some_and(|at| *at == pki::rfc3339(cert.not_before))
 }
 
 fn is_conflict(err: &kube::Error) -> bool {

@@ -96,6 +96,23 @@ impl ToFetched for Secret {
     }
 }
 
+/// [`ToFetched`] for objects that may not decode ([`crate::decode::Raw`]).
+pub trait TryFetched {
+    fn try_fetched(&self) -> Result<Fetched, crate::decode::DecodeError>;
+}
+
+impl<K: ToFetched + serde::de::DeserializeOwned> TryFetched for crate::decode::Raw<K> {
+    fn try_fetched(&self) -> Result<Fetched, crate::decode::DecodeError> {
+        self.decode().map(|object| object.to_fetched())
+    }
+}
+
+impl TryFetched for Secret {
+    fn try_fetched(&self) -> Result<Fetched, crate::decode::DecodeError> {
+        Ok(self.to_fetched())
+    }
+}
+
 impl ToFetched for ConfigMap {
     fn to_fetched(&self) -> Fetched {
         let mut data: BTreeMap<String, Vec<u8>> = self

@@ -30,6 +30,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::cli::{ConfigError, SyncArgs};
+use crate::decode::{DecodeError, Raw};
 use crate::events::EventRecorder;
 use crate::health::Readiness;
 use crate::metrics::{KeyLabels, Metrics, ObjectLabels, ResultLabels};
@@ -42,6 +43,9 @@ struct ObjectSpec {
     kind: Kind,
     name: String,
     required: bool,
+    /// Mirrored into the destination directory. `false` for an object named only by `--file`:
+    /// only the mapped key goes to its host file, never the whole object (its private key).
+    mirror: bool,
 }
 
 impl ObjectSpec {
@@ -108,6 +112,7 @@ impl Settings {
                     kind,
                     name: name.clone(),
                     required,
+                    mirror: true,
                 });
             }
         }
@@ -121,10 +126,13 @@ impl Settings {
                 .iter()
                 .any(|o| o.kind == file.kind && o.name == file.name)
             {
+                // Required: a host file whose object is missing is a failure to report (not
+                // ready), and there is no directory to remove.
                 objects.push(ObjectSpec {
                     kind: file.kind,
                     name: file.name.clone(),
-                    required: false,
+                    required: true,
+                    mirror: false,
                 });
             }
         }
@@ -307,22 +315,30 @@ impl Context {
     async fn follow(self: Arc<Self>, object: ObjectSpec) {
         match object.kind {
             Kind::Secret => {
-                let api: Api<Secret> =
+                let api: Api<Raw<Secret>> =
                     Api::namespaced(self.client.clone(), &self.settings.namespace);
                 self.follow_stream(
                     &object,
                     &api,
-                    watcher::watch_object(api.clone(), &object.name),
+                    crate::watch::watch_object(
+                        api.clone(),
+                        &object.name,
+                        self.connection.watch_timeout_seconds,
+                    ),
                 )
                 .await
             }
             Kind::ConfigMap => {
-                let api: Api<ConfigMap> =
+                let api: Api<Raw<ConfigMap>> =
                     Api::namespaced(self.client.clone(), &self.settings.namespace);
                 self.follow_stream(
                     &object,
                     &api,
-                    watcher::watch_object(api.clone(), &object.name),
+                    crate::watch::watch_object(
+                        api.clone(),
+                        &object.name,
+                        self.connection.watch_timeout_seconds,
+                    ),
                 )
                 .await
             }
@@ -332,16 +348,10 @@ impl Context {
     async fn follow_stream<K>(
         &self,
         object: &ObjectSpec,
-        api: &Api<K>,
-        stream: impl Stream<Item = Result<Option<K>, watcher::Error>> + Send,
+        api: &Api<Raw<K>>,
+        stream: impl Stream<Item = Result<Option<Raw<K>>, watcher::Error>> + Send,
     ) where
-        K: kube::Resource
-            + Clone
-            + serde::de::DeserializeOwned
-            + std::fmt::Debug
-            + ToFetched
-            + Send
-            + 'static,
+        K: kube::Resource<DynamicType = ()> + serde::de::DeserializeOwned + ToFetched,
     {
         let stream = stream.default_backoff();
         futures::pin_mut!(stream);
@@ -406,9 +416,14 @@ impl Context {
 
     /// Confirms with a live GET, then writes or removes. `false` when it failed in a way worth
     /// retrying.
-    async fn reconcile<K>(&self, object: &ObjectSpec, api: &Api<K>, watched_present: bool) -> bool
+    async fn reconcile<K>(
+        &self,
+        object: &ObjectSpec,
+        api: &Api<Raw<K>>,
+        watched_present: bool,
+    ) -> bool
     where
-        K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + ToFetched,
+        K: kube::Resource<DynamicType = ()> + serde::de::DeserializeOwned + ToFetched,
     {
         let live = match api.get_opt(&object.name).await {
             Ok(live) => live,
@@ -426,15 +441,40 @@ impl Context {
         if live.is_some() != watched_present {
             tracing::debug!(object = %object.label(), "the watch cache was stale; using the live object");
         }
-        match live {
-            Some(live) => self.write(object, &live.to_fetched()).await,
+        match live.map(|live| live.decode()) {
+            Some(Ok(live)) => self.write(object, &live.to_fetched()).await,
+            Some(Err(err)) => self.undecodable(object, &err).await,
             None => self.absent(object).await,
         }
     }
 
+    /// An object that does not decode: its files are kept (never the response body in a log:
+    /// see [`crate::decode`]). Settled: a fix arrives as a watch event.
+    async fn undecodable(&self, object: &ObjectSpec, err: &DecodeError) -> bool {
+        let label = object.label();
+        tracing::error!(object = %label, field = %err.field, reason = %err.reason, "cannot decode the object; previous files kept");
+        self.count(object, "error");
+        self.readiness.block(&label, "the object cannot be decoded");
+        self.events
+            .record(
+                "CertificateUpdateFailed",
+                &label,
+                format!("Cannot decode {label}: {err}"),
+                true,
+            )
+            .await;
+        true
+    }
+
     async fn write(&self, object: &ObjectSpec, fetched: &Fetched) -> bool {
+        if !object.mirror {
+            // write_files blocks readiness again for a key that is missing or not PEM.
+            self.readiness.clear(&object.label());
+            self.synced(object, fetched);
+            return self.write_files(object, fetched).await;
+        }
         let dir = self.object_dir(object);
-        let writer = AtomicDirWriter::new(&dir);
+        let writer = self.writer(object);
         let payload = fetched.payload(object.kind);
         let outcome = tokio::task::spawn_blocking(move || writer.write(&payload)).await;
         let label = object.label();
@@ -487,13 +527,17 @@ impl Context {
     async fn absent(&self, object: &ObjectSpec) -> bool {
         let label = object.label();
         if object.required {
-            tracing::error!(object = %label, "required object is absent; keeping its files");
+            if object.mirror {
+                tracing::error!(object = %label, "required object is absent; keeping its files");
+            } else {
+                tracing::error!(object = %label, "the object of a --file mapping is absent; host file kept, not ready");
+            }
             self.readiness.block(&label, "absent from the apiserver");
             self.count(object, "error");
             // Its creation arrives as a watch event.
             return true;
         }
-        let writer = AtomicDirWriter::new(self.object_dir(object));
+        let writer = self.writer(object);
         match tokio::task::spawn_blocking(move || writer.remove_all()).await {
             Ok(Ok(true)) => {
                 tracing::info!(object = %label, "optional object deleted; directory removed");
@@ -540,10 +584,16 @@ impl Context {
             );
             let Some(bytes) = fetched.data.get(key) else {
                 tracing::error!(object = %object.label(), key, path = %mapping.path.display(), "key missing from the object; host file kept");
+                self.readiness
+                    .block(&object.label(), format!("--file key {key} missing"));
                 continue;
             };
             if let Err(reason) = files::check_certificates(bytes) {
                 tracing::error!(object = %object.label(), key, path = %mapping.path.display(), %reason, "not PEM certificates; host file kept");
+                self.readiness.block(
+                    &object.label(),
+                    format!("--file key {key} is not certificates"),
+                );
                 continue;
             }
             let (path, bytes) = (mapping.path.clone(), bytes.clone());
@@ -568,6 +618,12 @@ impl Context {
             }
         }
         settled
+    }
+
+    /// The writer of an object's directory: no symlink below the destination is followed
+    /// (`secrets/`, `secrets/<name>`), so writes and deletes stay inside it.
+    fn writer(&self, object: &ObjectSpec) -> AtomicDirWriter {
+        AtomicDirWriter::new(self.object_dir(object)).with_root(&self.settings.destination)
     }
 
     fn object_dir(&self, object: &ObjectSpec) -> PathBuf {

@@ -35,17 +35,16 @@ use serde::de::DeserializeOwned;
 use tokio::sync::Notify;
 use tracing::Instrument;
 
-use super::mapping::{Fetched, ToFetched};
+use super::mapping::{Fetched, ToFetched, TryFetched};
 use super::{Context, ObjectSpec, RETRY_MAX, next_retry};
+use crate::decode::{DecodeError, Raw};
 use crate::metrics::WatchEventLabels;
 
 /// Follows the named `objects` (all of one kind) with one namespace-wide watcher until shutdown.
 pub(super) async fn follow<K>(context: Arc<Context>, objects: Vec<ObjectSpec>)
 where
     K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
-        + Clone
         + DeserializeOwned
-        + Debug
         + ToFetched
         + Send
         + Sync
@@ -59,7 +58,7 @@ where
         kind.label(),
         context.settings.namespace
     );
-    let api: Api<K> = Api::namespaced(context.client.clone(), &context.settings.namespace);
+    let api: Api<Raw<K>> = Api::namespaced(context.client.clone(), &context.settings.namespace);
     let mut slots = HashMap::new();
     let mut workers = Vec::new();
     for object in &objects {
@@ -85,7 +84,11 @@ where
                 .inc_by(n);
         }
     };
-    let stream = watcher::watcher(api, watcher::Config::default()).default_backoff();
+    let stream = watcher::watcher(
+        api,
+        crate::watch::config(context.connection.watch_timeout_seconds),
+    )
+    .default_backoff();
     futures::pin_mut!(stream);
     loop {
         let item = tokio::select! {
@@ -125,6 +128,8 @@ where
 enum Desired {
     /// Written as this.
     Present(Fetched),
+    /// Present, but it does not decode: files kept, the reason logged.
+    Undecodable(DecodeError),
     /// Deleted from the apiserver (or missing from a list).
     Absent,
 }
@@ -164,7 +169,7 @@ impl Tracker {
         }
     }
 
-    fn observe<K: kube::Resource + ToFetched>(&mut self, event: Event<K>) -> Observed {
+    fn observe<K: kube::Resource + TryFetched>(&mut self, event: Event<K>) -> Observed {
         let mut observed = Observed::default();
         match event {
             Event::Init => self.listed.clear(),
@@ -197,7 +202,7 @@ impl Tracker {
         observed
     }
 
-    fn present<K: kube::Resource + ToFetched>(&mut self, object: &K, observed: &mut Observed) {
+    fn present<K: kube::Resource + TryFetched>(&mut self, object: &K, observed: &mut Observed) {
         let Some(name) = object.meta().name.as_deref() else {
             observed.unnamed += 1;
             return;
@@ -214,9 +219,11 @@ impl Tracker {
             return;
         }
         *handed = Some(Handed::Version(version.to_owned()));
-        observed
-            .work
-            .push((name.to_owned(), Desired::Present(object.to_fetched())));
+        let desired = match object.try_fetched() {
+            Ok(fetched) => Desired::Present(fetched),
+            Err(err) => Desired::Undecodable(err),
+        };
+        observed.work.push((name.to_owned(), desired));
     }
 
     fn absent(&mut self, name: &str, observed: &mut Observed) {
@@ -257,9 +264,9 @@ impl Slot {
 
 /// One named object's worker: applies each state handed over, retries a failed one with
 /// backoff until it settles or a newer state replaces it.
-async fn work<K>(context: Arc<Context>, api: Api<K>, object: ObjectSpec, slot: Arc<Slot>)
+async fn work<K>(context: Arc<Context>, api: Api<Raw<K>>, object: ObjectSpec, slot: Arc<Slot>)
 where
-    K: kube::Resource + Clone + DeserializeOwned + Debug + ToFetched,
+    K: kube::Resource<DynamicType = ()> + DeserializeOwned + ToFetched,
 {
     let mut pending: Option<Desired> = None;
     let mut retry: Option<Duration> = None;
@@ -289,12 +296,18 @@ where
 }
 
 /// Writes or removes; `false` when it failed in a way worth retrying.
-async fn apply<K>(context: &Context, object: &ObjectSpec, api: &Api<K>, desired: &Desired) -> bool
+async fn apply<K>(
+    context: &Context,
+    object: &ObjectSpec,
+    api: &Api<Raw<K>>,
+    desired: &Desired,
+) -> bool
 where
-    K: kube::Resource + Clone + DeserializeOwned + Debug + ToFetched,
+    K: kube::Resource<DynamicType = ()> + DeserializeOwned + ToFetched,
 {
     match desired {
         Desired::Present(fetched) => context.write(object, fetched).await,
+        Desired::Undecodable(err) => context.undecodable(object, err).await,
         // Nothing to remove (required objects keep their files): no need to ask.
         Desired::Absent if object.required || !context.object_dir(object).exists() => {
             context.absent(object).await
@@ -323,6 +336,7 @@ mod tests {
             .iter()
             .map(|(name, desired)| match desired {
                 Desired::Present(fetched) => format!("{name}={}", fetched.resource_version),
+                Desired::Undecodable(err) => format!("{name}=undecodable {}", err.field),
                 Desired::Absent => format!("{name}=absent"),
             })
             .collect();

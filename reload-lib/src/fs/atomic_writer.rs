@@ -129,8 +129,19 @@ pub enum Error {
         /// What is wrong with it.
         reason: &'static str,
     },
+    /// A directory on the way to the managed directory (or the managed directory itself) is a
+    /// symbolic link or not a directory: writing or removing through it could touch files
+    /// outside the destination. Nothing was written or removed.
+    #[error("refusing to write or remove through {path}: {reason}")]
+    Unsafe {
+        /// The offending path.
+        path: PathBuf,
+        /// What it is.
+        reason: &'static str,
+    },
     /// A filesystem step failed. A failure before the commit leaves the previous generation in
-    /// place; after it, the new one is committed and only clean-up is incomplete.
+    /// place (and removes what the failed write created); after it, the new one is committed
+    /// and only clean-up is incomplete.
     #[error("failed to {step} {path}")]
     Io {
         /// The step (e.g. `write`, `rename`).
@@ -215,12 +226,113 @@ pub fn validate_key(key: &str) -> Result<(), Error> {
 #[derive(Debug, Clone)]
 pub struct AtomicDirWriter {
     dir: PathBuf,
+    /// The trusted top of the tree: every component below it, down to `dir`, must be a real
+    /// directory (never a symlink).
+    root: Option<PathBuf>,
 }
 
 impl AtomicDirWriter {
-    /// A writer for `dir` (created on the first write).
+    /// A writer for `dir` (created on the first write). `dir` itself must not be a symlink.
     pub fn new(dir: impl Into<PathBuf>) -> Self {
-        Self { dir: dir.into() }
+        Self {
+            dir: dir.into(),
+            root: None,
+        }
+    }
+
+    /// Also refuses a symlink at any component between `root` (trusted, may itself be a link)
+    /// and the managed directory, e.g. `root/secrets` or `root/secrets/<name>`: otherwise
+    /// whoever can create such a link sends our writes and deletes anywhere. `dir` must be
+    /// under `root`.
+    ///
+    /// ```
+    /// # let tmp = tempfile::tempdir()?;
+    /// use reload_lib::fs::{AtomicDirWriter, Error, FileContent};
+    /// use std::collections::BTreeMap;
+    ///
+    /// let outside = tmp.path().join("outside");
+    /// std::fs::create_dir_all(tmp.path().join("dest"))?;
+    /// std::fs::create_dir(&outside)?;
+    /// std::os::unix::fs::symlink(&outside, tmp.path().join("dest/secrets"))?;
+    /// let writer = AtomicDirWriter::new(tmp.path().join("dest/secrets/serving"))
+    ///     .with_root(tmp.path().join("dest"));
+    /// let payload = BTreeMap::from([("k".to_owned(), FileContent::new(b"v".to_vec(), 0o600))]);
+    /// assert!(matches!(writer.write(&payload), Err(Error::Unsafe { .. })));
+    /// assert_eq!(std::fs::read_dir(&outside)?.count(), 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn with_root(mut self, root: impl Into<PathBuf>) -> Self {
+        self.root = Some(root.into());
+        self
+    }
+
+    /// The paths that must be real directories: every component below the root down to `dir`
+    /// (just `dir` without a root, or when `dir` is not under it).
+    fn checked_paths(&self) -> Vec<PathBuf> {
+        let relative = self
+            .root
+            .as_deref()
+            .and_then(|root| Some((root, self.dir.strip_prefix(root).ok()?)));
+        match relative {
+            Some((root, relative)) => {
+                let mut path = root.to_owned();
+                let mut paths = Vec::new();
+                for component in relative.components() {
+                    path.push(component);
+                    paths.push(path.clone());
+                }
+                paths
+            }
+            None => vec![self.dir.clone()],
+        }
+    }
+
+    /// Checks (and with `create`, creates mode 0755) every directory of [`Self::checked_paths`]
+    /// without following a symlink. `Ok(false)`: a component is missing (only without `create`).
+    fn ensure_real_dirs(&self, create: bool) -> Result<bool, Error> {
+        if create {
+            // The root (or, without one, the parent of `dir`) is trusted: created as usual.
+            let top = match &self.root {
+                Some(root) => Some(root.as_path()),
+                None => self.dir.parent().filter(|p| !p.as_os_str().is_empty()),
+            };
+            if let Some(top) = top {
+                fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o755)
+                    .create(top)
+                    .map_err(io_err("create", top))?;
+            }
+        }
+        for path in self.checked_paths() {
+            let meta = match fs::symlink_metadata(&path) {
+                Err(err) if err.kind() == io::ErrorKind::NotFound && create => {
+                    // mkdir never follows a symlink in its last component.
+                    match fs::DirBuilder::new().mode(0o755).create(&path) {
+                        Ok(()) => {}
+                        Err(err) if err.kind() == io::ErrorKind::AlreadyExists => {}
+                        Err(err) => return Err(io_err("create", &path)(err)),
+                    }
+                    fs::symlink_metadata(&path).map_err(io_err("inspect", &path))?
+                }
+                Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(false),
+                Err(err) => return Err(io_err("inspect", &path)(err)),
+                Ok(meta) => meta,
+            };
+            if meta.file_type().is_symlink() {
+                return Err(Error::Unsafe {
+                    path,
+                    reason: "it is a symbolic link",
+                });
+            }
+            if !meta.is_dir() {
+                return Err(Error::Unsafe {
+                    path,
+                    reason: "it is not a directory",
+                });
+            }
+        }
+        Ok(true)
     }
 
     /// The managed directory.
@@ -252,11 +364,7 @@ impl AtomicDirWriter {
             validate_key(key)?;
         }
         let dir = &self.dir;
-        fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o755)
-            .create(dir)
-            .map_err(io_err("create", dir))?;
+        self.ensure_real_dirs(true)?;
         let previous = current_generation(dir);
         let previous_keys = match &previous {
             Some(generation) => list_files(&dir.join(generation))?,
@@ -270,23 +378,21 @@ impl AtomicDirWriter {
             return Ok(WriteOutcome::Unchanged);
         }
 
+        // Leftovers of earlier failed or interrupted writes first: on a full disk they are what
+        // keeps it full. Only the generation `..data` points at is kept.
+        self.prune(previous.as_deref())?;
         let generation = self.new_generation_dir()?;
         let generation_path = dir.join(&generation);
-        for (key, content) in payload {
-            write_new_file(&generation_path.join(key), content)?;
-        }
-        sync_dir(&generation_path)?;
-
-        // The commit: one rename switches every key at once.
         let tmp = dir.join("..data_tmp");
-        match fs::remove_file(&tmp) {
-            Ok(()) => {}
-            Err(err) if err.kind() == io::ErrorKind::NotFound => {}
-            Err(err) => return Err(io_err("remove", &tmp)(err)),
+        if let Err(err) = self.stage(payload, &generation, &generation_path, &tmp) {
+            // Nothing was committed: remove what this write created, so a failure (disk full)
+            // does not leave the disk fuller than it found it.
+            let _ = fs::remove_file(&tmp);
+            if let Err(cleanup) = fs::remove_dir_all(&generation_path) {
+                tracing::warn!(path = %generation_path.display(), error = %cleanup, "cannot remove the generation of a failed write");
+            }
+            return Err(err);
         }
-        symlink(&generation, &tmp).map_err(io_err("symlink", &tmp))?;
-        fs::rename(&tmp, dir.join("..data")).map_err(io_err("rename", &tmp))?;
-        sync_dir(dir)?;
 
         self.link_keys(payload.keys())?;
         let removed_keys: Vec<String> = previous_keys
@@ -301,13 +407,42 @@ impl AtomicDirWriter {
             }
         }
         // Removing the old generation at once is what tells file-watching consumers (module docs).
-        self.prune(&generation)?;
+        self.prune(Some(&generation))?;
         sync_dir(dir)?;
         tracing::debug!(dir = %dir.display(), generation = %generation.display(), "committed");
         Ok(WriteOutcome::Written {
             generation: generation_path,
             removed_keys,
         })
+    }
+
+    /// Writes the new generation and commits it (the `..data` rename). An error means nothing
+    /// was committed.
+    fn stage(
+        &self,
+        payload: &BTreeMap<String, FileContent>,
+        generation: &Path,
+        generation_path: &Path,
+        tmp: &Path,
+    ) -> Result<(), Error> {
+        for (key, content) in payload {
+            write_new_file(&generation_path.join(key), content)?;
+        }
+        sync_dir(generation_path)?;
+        // The commit: one rename switches every key at once.
+        match fs::remove_file(tmp) {
+            Ok(()) => {}
+            Err(err) if err.kind() == io::ErrorKind::NotFound => {}
+            Err(err) => return Err(io_err("remove", tmp)(err)),
+        }
+        symlink(generation, tmp).map_err(io_err("symlink", tmp))?;
+        fs::rename(tmp, self.dir.join("..data")).map_err(io_err("rename", tmp))?;
+        // After the rename the new generation is committed and must stay (it is what `..data`
+        // points at), so a failed directory fsync is only reported.
+        if let Err(err) = sync_dir(&self.dir) {
+            tracing::warn!(dir = %self.dir.display(), error = %err, "committed, but the directory fsync failed");
+        }
+        Ok(())
     }
 
     /// Removes the managed directory and everything in it (the object was deleted). Returns
@@ -328,6 +463,9 @@ impl AtomicDirWriter {
     /// # Errors
     /// [`Error::Io`] when the removal fails.
     pub fn remove_all(&self) -> Result<bool, Error> {
+        if !self.ensure_real_dirs(false)? {
+            return Ok(false);
+        }
         match fs::symlink_metadata(&self.dir) {
             Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(false),
             Err(err) => Err(io_err("inspect", &self.dir)(err)),
@@ -409,15 +547,15 @@ impl AtomicDirWriter {
         Ok(())
     }
 
-    /// Removes every `..*` generation directory except the new one (the previous generation,
-    /// older ones, and orphans of interrupted writes).
-    fn prune(&self, keep_new: &Path) -> Result<(), Error> {
+    /// Removes every `..*` generation directory except `keep` (the previous generation, older
+    /// ones, and orphans of interrupted writes).
+    fn prune(&self, keep: Option<&Path>) -> Result<(), Error> {
         let entries = fs::read_dir(&self.dir).map_err(io_err("list", &self.dir))?;
         for entry in entries {
             let entry = entry.map_err(io_err("list", &self.dir))?;
             let name = PathBuf::from(entry.file_name());
             let Some(text) = name.to_str() else { continue };
-            if !text.starts_with("..") || text == "..data" || name == keep_new {
+            if !text.starts_with("..") || text == "..data" || Some(name.as_path()) == keep {
                 continue;
             }
             let path = entry.path();
@@ -716,6 +854,150 @@ mod tests {
         writer.write(&payload(&[("a", "2", 0o600)])).unwrap();
         assert!(!tmp.path().join("..orphan").exists());
         assert!(fs::symlink_metadata(tmp.path().join("..data_tmp")).is_err());
+    }
+
+    #[test]
+    fn a_symlinked_object_directory_or_parent_is_never_written_or_removed_through() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dest = tmp.path().join("dest");
+        let outside = tmp.path().join("outside");
+        fs::create_dir_all(outside.join("..olddir")).unwrap();
+        fs::write(outside.join("..olddir/keep"), "x").unwrap();
+        fs::write(outside.join("tls.crt"), "precious").unwrap();
+        let snapshot = |dir: &Path| {
+            let mut names: Vec<String> = fs::read_dir(dir)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .collect();
+            names.sort();
+            names
+        };
+        let before = snapshot(&outside);
+        let content = payload(&[("tls.crt", "synced", 0o600), ("tls.key", "key", 0o600)]);
+        // The object directory itself, then its parent, a symlink to elsewhere.
+        fs::create_dir_all(dest.join("secrets")).unwrap();
+        symlink(&outside, dest.join("secrets/serving")).unwrap();
+        let writer = AtomicDirWriter::new(dest.join("secrets/serving")).with_root(&dest);
+        let err = writer.write(&content).unwrap_err();
+        assert!(
+            matches!(&err, Error::Unsafe { path, .. } if path == &dest.join("secrets/serving")),
+            "{err}"
+        );
+        assert!(err.to_string().contains("symbolic link"), "{err}");
+        assert!(matches!(writer.remove_all(), Err(Error::Unsafe { .. })));
+        // Without a root the directory itself is still checked.
+        let plain = AtomicDirWriter::new(dest.join("secrets/serving"));
+        assert!(matches!(plain.write(&content), Err(Error::Unsafe { .. })));
+        assert!(matches!(plain.remove_all(), Err(Error::Unsafe { .. })));
+        fs::remove_file(dest.join("secrets/serving")).unwrap();
+        fs::remove_dir(dest.join("secrets")).unwrap();
+        symlink(&outside, dest.join("secrets")).unwrap();
+        let err = writer.write(&content).unwrap_err();
+        assert!(
+            matches!(&err, Error::Unsafe { path, .. } if path == &dest.join("secrets")),
+            "{err}"
+        );
+        assert!(matches!(writer.remove_all(), Err(Error::Unsafe { .. })));
+        assert_eq!(snapshot(&outside), before);
+        assert_eq!(fs::read(outside.join("tls.crt")).unwrap(), b"precious");
+        assert!(outside.join("..olddir/keep").exists());
+        // Real directories: written.
+        fs::remove_file(dest.join("secrets")).unwrap();
+        writer.write(&content).unwrap();
+        assert_eq!(
+            fs::read(dest.join("secrets/serving/tls.crt")).unwrap(),
+            b"synced"
+        );
+    }
+
+    /// Mounts a tmpfs of `size` at `at`; `false` (with the reason printed) where mounting is not
+    /// permitted (not root, no CAP_SYS_ADMIN, a restricted container).
+    fn mount_tmpfs(at: &Path, size: &str) -> bool {
+        let output = std::process::Command::new("mount")
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size},mode=0755"),
+                "tmpfs",
+            ])
+            .arg(at)
+            .output();
+        match output {
+            Ok(output) if output.status.success() => true,
+            Ok(output) => {
+                eprintln!(
+                    "SKIPPED: cannot mount a tmpfs: {}",
+                    String::from_utf8_lossy(&output.stderr).trim()
+                );
+                false
+            }
+            Err(err) => {
+                eprintln!("SKIPPED: cannot run mount: {err}");
+                false
+            }
+        }
+    }
+
+    struct Unmount(PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount").arg(&self.0).status();
+        }
+    }
+
+    #[test]
+    fn a_write_that_fills_the_disk_removes_what_it_created_so_the_next_one_fits() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mnt = tmp.path().join("mnt");
+        fs::create_dir(&mnt).unwrap();
+        if !mount_tmpfs(&mnt, "1m") {
+            return;
+        }
+        let _unmount = Unmount(mnt.clone());
+        let writer = AtomicDirWriter::new(mnt.join("secrets/serving"));
+        let small = |fill: u8| {
+            BTreeMap::from([(
+                "tls.crt".to_owned(),
+                FileContent::new(vec![fill; 200 * 1024], 0o600),
+            )])
+        };
+        writer.write(&small(b'a')).unwrap();
+        // 600 KiB + 600 KiB: the second file does not fit next to the first one.
+        let big = BTreeMap::from([
+            (
+                "a".to_owned(),
+                FileContent::new(vec![b'b'; 600 * 1024], 0o600),
+            ),
+            (
+                "b".to_owned(),
+                FileContent::new(vec![b'b'; 600 * 1024], 0o600),
+            ),
+        ]);
+        let err = writer.write(&big).unwrap_err();
+        assert!(matches!(err, Error::Io { .. }), "{err}");
+        assert_eq!(
+            generations(writer.dir()).len(),
+            1,
+            "only the committed generation is left: {:?}",
+            generations(writer.dir())
+        );
+        assert_eq!(
+            fs::read(writer.dir().join("tls.crt")).unwrap(),
+            vec![b'a'; 200 * 1024]
+        );
+        assert!(fs::symlink_metadata(writer.dir().join("..data_tmp")).is_err());
+        // The next, smaller write fits again (200 KiB old + 200 KiB new on a 1 MiB disk).
+        writer.write(&small(b'c')).unwrap();
+        assert_eq!(
+            fs::read(writer.dir().join("tls.crt")).unwrap(),
+            vec![b'c'; 200 * 1024]
+        );
+        // An orphan left by a crash (not by us) is removed before the next write needs its room.
+        fs::create_dir(writer.dir().join("..orphan")).unwrap();
+        fs::write(writer.dir().join("..orphan/blob"), vec![0u8; 500 * 1024]).unwrap();
+        writer.write(&small(b'd')).unwrap();
+        assert_eq!(generations(writer.dir()).len(), 1);
     }
 
     #[test]
