@@ -73,7 +73,10 @@ pub mod fs;
 mod material;
 #[cfg(feature = "metrics")]
 pub mod metrics;
+mod policy;
+mod read;
 mod reload;
+mod runtime;
 mod server;
 mod source;
 pub mod watch;

@@ -1,0 +1,564 @@
+//! Issue 14: each test reproduces one finding of the adversarial review (fail-open CRLs, session
+//! tickets surviving a trust shrink, key bytes in errors, ...) with real files, real inotify and
+//! real handshakes over 127.0.0.1.
+
+mod common;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use reload_lib::{ClientAuth, InvalidMaterial, ServingSet, Status};
+
+async fn wait_status(set: &ServingSet, pred: impl Fn(&Status) -> bool) -> Status {
+    let mut rx = set.subscribe();
+    tokio::time::timeout(Duration::from_secs(10), rx.wait_for(|s| pred(s)))
+        .await
+        .expect("status condition not reached within 10 s")
+        .unwrap()
+        .clone()
+}
+
+/// A server for `localhost` (issued by `server_ca`) requiring client certificates from the
+/// bundle at `bundle`, checked against the CRL file `crl` when given.
+async fn mtls_set(
+    tmp: &Path,
+    server_ca: &Ca,
+    bundle: &Path,
+    crl: Option<&Path>,
+    configure: Option<fn(&mut rustls::ServerConfig)>,
+) -> reload_lib::Result<ServingSet> {
+    let dir = PairDir::new(
+        &tmp.join("tls"),
+        Writer::Rename,
+        &server_ca.leaf(&["localhost"], 30),
+    );
+    let mut builder = ServingSet::builder(dir.paths())
+        .client_ca(bundle, ClientAuth::Required)
+        .resync_interval(None);
+    if let Some(crl) = crl {
+        builder = builder.client_crl(crl);
+    }
+    if let Some(configure) = configure {
+        builder = builder.configure(configure);
+    }
+    builder.start().await
+}
+
+// ---------------------------------------------------------------------------------------------
+// Item 1: a configured CRL source must yield at least one parsed CRL.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crl_file_without_a_crl_is_refused_at_start_up_and_a_der_crl_is_read_as_der() {
+    init_tracing();
+    let (server_ca, client_ca) = (Ca::new("server-ca"), Ca::new("client-ca"));
+    let tmp = tempfile::tempdir().unwrap();
+    let bundle = tmp.path().join("client-ca.crt");
+    std::fs::write(&bundle, &client_ca.cert_pem).unwrap();
+    let crl = tmp.path().join("client-ca.crl");
+    for (what, bytes) in [
+        ("empty", &b""[..]),
+        (
+            "an HTML error page",
+            b"<html><body>502 Bad Gateway</body></html>\n",
+        ),
+        ("a certificate", client_ca.cert_pem.as_bytes()),
+        ("DER garbage", &[0x30, 0x03, 0x02, 0x01, 0x01][..]),
+    ] {
+        std::fs::write(&crl, bytes).unwrap();
+        let err = mtls_set(tmp.path(), &server_ca, &bundle, Some(&crl), None)
+            .await
+            .expect_err(what);
+        assert!(
+            err.to_string().contains(&crl.display().to_string()),
+            "{what}: {err}"
+        );
+    }
+
+    // A DER CRL revoking alice is a CRL: alice is refused, bob gets in.
+    let (alice, bob) = (client_ca.client("alice"), client_ca.client("bob"));
+    std::fs::write(&crl, client_ca.crl_der(&[alice.serial_number])).unwrap();
+    let set = mtls_set(tmp.path(), &server_ca, &bundle, Some(&crl), None)
+        .await
+        .unwrap();
+    let addr = echo_server(set.acceptor()).await;
+    let alice_client = client_config(&[&server_ca.cert_pem], Some(&alice));
+    let bob_client = client_config(&[&server_ca.cert_pem], Some(&bob));
+    assert!(handshake(addr, "localhost", alice_client).await.is_err());
+    handshake(addr, "localhost", bob_client).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crl_replaced_by_something_that_is_not_a_crl_is_rejected_and_revocation_holds() {
+    init_tracing();
+    let (server_ca, client_ca) = (Ca::new("server-ca"), Ca::new("client-ca"));
+    let tmp = tempfile::tempdir().unwrap();
+    let bundle = tmp.path().join("client-ca.crt");
+    std::fs::write(&bundle, &client_ca.cert_pem).unwrap();
+    let crl = tmp.path().join("client-ca.crl");
+    let alice = client_ca.client("alice");
+    std::fs::write(&crl, client_ca.crl(&[alice.serial_number])).unwrap();
+    let set = mtls_set(tmp.path(), &server_ca, &bundle, Some(&crl), None)
+        .await
+        .unwrap();
+    let addr = echo_server(set.acceptor()).await;
+    let alice_client = no_resumption(&client_config(&[&server_ca.cert_pem], Some(&alice)));
+    assert!(
+        handshake(addr, "localhost", alice_client.clone())
+            .await
+            .is_err()
+    );
+
+    for (what, bytes) in [
+        ("an HTML error page", &b"<html>404</html>\n"[..]),
+        ("whitespace", b"\n\n"),
+        ("a certificate", client_ca.cert_pem.as_bytes()),
+    ] {
+        let before = set.status().reloads_failed;
+        rename_into(&crl, bytes);
+        let status = wait_status(&set, |s| s.reloads_failed > before).await;
+        let err = status.last_error.expect(what);
+        assert!(
+            err.to_string().contains(&crl.display().to_string()),
+            "{what}: {err}"
+        );
+        assert_eq!(status.generation, 1, "{what}: nothing published");
+        assert!(
+            handshake(addr, "localhost", alice_client.clone())
+                .await
+                .is_err(),
+            "{what}: alice is still revoked"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_and_recreating_the_crl_never_publishes_a_snapshot_without_it() {
+    init_tracing();
+    let (server_ca, client_ca) = (Ca::new("server-ca"), Ca::new("client-ca"));
+    let tmp = tempfile::tempdir().unwrap();
+    let bundle = tmp.path().join("client-ca.crt");
+    std::fs::write(&bundle, &client_ca.cert_pem).unwrap();
+    let crl = tmp.path().join("client-ca.crl");
+    let alice = client_ca.client("alice");
+    std::fs::write(&crl, client_ca.crl(&[alice.serial_number])).unwrap();
+    let set = mtls_set(tmp.path(), &server_ca, &bundle, Some(&crl), None)
+        .await
+        .unwrap();
+    let addr = echo_server(set.acceptor()).await;
+    let alice_client = no_resumption(&client_config(&[&server_ca.cert_pem], Some(&alice)));
+
+    for round in 0..50u64 {
+        // A fresh CRL each round (new number), written the way `rm; echo > file` does it.
+        let pem = client_ca.crl(&[alice.serial_number, 1_000_000 + round]);
+        std::fs::remove_file(&crl).unwrap();
+        std::fs::write(&crl, "").unwrap();
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        std::fs::write(&crl, pem).unwrap();
+        if round % 10 == 0 {
+            assert!(
+                handshake(addr, "localhost", alice_client.clone())
+                    .await
+                    .is_err(),
+                "round {round}: alice got in"
+            );
+        }
+    }
+    let _ = set.reload().await;
+    assert!(
+        handshake(addr, "localhost", alice_client).await.is_err(),
+        "alice got in after the last round"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Item 2: stateless tickets must not outlive a trust shrink, whatever `configure` does.
+
+fn shared_ticketer(config: &mut rustls::ServerConfig) {
+    static TICKETER: std::sync::OnceLock<Arc<dyn rustls::server::ProducesTickets>> =
+        std::sync::OnceLock::new();
+    config.ticketer =
+        Arc::clone(TICKETER.get_or_init(|| rustls::crypto::aws_lc_rs::Ticketer::new().unwrap()));
+    config.send_tls13_tickets = 4;
+}
+
+async fn resumption_after_trust_shrink(tls12: bool) {
+    init_tracing();
+    let server_ca = Ca::new("server-ca");
+    let (ca1, ca2) = (Ca::new("client-ca-1"), Ca::new("client-ca-2"));
+    let tmp = tempfile::tempdir().unwrap();
+    let bundle = tmp.path().join("client-ca.crt");
+    std::fs::write(&bundle, format!("{}{}", ca1.cert_pem, ca2.cert_pem)).unwrap();
+    let crl = tmp.path().join("client-ca.crl");
+    std::fs::write(&crl, format!("{}{}", ca1.crl(&[]), ca2.crl(&[]))).unwrap();
+    let set = mtls_set(
+        tmp.path(),
+        &server_ca,
+        &bundle,
+        Some(&crl),
+        Some(shared_ticketer),
+    )
+    .await
+    .unwrap();
+    let addr = echo_server(set.acceptor()).await;
+    let make = |pair: &Pair| {
+        if tls12 {
+            client_config_tls12(&[&server_ca.cert_pem], Some(pair))
+        } else {
+            client_config(&[&server_ca.cert_pem], Some(pair))
+        }
+    };
+    let (one, bob, carol) = (ca1.client("one"), ca2.client("bob"), ca2.client("carol"));
+    let (one, bob, carol) = (make(&one), make(&bob), make(&carol));
+    for client in [&one, &bob, &carol] {
+        assert!(
+            !handshake(addr, "localhost", client.clone())
+                .await
+                .unwrap()
+                .resumed
+        );
+        assert!(
+            handshake(addr, "localhost", client.clone())
+                .await
+                .unwrap()
+                .resumed,
+            "tickets work"
+        );
+    }
+
+    // Revoke bob: his ticket must not bring him back in.
+    std::fs::write(
+        tmp.path().join("next.crl"),
+        format!("{}{}", ca1.crl(&[]), ca2.crl(&[client_serial(&bob)])),
+    )
+    .unwrap();
+    std::fs::rename(tmp.path().join("next.crl"), &crl).unwrap();
+    wait_status(&set, |s| s.generation == 2).await;
+    assert!(
+        handshake(addr, "localhost", bob.clone()).await.is_err(),
+        "a revoked client resumed (tls12: {tls12})"
+    );
+
+    // Remove CA 1: its client's ticket must not bring it back in.
+    rename_into(&bundle, ca2.cert_pem.as_bytes());
+    std::fs::write(&crl, ca2.crl(&[client_serial(&bob)])).unwrap();
+    wait_status(&set, |s| {
+        s.served.iter().filter(|c| c.source == "client-ca").count() == 1 && s.last_error.is_none()
+    })
+    .await;
+    assert!(
+        handshake(addr, "localhost", one.clone()).await.is_err(),
+        "a client of a removed CA resumed (tls12: {tls12})"
+    );
+    // Carol is still trusted and gets in (a full handshake).
+    assert!(!handshake(addr, "localhost", carol).await.unwrap().resumed);
+}
+
+/// The serial the client config presents (its leaf's), for CRLs.
+fn client_serial(config: &Arc<rustls::ClientConfig>) -> u64 {
+    let certified = config
+        .client_auth_cert_resolver
+        .resolve(&[], &[rustls::SignatureScheme::ECDSA_NISTP256_SHA256])
+        .unwrap();
+    let info = reload_lib::CertInfo::from_der(&certified.cert[0]).unwrap();
+    u64::from_str_radix(&info.serial, 16).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls13_tickets_from_a_shared_ticketer_do_not_survive_a_trust_shrink() {
+    resumption_after_trust_shrink(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls12_tickets_from_a_shared_ticketer_do_not_survive_a_trust_shrink() {
+    resumption_after_trust_shrink(true).await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Item 9: a CRL must be issued by a CA of the bundle.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crl_from_an_unrelated_ca_is_rejected() {
+    init_tracing();
+    let (server_ca, client_ca, stranger) = (
+        Ca::new("server-ca"),
+        Ca::new("client-ca"),
+        Ca::new("stranger"),
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let bundle = tmp.path().join("client-ca.crt");
+    std::fs::write(&bundle, &client_ca.cert_pem).unwrap();
+    let crl = tmp.path().join("client-ca.crl");
+    std::fs::write(&crl, stranger.crl(&[])).unwrap();
+    let err = mtls_set(tmp.path(), &server_ca, &bundle, Some(&crl), None)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err.invalid_material(),
+            Some(InvalidMaterial::CrlIssuerUnknown { .. })
+        ),
+        "{err}"
+    );
+
+    std::fs::write(&crl, client_ca.crl(&[])).unwrap();
+    let set = mtls_set(tmp.path(), &server_ca, &bundle, Some(&crl), None)
+        .await
+        .unwrap();
+    let addr = echo_server(set.acceptor()).await;
+    let bob = no_resumption(&client_config(
+        &[&server_ca.cert_pem],
+        Some(&client_ca.client("bob")),
+    ));
+    handshake(addr, "localhost", bob.clone()).await.unwrap();
+    rename_into(&crl, stranger.crl(&[]).as_bytes());
+    let status = wait_status(&set, |s| s.last_error.is_some()).await;
+    assert!(
+        matches!(
+            status.last_error.as_ref().unwrap().invalid_material(),
+            Some(InvalidMaterial::CrlIssuerUnknown { .. })
+        ),
+        "{:?}",
+        status.last_error
+    );
+    handshake(addr, "localhost", bob).await.unwrap();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Item 3: no byte of a key file in errors, logs or `Debug`.
+
+/// Captures every log line of the process.
+#[derive(Clone, Default)]
+struct Logs(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Logs {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Logs {
+    fn install() -> Logs {
+        let logs = Logs::default();
+        let writer = logs.clone();
+        tracing_subscriber::fmt()
+            .with_env_filter("reload_lib=trace")
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .init();
+        logs
+    }
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+/// Fails if `text` holds any piece of the key: its base64 body, or its bytes as a list.
+fn assert_no_key_bytes(what: &str, text: &str, key_pem: &str) {
+    let body: String = key_pem
+        .lines()
+        .filter(|l| !l.starts_with("-----"))
+        .collect();
+    for window in body.as_bytes().chunks(8).take(8) {
+        let chunk = std::str::from_utf8(window).unwrap();
+        assert!(
+            !text.contains(chunk),
+            "{what} holds key text {chunk:?}: {text}"
+        );
+        let list = window
+            .iter()
+            .map(|b| b.to_string())
+            .collect::<Vec<_>>()
+            .join(", ");
+        assert!(
+            !text.contains(&list),
+            "{what} holds key bytes [{list}]: {text}"
+        );
+    }
+}
+
+fn error_text(err: &dyn std::error::Error) -> String {
+    let mut text = format!("{err} / {err:?}");
+    let mut source = err.source();
+    while let Some(cause) = source {
+        text.push_str(&format!(" / {cause} / {cause:?}"));
+        source = cause.source();
+    }
+    text
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_whose_newlines_were_lost_never_reaches_errors_logs_or_debug() {
+    let logs = Logs::install();
+    let ca = Ca::new("ca");
+    let tmp = tempfile::tempdir().unwrap();
+    let good = ca.leaf(&["localhost"], 30);
+    let next = ca.leaf(&["localhost"], 30);
+    let one_line = next.key_pem.replace('\n', " ");
+    let mut dir = PairDir::new(tmp.path(), Writer::Rename, &good);
+
+    // At start-up.
+    rename_into(&dir.key(), one_line.as_bytes());
+    let err = ServingSet::builder(dir.paths()).start().await.unwrap_err();
+    assert!(
+        err.to_string().contains(&dir.key().display().to_string()),
+        "{err}"
+    );
+    assert_no_key_bytes("the start() error", &error_text(&err), &next.key_pem);
+    // A bundle file (key and chain in one file) too.
+    let bundle = tmp.path().join("credential.pem");
+    std::fs::write(&bundle, format!("{one_line}{}", next.cert_pem)).unwrap();
+    let err = ServingSet::builder(reload_lib::CertKeyPaths::bundle(&bundle))
+        .start()
+        .await
+        .unwrap_err();
+    assert_no_key_bytes("the bundle error", &error_text(&err), &next.key_pem);
+
+    // After start-up: status, its Debug, the logs.
+    dir.write(&good);
+    let set = ServingSet::builder(dir.paths())
+        .warn_after(Duration::ZERO)
+        .resync_interval(None)
+        .start()
+        .await
+        .unwrap();
+    dir.write_raw(next.cert_pem.as_bytes(), one_line.as_bytes());
+    let status = wait_status(&set, |s| {
+        s.last_error
+            .as_ref()
+            .is_some_and(|e| e.to_string().contains("tls.key"))
+    })
+    .await;
+    let err = status.last_error.clone().unwrap();
+    assert_no_key_bytes("Status.last_error", &error_text(&*err), &next.key_pem);
+    assert_no_key_bytes("Status Debug", &format!("{status:?}"), &next.key_pem);
+    assert_no_key_bytes(
+        "ServingSet Debug",
+        &format!("{set:?} {:?}", set.current()),
+        &next.key_pem,
+    );
+    let _ = set.reload().await;
+    let text = logs.text();
+    assert!(text.contains("tls.key"), "the rejection is logged: {text}");
+    assert_no_key_bytes("the logs", &text, &next.key_pem);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Item 4: hostile files at watched paths: regular files only, a size cap, nothing hangs.
+
+fn mkfifo(path: &Path) {
+    let _ = std::fs::remove_file(path);
+    assert!(
+        std::process::Command::new("mkfifo")
+            .arg(path)
+            .status()
+            .unwrap()
+            .success()
+    );
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_fifo_a_device_a_directory_or_a_huge_file_is_refused_without_hanging() {
+    init_tracing();
+    let ca = Ca::new("ca");
+    let tmp = tempfile::tempdir().unwrap();
+    let good = ca.leaf(&["localhost"], 30);
+    let dir = PairDir::new(tmp.path(), Writer::Rename, &good);
+    let huge = tmp.path().join("huge");
+    std::fs::File::create(&huge)
+        .unwrap()
+        .set_len(100 << 20)
+        .unwrap();
+    let limit = Duration::from_secs(20);
+
+    // At start-up: each is an error naming the file, quickly.
+    type Make = Box<dyn Fn(&Path)>;
+    let hostile: Vec<(&str, Make)> = vec![
+        ("a FIFO", Box::new(mkfifo)),
+        (
+            "/dev/zero",
+            Box::new(|p: &Path| {
+                let _ = std::fs::remove_file(p);
+                std::os::unix::fs::symlink("/dev/zero", p).unwrap();
+            }),
+        ),
+        (
+            "a directory",
+            Box::new(|p: &Path| {
+                let _ = std::fs::remove_file(p);
+                std::fs::create_dir(p).unwrap();
+            }),
+        ),
+        (
+            "a 100 MiB file",
+            Box::new(move |p: &Path| {
+                let _ = std::fs::remove_file(p);
+                std::os::unix::fs::symlink(&huge, p).unwrap();
+            }),
+        ),
+    ];
+    for (what, make) in &hostile {
+        make(&dir.cert());
+        let started = tokio::time::timeout(limit, ServingSet::builder(dir.paths()).start())
+            .await
+            .unwrap_or_else(|_| panic!("start() hung on {what}"));
+        let err = started.expect_err(what);
+        assert!(err.to_string().contains("tls.crt"), "{what}: {err}");
+        if std::fs::metadata(dir.cert()).is_ok_and(|m| m.is_dir()) {
+            std::fs::remove_dir(dir.cert()).unwrap();
+        } else {
+            std::fs::remove_file(dir.cert()).unwrap();
+        }
+    }
+
+    // After start-up, on a current-thread runtime: rejected, the old pair serves, the next good
+    // write is picked up.
+    rename_into(&dir.cert(), good.cert_pem.as_bytes());
+    let set = ServingSet::builder(dir.paths())
+        .resync_interval(None)
+        .start()
+        .await
+        .unwrap();
+    let addr = echo_server(set.acceptor()).await;
+    let client = no_resumption(&client_config(&[&ca.cert_pem], None));
+    for (what, make) in &hostile {
+        let before = set.status().reloads_failed;
+        make(&dir.cert());
+        let status = tokio::time::timeout(limit, async {
+            let mut rx = set.subscribe();
+            rx.wait_for(|s| s.reloads_failed > before)
+                .await
+                .unwrap()
+                .clone()
+        })
+        .await
+        .unwrap_or_else(|_| panic!("{what} was never rejected"));
+        assert!(
+            status.last_error.unwrap().to_string().contains("tls.crt"),
+            "{what}"
+        );
+        let seen = tokio::time::timeout(limit, handshake(addr, "localhost", client.clone()))
+            .await
+            .unwrap_or_else(|_| panic!("the server hung on {what}"))
+            .unwrap();
+        assert_eq!(seen.serial, good.serial, "{what}");
+        let _ = std::fs::remove_dir(dir.cert());
+        let next = ca.leaf(&["localhost"], 30);
+        rename_into(&dir.key(), next.key_pem.as_bytes());
+        rename_into(&dir.cert(), next.cert_pem.as_bytes());
+        tokio::time::timeout(
+            limit,
+            wait_for_serial(addr, "localhost", &client, &next.serial),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("the good write after {what} was not served"));
+        rename_into(&dir.key(), good.key_pem.as_bytes());
+        rename_into(&dir.cert(), good.cert_pem.as_bytes());
+        wait_for_serial(addr, "localhost", &client, &good.serial).await;
+    }
+}
