@@ -444,7 +444,7 @@ where
         timing,
         polling: matches!(mode, WatchMode::Polling(_)),
         name,
-        _subscription: subscription,
+        subscription,
         failing_since: None,
         warned: None,
         retry_delay: None,
@@ -475,7 +475,7 @@ struct Task<M: Material> {
     timing: Timing,
     polling: bool,
     name: String,
-    _subscription: Option<Subscription>,
+    subscription: Option<Subscription>,
     /// Start of the current run of failed attempts.
     failing_since: Option<Instant>,
     /// The message last logged at warn level, so a persisting failure is logged once.
@@ -488,6 +488,11 @@ impl<M: Material> Task<M> {
     async fn run(mut self) {
         let mut next_resync = self.resync_interval().map(|d| Instant::now() + d);
         loop {
+            if !self.polling && self.changes.is_degraded() {
+                tracing::warn!(set = %self.name, poll_interval = ?self.timing.poll, "directories can no longer be watched; polling");
+                self.polling = true;
+                next_resync = self.resync_interval().map(|d| Instant::now() + d);
+            }
             let retry_at = self.retry_delay.map(|d| Instant::now() + d);
             tokio::select! {
                 command = self.commands.recv() => match command {
@@ -509,6 +514,11 @@ impl<M: Material> Task<M> {
                 }
                 () = sleep_until(next_resync), if next_resync.is_some() => {
                     tracing::trace!(set = %self.name, "periodic resync");
+                    // Watches first: whatever inotify could not report is watched again before
+                    // the files are compared.
+                    if let Some(subscription) = &self.subscription {
+                        subscription.repair();
+                    }
                     let _ = self.attempt(Dirty::all()).await;
                     next_resync = self.resync_interval().map(|d| Instant::now() + d);
                 }

@@ -562,3 +562,256 @@ async fn a_fifo_a_device_a_directory_or_a_huge_file_is_refused_without_hanging()
         wait_for_serial(addr, "localhost", &client, &good.serial).await;
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Item 8: not-yet-valid chains, intermediates' validity, CRL nextUpdate.
+
+fn reason(status: &Status) -> Option<InvalidMaterial> {
+    status
+        .last_error
+        .as_ref()
+        .and_then(|e| e.invalid_material().cloned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_not_yet_valid_or_expired_intermediate_chain_never_replaces_a_valid_one() {
+    init_tracing();
+    let ca = Ca::new("ca");
+    let tmp = tempfile::tempdir().unwrap();
+    let good = ca.leaf(&["localhost"], 30);
+    let mut dir = PairDir::new(tmp.path(), Writer::Kubelet, &good);
+    let set = ServingSet::builder(dir.paths())
+        .resync_interval(None)
+        .start()
+        .await
+        .unwrap();
+
+    let future = ca.leaf_between(
+        &["localhost"],
+        time::Duration::days(1),
+        time::Duration::days(30),
+    );
+    dir.write(&future);
+    let status = wait_status(&set, |s| s.last_error.is_some()).await;
+    assert!(
+        matches!(reason(&status), Some(InvalidMaterial::NotYetValid { .. })),
+        "{:?}",
+        status.last_error
+    );
+
+    // A valid leaf under an expired intermediate: the chain is expired.
+    let intermediate = ca.intermediate("expired-intermediate", -1);
+    let leaf = intermediate.leaf(&["localhost"], 30);
+    dir.write_raw(
+        leaf.chain_with(&intermediate).as_bytes(),
+        leaf.key_pem.as_bytes(),
+    );
+    let status = wait_status(&set, |s| {
+        matches!(reason(s), Some(InvalidMaterial::Expired { .. }))
+    })
+    .await;
+    assert_eq!(status.generation, 1);
+    assert_eq!(set.current().certificate_for(None).serial, good.serial);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_crl_never_replaces_a_fresh_one() {
+    init_tracing();
+    let (server_ca, client_ca) = (Ca::new("server-ca"), Ca::new("client-ca"));
+    let tmp = tempfile::tempdir().unwrap();
+    let bundle = tmp.path().join("client-ca.crt");
+    std::fs::write(&bundle, &client_ca.cert_pem).unwrap();
+    let crl = tmp.path().join("client-ca.crl");
+    let alice = client_ca.client("alice");
+    std::fs::write(&crl, client_ca.crl(&[alice.serial_number])).unwrap();
+    let set = mtls_set(tmp.path(), &server_ca, &bundle, Some(&crl), None)
+        .await
+        .unwrap();
+    // An old CRL (past its nextUpdate) that does not list alice, replayed.
+    rename_into(
+        &crl,
+        client_ca
+            .crl_next_update(&[], -time::Duration::hours(1))
+            .as_bytes(),
+    );
+    let status = wait_status(&set, |s| s.last_error.is_some()).await;
+    assert!(
+        matches!(reason(&status), Some(InvalidMaterial::CrlStale { .. })),
+        "{:?}",
+        status.last_error
+    );
+    let addr = echo_server(set.acceptor()).await;
+    let alice = no_resumption(&client_config(&[&server_ca.cert_pem], Some(&alice)));
+    assert!(handshake(addr, "localhost", alice).await.is_err());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Item 10: a shorter chain read mid-write does not replace the full one at once.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chain_that_lost_its_intermediate_is_refused_until_it_is_read_again_unchanged() {
+    init_tracing();
+    let root = Ca::new("root");
+    let intermediate = root.intermediate("intermediate", 365);
+    let tmp = tempfile::tempdir().unwrap();
+    let leaf = intermediate.leaf(&["localhost"], 30);
+    let mut dir = PairDir::new(tmp.path(), Writer::InPlace, &leaf);
+    dir.write_raw(
+        leaf.chain_with(&intermediate).as_bytes(),
+        leaf.key_pem.as_bytes(),
+    );
+    let set = ServingSet::builder(dir.paths())
+        .resync_interval(None)
+        .start()
+        .await
+        .unwrap();
+    assert_eq!(set.current().certified_key_for(None).cert.len(), 2);
+    let mut rx = set.subscribe();
+    // What a reader sees between the leaf and the intermediate of an in-place write.
+    std::fs::write(dir.cert(), &leaf.cert_pem).unwrap();
+    let first = tokio::time::timeout(Duration::from_secs(10), rx.changed())
+        .await
+        .unwrap()
+        .map(|()| rx.borrow_and_update().clone())
+        .unwrap();
+    assert!(
+        matches!(reason(&first), Some(InvalidMaterial::ChainShortened { .. })),
+        "the first pass must refuse the shortened chain: {:?} (generation {})",
+        first.last_error,
+        first.generation
+    );
+    // Read again unchanged: a deliberate change, accepted.
+    wait_status(&set, |s| s.generation == 2 && s.last_error.is_none()).await;
+    assert_eq!(set.current().certified_key_for(None).cert.len(), 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Item 11: a set outlives the runtime that started it.
+
+#[test]
+fn a_set_keeps_reloading_after_the_runtime_that_started_it_shut_down() {
+    init_tracing();
+    let ca = Ca::new("ca");
+    let tmp = tempfile::tempdir().unwrap();
+    let mut dir = PairDir::new(tmp.path(), Writer::Rename, &ca.leaf(&["localhost"], 30));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let set = runtime
+        .block_on(
+            ServingSet::builder(dir.paths())
+                .resync_interval(None)
+                .start(),
+        )
+        .unwrap();
+    drop(runtime);
+    let next = ca.leaf(&["localhost"], 30);
+    dir.write(&next);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while set.current().certificate_for(None).serial != next.serial {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the rotation was not picked up: {:?}",
+            set.status()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Item 12: the client side applies the server's rules to its identity.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_client_identity_never_replaces_a_valid_one() {
+    init_tracing();
+    let ca = Ca::new("ca");
+    let tmp = tempfile::tempdir().unwrap();
+    let roots = tmp.path().join("roots.crt");
+    std::fs::write(&roots, &ca.cert_pem).unwrap();
+    let me = ca.client("me");
+    let mut identity = PairDir::new(&tmp.path().join("identity"), Writer::Kubelet, &me);
+    let client = reload_lib::ClientTls::builder(&roots)
+        .identity(identity.paths())
+        .resync_interval(None)
+        .start()
+        .await
+        .unwrap();
+    identity.write(&ca.leaf(&["me"], -1));
+    let mut rx = client.subscribe();
+    let status = tokio::time::timeout(
+        Duration::from_secs(10),
+        rx.wait_for(|s| s.last_error.is_some() || s.generation > 1),
+    )
+    .await
+    .unwrap()
+    .unwrap()
+    .clone();
+    assert!(
+        matches!(reason(&status), Some(InvalidMaterial::Expired { .. })),
+        "{:?} generation {}",
+        status.last_error,
+        status.generation
+    );
+    assert_eq!(client.status().served[0].info.serial, me.serial);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Item 13: no task per dropped set; a writer that keeps the file open is seen.
+
+#[tokio::test(flavor = "current_thread")]
+async fn dropped_sets_leave_no_sighup_task_behind() {
+    let ca = Ca::new("ca");
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = PairDir::new(tmp.path(), Writer::Rename, &ca.leaf(&["localhost"], 30));
+    let metrics = tokio::runtime::Handle::current().metrics();
+    let base = metrics.num_alive_tasks();
+    for _ in 0..20 {
+        let set = ServingSet::builder(dir.paths())
+            .resync_interval(None)
+            .start()
+            .await
+            .unwrap();
+        set.reload_on_sighup().unwrap();
+        drop(set);
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while metrics.num_alive_tasks() > base {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} tasks left behind",
+            metrics.num_alive_tasks() - base
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_to_a_file_kept_open_is_seen_before_it_is_closed() {
+    use std::io::Write as _;
+    init_tracing();
+    let tmp = tempfile::tempdir().unwrap();
+    let roots = tmp.path().join("roots.crt");
+    let (ca1, ca2) = (Ca::new("one"), Ca::new("two"));
+    std::fs::write(&roots, &ca1.cert_pem).unwrap();
+    let client = reload_lib::ClientTls::builder(&roots)
+        .resync_interval(None)
+        .start()
+        .await
+        .unwrap();
+    let mut file = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&roots)
+        .unwrap();
+    file.write_all(ca2.cert_pem.as_bytes()).unwrap();
+    file.flush().unwrap();
+    let mut rx = client.subscribe();
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        rx.wait_for(|s| s.served.len() == 2),
+    )
+    .await
+    .expect("an append to a file still open was not seen")
+    .unwrap();
+    drop(file);
+}
