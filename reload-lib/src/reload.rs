@@ -499,6 +499,10 @@ impl<M: Material> Task<M> {
                     // Every handle is gone: nobody can use what we would publish.
                     None => return,
                     Some(reply) => {
+                        // An explicit reload also repairs the watches, as the resync does.
+                        if let Some(subscription) = &self.subscription {
+                            subscription.repair();
+                        }
                         let outcome = self.attempt(Dirty::all()).await;
                         let _ = reply.send(outcome);
                     }
