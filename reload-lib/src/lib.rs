@@ -86,7 +86,9 @@ pub use client::{ClientTls, ClientTlsBuilder};
 pub use error::{Error, InvalidMaterial, Result};
 pub use material::CertInfo;
 pub use reload::{Served, ServedCert, Status};
-pub use server::{Acceptor, ClientAuth, ServingSet, ServingSetBuilder, ServingSnapshot};
+pub use server::{
+    Acceptor, ClientAuth, ClientIdentity, ServingSet, ServingSetBuilder, ServingSnapshot,
+};
 pub use source::CertKeyPaths;
 pub use watch::WatchMode;
 

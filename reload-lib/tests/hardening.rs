@@ -815,3 +815,205 @@ async fn a_write_to_a_file_kept_open_is_seen_before_it_is_closed() {
     .unwrap();
     drop(file);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Item 14: `ClientAuth::Request` completes the handshake and hands over the verdict.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_mode_completes_every_handshake_and_reports_what_the_certificate_proved() {
+    use reload_lib::ClientIdentity;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    init_tracing();
+    let (server_ca, client_ca, stranger) = (
+        Ca::new("server-ca"),
+        Ca::new("client-ca"),
+        Ca::new("stranger"),
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = PairDir::new(
+        &tmp.path().join("tls"),
+        Writer::Rename,
+        &server_ca.leaf(&["localhost"], 30),
+    );
+    let bundle = tmp.path().join("client-ca.crt");
+    std::fs::write(&bundle, &client_ca.cert_pem).unwrap();
+    let crl = tmp.path().join("client-ca.crl");
+    let revoked = client_ca.client("revoked");
+    std::fs::write(&crl, client_ca.crl(&[revoked.serial_number])).unwrap();
+    let set = ServingSet::builder(dir.paths())
+        .client_ca(&bundle, ClientAuth::Request)
+        .client_crl(&crl)
+        .resync_interval(None)
+        .start()
+        .await
+        .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let acceptor = set.acceptor();
+    // The server answers each connection with the verdict.
+    tokio::spawn(async move {
+        loop {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok((mut tls, identity)) = acceptor.accept_with_identity(tcp).await else {
+                    return;
+                };
+                let verdict = match identity {
+                    ClientIdentity::Verified(leaf) => format!("verified {}", leaf.subject),
+                    ClientIdentity::Rejected { reason, .. } => format!("rejected {reason}"),
+                    _ => "anonymous".to_owned(),
+                };
+                let _ = tls.write_all(verdict.as_bytes()).await;
+                let _ = tls.shutdown().await;
+            });
+        }
+    });
+    let verdict = |config: Arc<rustls::ClientConfig>| async move {
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let connector = tokio_rustls::TlsConnector::from(config);
+        let mut tls = connector
+            .connect("localhost".try_into().unwrap(), tcp)
+            .await
+            .expect("the handshake completes");
+        let mut reply = String::new();
+        tls.read_to_string(&mut reply).await.unwrap();
+        reply
+    };
+    let roots = [server_ca.cert_pem.as_str()];
+    let alice = client_config(&roots, Some(&client_ca.client("alice")));
+    assert_eq!(verdict(no_resumption(&alice)).await, "verified CN=alice");
+    assert_eq!(verdict(client_config(&roots, None)).await, "anonymous");
+    for (what, pair) in [
+        ("expired", client_ca.client_valid_for("old", -1)),
+        ("unknown issuer", stranger.client("mallory")),
+        ("revoked", revoked),
+    ] {
+        let reply = verdict(client_config(&roots, Some(&pair))).await;
+        assert!(reply.starts_with("rejected "), "{what}: {reply}");
+    }
+
+    // Resumed sessions are checked against the trust in force: alice's CA removed.
+    assert!(verdict(alice.clone()).await.starts_with("verified"));
+    let other = Ca::new("other-client-ca");
+    rename_into(&bundle, other.cert_pem.as_bytes());
+    rename_into(&crl, other.crl(&[]).as_bytes());
+    wait_status(&set, |s| {
+        s.last_error.is_none()
+            && s.served
+                .iter()
+                .any(|c| c.info.subject == "CN=other-client-ca")
+    })
+    .await;
+    let reply = verdict(alice).await;
+    assert!(reply.starts_with("rejected "), "{reply}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Item 15: Kubernetes Pod Certificates (one credential-bundle file: key + chain) and
+// ClusterTrustBundle projections (a file of CA certificates), in projected volumes written the
+// kubelet's way (`..data` swaps).
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pod_certificate_bundles_serve_and_cluster_trust_bundles_trust_across_rotations() {
+    use reload_lib::fs::{AtomicDirWriter, FileContent};
+    use std::collections::BTreeMap;
+    init_tracing();
+    let root = Ca::new("signer-root");
+    let signer = root.intermediate("signer", 365);
+    let tmp = tempfile::tempdir().unwrap();
+    // What the kubelet projects for a pod: `podCertificate` with `credentialBundlePath`
+    // (PRIVATE KEY block, then the chain, leaf first) and `clusterTrustBundle` with `path`.
+    let project = |writer: &AtomicDirWriter, pair: &Pair, trust: &str| {
+        let files = BTreeMap::from([
+            (
+                "credentialbundle.pem".to_owned(),
+                FileContent::new(
+                    format!("{}{}", pair.key_pem, pair.chain_with(&signer)).into_bytes(),
+                    0o600,
+                ),
+            ),
+            (
+                "trust-bundle.pem".to_owned(),
+                FileContent::new(trust.as_bytes().to_vec(), 0o644),
+            ),
+        ]);
+        writer.write(&files).unwrap();
+    };
+    let server_volume = AtomicDirWriter::new(tmp.path().join("server"));
+    let client_volume = AtomicDirWriter::new(tmp.path().join("client"));
+    let server_pair = signer.leaf(&["api.ns.svc"], 1);
+    project(&server_volume, &server_pair, &root.cert_pem);
+    project(
+        &client_volume,
+        &signer.client("system:serviceaccount:ns:app"),
+        &root.cert_pem,
+    );
+
+    let set = ServingSet::builder(reload_lib::CertKeyPaths::bundle(
+        server_volume.dir().join("credentialbundle.pem"),
+    ))
+    .client_ca(
+        server_volume.dir().join("trust-bundle.pem"),
+        ClientAuth::Required,
+    )
+    .resync_interval(None)
+    .start()
+    .await
+    .unwrap();
+    let addr = echo_server(set.acceptor()).await;
+    let client = reload_lib::ClientTls::builder(client_volume.dir().join("trust-bundle.pem"))
+        .identity(reload_lib::CertKeyPaths::bundle(
+            client_volume.dir().join("credentialbundle.pem"),
+        ))
+        .resync_interval(None)
+        .start()
+        .await
+        .unwrap();
+    let seen = handshake(addr, "api.ns.svc", no_resumption(&client.config()))
+        .await
+        .unwrap();
+    assert_eq!(seen.serial, server_pair.serial);
+    assert_eq!(set.current().certified_key_for(None).cert.len(), 2);
+
+    // Short-lived credentials rotate; both sides follow.
+    for _ in 0..3 {
+        let next = signer.leaf(&["api.ns.svc"], 1);
+        project(&server_volume, &next, &root.cert_pem);
+        project(
+            &client_volume,
+            &signer.client("system:serviceaccount:ns:app"),
+            &root.cert_pem,
+        );
+        wait_for_serial(
+            addr,
+            "api.ns.svc",
+            &no_resumption(&client.config()),
+            &next.serial,
+        )
+        .await;
+    }
+    // An empty ClusterTrustBundle projection (no bundle matched the selector) is refused: the
+    // client keeps trusting the last good roots instead of trusting nothing.
+    project(
+        &client_volume,
+        &signer.client("system:serviceaccount:ns:app"),
+        "",
+    );
+    let mut rx = client.subscribe();
+    let status = tokio::time::timeout(
+        Duration::from_secs(10),
+        rx.wait_for(|s| s.last_error.is_some()),
+    )
+    .await
+    .unwrap()
+    .unwrap()
+    .clone();
+    assert_eq!(
+        status.last_error.unwrap().invalid_material(),
+        Some(&InvalidMaterial::Empty)
+    );
+    handshake(addr, "api.ns.svc", no_resumption(&client.config()))
+        .await
+        .unwrap();
+}

@@ -2,6 +2,7 @@
 //! from files and published together as one immutable snapshot.
 
 mod acceptor;
+mod identity;
 mod resolver;
 mod sessions;
 
@@ -15,6 +16,7 @@ use rustls::crypto::CryptoProvider;
 use rustls::server::danger::ClientCertVerifier;
 use rustls::server::{ServerSessionMemoryCache, StoresServerSessions, WebPkiClientVerifier};
 use rustls::sign::CertifiedKey;
+use rustls_pki_types::CertificateDer;
 use sha2::{Digest as _, Sha256};
 use tokio::sync::watch;
 
@@ -26,6 +28,7 @@ use crate::source::{CertKeyPaths, PassReader};
 use crate::watch::{Dirty, Interest, WatchMode, watch_path};
 
 pub use acceptor::Acceptor;
+pub use identity::ClientIdentity;
 use resolver::{PairEntry, Rank, SniResolver};
 
 /// Whether and how clients present certificates. Used with [`ServingSetBuilder::client_ca`].
@@ -68,7 +71,9 @@ use resolver::{PairEntry, Rank, SniResolver};
 /// Client certificates are verified by rustls' WebPKI client verifier built from the current CA
 /// bundle (chain to a CA in the bundle, validity, client-auth usage, CRLs when configured).
 /// Verification cannot be turned off; `Optional` only lets clients present no certificate at
-/// all, never an invalid one.
+/// all, never an invalid one. `Request` completes the handshake with an invalid certificate too,
+/// and hands the verdict to the application ([`Acceptor::accept_with_identity`]); with
+/// `Request`, a connection's `peer_certificates()` are unverified.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ClientAuth {
@@ -77,6 +82,12 @@ pub enum ClientAuth {
     /// Clients may present a certificate; if they do, it must chain to the bundle. The
     /// application decides what an anonymous client may do.
     Optional,
+    /// Ask for a certificate and complete the handshake whatever the client presents (none,
+    /// expired, unknown issuer, revoked), as kube-apiserver does: the application gets the
+    /// verified or rejected identity from [`Acceptor::accept_with_identity`] and decides (e.g.
+    /// authenticate by bearer token instead, or answer 401). The client must still prove it
+    /// holds the key of a certificate it presents.
+    Request,
 }
 
 /// How a set of SNI names is chosen for a pair.
@@ -779,6 +790,8 @@ pub struct ServingSnapshot {
     resolver: Arc<SniResolver>,
     served: Served,
     session_storage: Arc<dyn StoresServerSessions>,
+    /// The client-CA verification of this snapshot, for [`ClientIdentity`].
+    client_verifier: Option<Arc<dyn ClientCertVerifier>>,
 }
 
 impl std::fmt::Debug for ServingSnapshot {
@@ -812,6 +825,15 @@ impl ServingSnapshot {
     /// The `ServerConfig` of this snapshot.
     pub fn server_config(&self) -> &Arc<ServerConfig> {
         &self.config
+    }
+
+    /// What `chain` (a client's certificates, leaf first; `None`: none presented) proves under
+    /// this snapshot's client-CA bundle. See [`Acceptor::accept_with_identity`].
+    pub fn client_identity(&self, chain: Option<&[CertificateDer<'_>]>) -> ClientIdentity {
+        match &self.client_verifier {
+            Some(verifier) => ClientIdentity::check(verifier.as_ref(), chain),
+            None => ClientIdentity::Anonymous,
+        }
     }
 
     fn entry_for(&self, server_name: Option<&str>) -> &Arc<PairEntry> {
@@ -875,7 +897,10 @@ struct CaSource {
 /// A parsed client-CA bundle and the verifier built from it.
 struct AcceptedCa {
     bundle: ParsedBundle,
+    /// What the handshake uses.
     verifier: Arc<dyn ClientCertVerifier>,
+    /// The full verification, for [`ClientIdentity`] after the handshake.
+    strict: Arc<dyn ClientCertVerifier>,
     served: Arc<[Arc<ServedCert>]>,
 }
 
@@ -1125,13 +1150,19 @@ impl ServingMaterial {
         let mut verifier =
             WebPkiClientVerifier::builder_with_provider(roots, Arc::clone(&self.settings.provider))
                 .with_crls(bundle.crls.iter().cloned());
-        if config.auth == ClientAuth::Optional {
+        if config.auth != ClientAuth::Required {
             verifier = verifier.allow_unauthenticated();
         }
-        let verifier = verifier.build().map_err(|source| Error::BuildVerifier {
+        let strict = verifier.build().map_err(|source| Error::BuildVerifier {
             path: config.path.clone(),
             source,
         })?;
+        let verifier = match config.auth {
+            ClientAuth::Request => Arc::new(identity::RequestVerifier {
+                strict: Arc::clone(&strict),
+            }) as Arc<dyn ClientCertVerifier>,
+            ClientAuth::Required | ClientAuth::Optional => Arc::clone(&strict),
+        };
         let served = bundle
             .infos
             .iter()
@@ -1148,6 +1179,7 @@ impl ServingMaterial {
             AcceptedCa {
                 bundle,
                 verifier,
+                strict,
                 served,
             },
         )))
@@ -1262,6 +1294,7 @@ impl ServingMaterial {
             }
         }
         let ca_served = ca.map_or_else(|| Arc::from([]), |ca| Arc::clone(&ca.served));
+        let client_verifier = ca.map(|ca| Arc::clone(&ca.strict));
 
         // Nothing can fail from here on: commit.
         for accepted in accepted {
@@ -1280,6 +1313,7 @@ impl ServingMaterial {
             resolver,
             served: Served::new(served_pairs, ca_served),
             session_storage,
+            client_verifier,
         })
     }
 }

@@ -61,6 +61,11 @@ impl Ca {
         self.issue(&[], 30, ExtendedKeyUsagePurpose::ClientAuth, cn)
     }
 
+    /// A client leaf valid for `days` more days (negative: expired).
+    pub fn client_valid_for(&self, cn: &str, days: i64) -> Pair {
+        self.issue(&[], days, ExtendedKeyUsagePurpose::ClientAuth, cn)
+    }
+
     fn issue(&self, names: &[&str], days: i64, usage: ExtendedKeyUsagePurpose, cn: &str) -> Pair {
         let key = KeyPair::generate().unwrap();
         let mut params =
