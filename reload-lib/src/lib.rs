@@ -53,7 +53,13 @@
 //! - Files are only read, never written or chmod-ed, by the reloaders; their paths come from
 //!   your configuration. The [`fs`] writers create files with the mode you give (`0o600` for
 //!   keys), never wider, and never write outside their directory.
-//! - Private keys never appear in errors, logs or `Debug` output.
+//! - Private keys never appear in errors, logs or `Debug` output; no error quotes file content.
+//! - Only regular files are read, at most [`ServingSetBuilder::max_file_size`] bytes, off the
+//!   async workers and under [`ServingSetBuilder::read_timeout`]: a FIFO, a device or a huge
+//!   file at a watched path is refused and cannot hang or bloat the process.
+//! - A configured CRL file must yield at least one CRL issued by a CA of the bundle; sessions
+//!   and tickets (including a ticketer installed through `configure`) never resume across a
+//!   shrink of client trust.
 //! - Certificate validation of peers is rustls' WebPKI verification; it cannot be turned off
 //!   through this crate.
 //!
