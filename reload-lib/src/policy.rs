@@ -87,7 +87,8 @@ pub(crate) fn may_shorten_chain(
 
 /// Every CRL must be issued by a CA of the bundle (its issuer name is the CA's subject and the
 /// CA's key verifies its signature): rustls refuses every client of an issuer whose CRL it cannot
-/// use, so a CRL from an unrelated CA would lock clients out, and a forged one would too.
+/// use, so a CRL from an unrelated CA would lock clients out, and a forged one would too. A CRL
+/// of an intermediate CA therefore needs that intermediate in the bundle.
 pub(crate) fn crls_issued_by_bundle(bundle: &ParsedBundle) -> Result<()> {
     let cas: Vec<X509Certificate<'_>> = bundle
         .certs

@@ -311,13 +311,17 @@ impl ServingSetBuilder {
         self
     }
 
-    /// Adds a file of CRLs (PEM `X509 CRL` blocks) checked with the client CA bundle. Ignored
-    /// without [`client_ca`](Self::client_ca).
+    /// Adds a file of CRLs (PEM `X509 CRL` blocks, or one DER CRL) checked with the client CA
+    /// bundle. Ignored without [`client_ca`](Self::client_ca).
     ///
     /// # Security
-    /// Every CRL in the file must parse, or the bundle and its CRLs are rejected together and
-    /// the last good ones stay in force. A client whose certificate is revoked is refused;
-    /// a change of CRLs replaces the session cache (see [`client_ca`](Self::client_ca)).
+    /// Fails closed: the file must hold at least one CRL (an empty file, an HTML error page or a
+    /// certificate is rejected, at start-up too), every CRL must parse and be issued and signed
+    /// by a CA of the bundle (put an intermediate in the bundle to use its CRL), and a CRL past
+    /// its nextUpdate never replaces fresh ones. Otherwise the bundle and its CRLs are rejected
+    /// together and the last good ones stay in force. A client whose certificate is revoked is
+    /// refused; a change of CRLs replaces the session cache and invalidates tickets (see
+    /// [`client_ca`](Self::client_ca)).
     pub fn client_crl(mut self, path: impl Into<PathBuf>) -> Self {
         if let Some(ca) = &mut self.client_ca {
             ca.crls.push(path.into());
@@ -342,9 +346,11 @@ impl ServingSetBuilder {
     /// and deterministic. See the [type-level example](ServingSetBuilder).
     ///
     /// # Security
-    /// Do not replace `cert_resolver` (reloads would stop reaching handshakes) or
-    /// `session_storage` (sessions would survive a shrink of client trust). The client
-    /// certificate verifier is fixed by the builder and cannot be changed here.
+    /// Do not replace `cert_resolver` (reloads would stop reaching handshakes). A `ticketer` or
+    /// `session_storage` set here is bound to the set's client-trust epoch: its tickets and
+    /// sessions stop resuming when the client-CA bundle loses a CA or its CRLs change, as the
+    /// set's own cache does. The client certificate verifier is fixed by the builder and cannot
+    /// be changed here.
     pub fn configure(mut self, f: impl Fn(&mut ServerConfig) + Send + Sync + 'static) -> Self {
         self.configure = Some(Arc::new(f));
         self

@@ -149,6 +149,8 @@ impl Watcher {
         let mut armed = Vec::new();
         for dir in interest.dirs.keys() {
             if state.dirs.contains_key(dir) {
+                // Shared with another set: re-resolve, so this set's symlinked files are followed.
+                state.repair(dir);
                 continue;
             }
             match state.arm(dir) {
