@@ -682,8 +682,9 @@ async fn a_chain_that_lost_its_intermediate_is_refused_until_it_is_read_again_un
         .unwrap();
     assert_eq!(set.current().certified_key_for(None).cert.len(), 2);
     let mut rx = set.subscribe();
-    // What a reader sees between the leaf and the intermediate of an in-place write.
-    std::fs::write(dir.cert(), &leaf.cert_pem).unwrap();
+    // What a reader sees between the leaf and the intermediate of an in-place write (written
+    // here by rename, so that the truncation is not seen first).
+    rename_into(&dir.cert(), leaf.cert_pem.as_bytes());
     let first = tokio::time::timeout(Duration::from_secs(10), rx.changed())
         .await
         .unwrap()
