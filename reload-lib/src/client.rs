@@ -15,7 +15,8 @@ use rustls_pki_types::{CertificateDer, ServerName, UnixTime};
 use tokio::sync::watch;
 
 use crate::error::{Error, Result};
-use crate::material::{ParsedBundle, ParsedPair};
+use crate::material::{ParsedBundle, ParsedPair, Validity};
+use crate::policy;
 use crate::reload::{self, Handle, Material, Pass, Served, ServedCert, Status, Timing};
 use crate::source::{CertKeyPaths, PassReader};
 use crate::watch::{Dirty, Interest};
@@ -34,6 +35,7 @@ pub struct ClientTlsBuilder {
     provider: Option<Arc<CryptoProvider>>,
     alpn: Vec<Vec<u8>>,
     timing: Timing,
+    max_file_size: u64,
     #[cfg(feature = "metrics")]
     metrics: Option<crate::metrics::ReloadMetrics>,
 }
@@ -70,6 +72,20 @@ impl ClientTlsBuilder {
     /// Periodic content resync (default 60 s; `None` turns it off).
     pub fn resync_interval(mut self, interval: Option<Duration>) -> Self {
         self.timing.resync = interval;
+        self
+    }
+
+    /// The largest file read, in bytes (default 4 MiB); see
+    /// [`ServingSetBuilder::max_file_size`](crate::ServingSetBuilder::max_file_size).
+    pub fn max_file_size(mut self, bytes: u64) -> Self {
+        self.max_file_size = bytes;
+        self
+    }
+
+    /// How long one pass of reading and checking may take (default 30 s); see
+    /// [`ServingSetBuilder::read_timeout`](crate::ServingSetBuilder::read_timeout).
+    pub fn read_timeout(mut self, timeout: Duration) -> Self {
+        self.timing.read_timeout = timeout;
         self
     }
 
@@ -111,8 +127,10 @@ impl ClientTlsBuilder {
             identity: self.identity.clone(),
             provider: Arc::clone(&provider),
             previous_bytes: Vec::new(),
+            shortened_seen: None,
+            max_file_size: self.max_file_size,
         };
-        let handle = Arc::new(reload::start(material, self.timing, self.name.clone())?);
+        let handle = Arc::new(reload::start(material, self.timing, self.name.clone()).await?);
         #[cfg(feature = "metrics")]
         if let Some(metrics) = self.metrics {
             metrics.follow(self.name.clone(), handle.status.clone());
@@ -200,6 +218,7 @@ impl ClientTls {
             provider: None,
             alpn: Vec::new(),
             timing: Timing::default(),
+            max_file_size: crate::read::DEFAULT_MAX_FILE_SIZE,
             #[cfg(feature = "metrics")]
             metrics: None,
         }
@@ -253,6 +272,8 @@ impl ClientTls {
 struct ClientSnapshot {
     verifier: Arc<WebPkiServerVerifier>,
     identity: Option<Arc<CertifiedKey>>,
+    /// When the identity's whole chain is valid (for the may-replace rules).
+    identity_validity: Option<Validity>,
     served: Served,
 }
 
@@ -269,6 +290,9 @@ struct ClientMaterial {
     identity: Option<CertKeyPaths>,
     provider: Arc<CryptoProvider>,
     previous_bytes: Vec<Vec<u8>>,
+    /// Files refused once as a shortened identity chain: read again unchanged, they are settled.
+    shortened_seen: Option<Vec<Vec<u8>>>,
+    max_file_size: u64,
 }
 
 impl Material for ClientMaterial {
@@ -289,10 +313,10 @@ impl Material for ClientMaterial {
         &mut self,
         current: Option<&ClientSnapshot>,
         _dirty: Dirty,
-        _now: i64,
+        now: i64,
     ) -> Pass<ClientSnapshot> {
         let sources = 1 + usize::from(self.identity.is_some());
-        match self.load_all(current) {
+        match self.load_all(current, now) {
             Ok(snapshot) => {
                 // A handful of certificates: compare with what was served.
                 let was_served = |cert: &ServedCert| {
@@ -326,8 +350,12 @@ impl Material for ClientMaterial {
 }
 
 impl ClientMaterial {
-    fn load_all(&mut self, current: Option<&ClientSnapshot>) -> Result<Option<ClientSnapshot>> {
-        let mut pass = PassReader::default();
+    fn load_all(
+        &mut self,
+        current: Option<&ClientSnapshot>,
+        now: i64,
+    ) -> Result<Option<ClientSnapshot>> {
+        let mut pass = PassReader::new(self.max_file_size);
         let mut bytes = vec![pass.read(&self.roots)?];
         if let Some(identity) = &self.identity {
             bytes.push(pass.read(identity.cert())?);
@@ -358,6 +386,7 @@ impl ClientMaterial {
                 info: info.clone(),
             })
             .collect();
+        let mut identity_validity = None;
         let identity = match &self.identity {
             Some(paths) => {
                 let pair = ParsedPair::parse(
@@ -367,6 +396,26 @@ impl ClientMaterial {
                     &bytes[2],
                     &self.provider,
                 )?;
+                // The rules a server applies to its serving pairs.
+                policy::may_replace_chain(
+                    paths.cert(),
+                    pair.validity,
+                    current.and_then(|c| c.identity_validity),
+                    now,
+                )?;
+                if let Some(served) = current.and_then(|c| c.identity.as_ref()) {
+                    let stable = self.shortened_seen.as_ref() == Some(&bytes);
+                    if let Err(err) = policy::may_shorten_chain(
+                        paths.cert(),
+                        &pair.certified.cert,
+                        &served.cert,
+                        stable,
+                    ) {
+                        self.shortened_seen = Some(bytes);
+                        return Err(err);
+                    }
+                }
+                identity_validity = Some(pair.validity);
                 served.insert(
                     0,
                     ServedCert {
@@ -383,6 +432,7 @@ impl ClientMaterial {
         Ok(Some(ClientSnapshot {
             verifier,
             identity,
+            identity_validity,
             served: served.into_iter().collect(),
         }))
     }

@@ -88,9 +88,19 @@ pub enum Error {
         #[source]
         source: rustls::client::VerifierBuilderError,
     },
-    /// The background reload task is gone (its runtime shut down).
+    /// The background reload task is gone.
     #[error("the reload task is not running")]
     ReloaderGone,
+    /// A pass of reading and checking the files took longer than the read timeout (a hung
+    /// filesystem?). The last good material keeps serving; the pass is collected when it
+    /// finishes, and no other pass of the set starts meanwhile.
+    #[error("reading the files of set {set} did not finish within {timeout:?}")]
+    ReadTimeout {
+        /// The set's name.
+        set: String,
+        /// The configured read timeout.
+        timeout: std::time::Duration,
+    },
     /// A failure that was also published to subscribers (see [`Status::last_error`](crate::Status)).
     #[error(transparent)]
     Retained(Arc<Error>),
@@ -154,17 +164,53 @@ pub enum InvalidMaterial {
     /// A configured SNI name is not covered by the certificate's subject alternative names.
     #[error("the certificate does not cover the configured name {0}")]
     NameNotCovered(String),
-    /// The certificate has expired and the material it would replace has not.
-    #[error("the certificate expired at {not_after} and the served one is still valid")]
+    /// The chain has expired (the earliest notAfter of the leaf and its intermediates) and the
+    /// material it would replace has not.
+    #[error("the certificate chain expired at {not_after} and the served one is still valid")]
     Expired {
-        /// The rejected certificate's notAfter, RFC 3339.
+        /// The earliest notAfter in the rejected chain, RFC 3339.
         not_after: String,
+    },
+    /// The chain is not valid yet (the latest notBefore of the leaf and its intermediates) and
+    /// the material it would replace is valid now.
+    #[error(
+        "the certificate chain is not valid before {not_before} and the served one is valid now"
+    )]
+    NotYetValid {
+        /// The latest notBefore in the rejected chain, RFC 3339.
+        not_before: String,
+    },
+    /// The chain is shorter than the served one, which still holds the missing issuer: a writer
+    /// caught mid-write. Accepted once the same bytes are read again on a later pass.
+    #[error("the chain lost its issuer certificate {missing_issuer} (a write in progress?)")]
+    ChainShortened {
+        /// Subject of the issuer certificate the served chain holds and the new one lacks.
+        missing_issuer: String,
     },
     /// A CRL could not be parsed.
     #[error("CRL {index} cannot be parsed")]
     BadCrl {
         /// Position in the file, 0 for the first.
         index: usize,
+    },
+    /// A configured CRL file holds no CRL (neither PEM `X509 CRL` blocks nor one DER CRL).
+    #[error("no CRL found (neither a PEM X509 CRL block nor a DER CRL)")]
+    NoCrl,
+    /// A CRL was not issued (name and signature) by any CA of the bundle it is checked with.
+    #[error("CRL {index} is not issued by a CA of the bundle (issuer {issuer})")]
+    CrlIssuerUnknown {
+        /// Position in the file, 0 for the first.
+        index: usize,
+        /// The CRL's issuer name.
+        issuer: String,
+    },
+    /// A CRL is past its nextUpdate while the CRLs in force are not (an old CRL replayed?).
+    #[error("CRL {index} is stale (nextUpdate {next_update}) and the CRLs in force are not")]
+    CrlStale {
+        /// Position in the file, 0 for the first.
+        index: usize,
+        /// The CRL's nextUpdate, RFC 3339.
+        next_update: String,
     },
 }
 

@@ -53,7 +53,13 @@
 //! - Files are only read, never written or chmod-ed, by the reloaders; their paths come from
 //!   your configuration. The [`fs`] writers create files with the mode you give (`0o600` for
 //!   keys), never wider, and never write outside their directory.
-//! - Private keys never appear in errors, logs or `Debug` output.
+//! - Private keys never appear in errors, logs or `Debug` output; no error quotes file content.
+//! - Only regular files are read, at most [`ServingSetBuilder::max_file_size`] bytes, off the
+//!   async workers and under [`ServingSetBuilder::read_timeout`]: a FIFO, a device or a huge
+//!   file at a watched path is refused and cannot hang or bloat the process.
+//! - A configured CRL file must yield at least one CRL issued by a CA of the bundle; sessions
+//!   and tickets (including a ticketer installed through `configure`) never resume across a
+//!   shrink of client trust.
 //! - Certificate validation of peers is rustls' WebPKI verification; it cannot be turned off
 //!   through this crate.
 //!
@@ -73,7 +79,10 @@ pub mod fs;
 mod material;
 #[cfg(feature = "metrics")]
 pub mod metrics;
+mod policy;
+mod read;
 mod reload;
+mod runtime;
 mod server;
 mod source;
 pub mod watch;
@@ -83,7 +92,9 @@ pub use client::{ClientTls, ClientTlsBuilder};
 pub use error::{Error, InvalidMaterial, Result};
 pub use material::CertInfo;
 pub use reload::{Served, ServedCert, Status};
-pub use server::{Acceptor, ClientAuth, ServingSet, ServingSetBuilder, ServingSnapshot};
+pub use server::{
+    Acceptor, ClientAuth, ClientIdentity, ServingSet, ServingSetBuilder, ServingSnapshot,
+};
 pub use source::CertKeyPaths;
 pub use watch::WatchMode;
 

@@ -119,7 +119,8 @@ impl ReloadMetrics {
         // start-up already sees it.
         let first = status.borrow_and_update().clone();
         self.record(&set, &first, &mut seen_ok, &mut seen_failed, &mut expiry);
-        tokio::spawn(async move {
+        // On the crate's runtime, with the reload task it follows.
+        crate::runtime::get().spawn(async move {
             while status.changed().await.is_ok() {
                 let current = status.borrow_and_update().clone();
                 self.record(&set, &current, &mut seen_ok, &mut seen_failed, &mut expiry);

@@ -294,6 +294,8 @@ pub(crate) struct Timing {
     pub(crate) retry_max: Duration,
     pub(crate) warn_after: Duration,
     pub(crate) force_poll: bool,
+    /// How long one pass (reading and checking) may take before it is reported as hung.
+    pub(crate) read_timeout: Duration,
 }
 
 impl Default for Timing {
@@ -305,6 +307,7 @@ impl Default for Timing {
             retry_max: Duration::from_secs(5),
             warn_after: Duration::from_secs(1),
             force_poll: false,
+            read_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -323,6 +326,8 @@ pub(crate) struct Handle<S> {
     pub(crate) mode: WatchMode,
     changes: Arc<Changes>,
     commands: mpsc::Sender<oneshot::Sender<Result<bool>>>,
+    /// Dropped with the handle: helpers that live as long as the set (the SIGHUP task) watch it.
+    alive: tokio::sync::watch::Sender<()>,
 }
 
 impl<S> std::fmt::Debug for Handle<S> {
@@ -351,12 +356,19 @@ impl<S> Handle<S> {
     pub(crate) fn trigger(&self) {
         self.changes.mark_all();
     }
+
+    /// Resolves when the handle (so the set) is dropped.
+    pub(crate) fn dropped(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let mut alive = self.alive.subscribe();
+        async move { while alive.changed().await.is_ok() {} }
+    }
 }
 
 /// Arms the watches, loads once (the result is the start-up error, if any), then spawns the
-/// reload task on the current tokio runtime.
-pub(crate) fn start<M: Material>(
-    mut material: M,
+/// reload task on the crate's runtime (see `runtime`), so the set keeps reloading whatever
+/// happens to the caller's runtime.
+pub(crate) async fn start<M: Material>(
+    material: M,
     timing: Timing,
     name: String,
 ) -> Result<Handle<M::Snapshot>>
@@ -380,7 +392,26 @@ where
     let started = std::time::Instant::now();
     // Anything marked before this read is in it.
     changes.take();
-    let pass = material.load(None, Dirty::all(), now);
+    let limit = timing.read_timeout;
+    let first_pass = crate::runtime::get().spawn(async move {
+        let pass = tokio::task::spawn_blocking(move || {
+            let mut material = material;
+            let pass = material.load(None, Dirty::all(), now);
+            (material, pass)
+        });
+        tokio::time::timeout(limit, pass).await
+    });
+    let (material, pass) = match first_pass.await {
+        Ok(Ok(Ok(done))) => done,
+        Ok(Ok(Err(panicked))) | Err(panicked) => std::panic::resume_unwind(panicked.into_panic()),
+        // The pass goes on in the background and is dropped when it ends.
+        Ok(Err(_elapsed)) => {
+            return Err(Error::ReadTimeout {
+                set: name,
+                timeout: limit,
+            });
+        }
+    };
     if let Some(err) = pass.rejected {
         return Err(err);
     }
@@ -402,8 +433,10 @@ where
     let (status_tx, status_rx) = tokio::sync::watch::channel(status);
     let current = Arc::new(ArcSwap::from_pointee(first));
     let (commands, command_rx) = mpsc::channel(8);
+    let (alive, _) = tokio::sync::watch::channel(());
     let task = Task {
-        material,
+        material: Some(material),
+        pending: None,
         current: Arc::clone(&current),
         status: status_tx,
         changes: Arc::clone(&changes),
@@ -411,23 +444,30 @@ where
         timing,
         polling: matches!(mode, WatchMode::Polling(_)),
         name,
-        _subscription: subscription,
+        subscription,
         failing_since: None,
         warned: None,
         retry_delay: None,
     };
-    tokio::spawn(task.run());
+    crate::runtime::get().spawn(task.run());
     Ok(Handle {
         current,
         status: status_rx,
         mode,
         changes,
         commands,
+        alive,
     })
 }
 
+/// A pass running on the blocking pool; it hands the material back when it ends.
+type PendingPass<M> = tokio::task::JoinHandle<(M, Pass<<M as Material>::Snapshot>)>;
+
 struct Task<M: Material> {
-    material: M,
+    /// `None` while a pass runs (or hangs) on the blocking pool with it.
+    material: Option<M>,
+    /// A pass that outlived the read timeout: collected before the next one starts.
+    pending: Option<PendingPass<M>>,
     current: Arc<ArcSwap<M::Snapshot>>,
     status: tokio::sync::watch::Sender<Status>,
     changes: Arc<Changes>,
@@ -435,7 +475,7 @@ struct Task<M: Material> {
     timing: Timing,
     polling: bool,
     name: String,
-    _subscription: Option<Subscription>,
+    subscription: Option<Subscription>,
     /// Start of the current run of failed attempts.
     failing_since: Option<Instant>,
     /// The message last logged at warn level, so a persisting failure is logged once.
@@ -448,28 +488,42 @@ impl<M: Material> Task<M> {
     async fn run(mut self) {
         let mut next_resync = self.resync_interval().map(|d| Instant::now() + d);
         loop {
+            if !self.polling && self.changes.is_degraded() {
+                tracing::warn!(set = %self.name, poll_interval = ?self.timing.poll, "directories can no longer be watched; polling");
+                self.polling = true;
+                next_resync = self.resync_interval().map(|d| Instant::now() + d);
+            }
             let retry_at = self.retry_delay.map(|d| Instant::now() + d);
             tokio::select! {
                 command = self.commands.recv() => match command {
                     // Every handle is gone: nobody can use what we would publish.
                     None => return,
                     Some(reply) => {
-                        let outcome = self.attempt(Dirty::all());
+                        // An explicit reload also repairs the watches, as the resync does.
+                        if let Some(subscription) = &self.subscription {
+                            subscription.repair();
+                        }
+                        let outcome = self.attempt(Dirty::all()).await;
                         let _ = reply.send(outcome);
                     }
                 },
                 () = self.changes.notified() => {
                     // A fresh event restarts the retry schedule.
                     self.retry_delay = None;
-                    let _ = self.attempt(Dirty::default());
+                    let _ = self.attempt(Dirty::default()).await;
                 }
                 () = sleep_until(retry_at), if retry_at.is_some() => {
                     // The material re-reads the sources it rejected.
-                    let _ = self.attempt(Dirty::default());
+                    let _ = self.attempt(Dirty::default()).await;
                 }
                 () = sleep_until(next_resync), if next_resync.is_some() => {
                     tracing::trace!(set = %self.name, "periodic resync");
-                    let _ = self.attempt(Dirty::all());
+                    // Watches first: whatever inotify could not report is watched again before
+                    // the files are compared.
+                    if let Some(subscription) = &self.subscription {
+                        subscription.repair();
+                    }
+                    let _ = self.attempt(Dirty::all()).await;
                     next_resync = self.resync_interval().map(|d| Instant::now() + d);
                 }
             }
@@ -487,15 +541,61 @@ impl<M: Material> Task<M> {
     /// One reload pass over what `dirty` and the watcher marked. Publishes what changed and
     /// passed the checks; on a rejection keeps the rejected source's last good material and
     /// schedules a retry.
-    fn attempt(&mut self, mut dirty: Dirty) -> Result<bool> {
-        let span = tracing::debug_span!("reload", set = %self.name);
-        let _entered = span.enter();
+    async fn attempt(&mut self, mut dirty: Dirty) -> Result<bool> {
+        if let Some(pending) = self.pending.take() {
+            if !pending.is_finished() {
+                self.pending = Some(pending);
+                return self.rejected(Error::ReadTimeout {
+                    set: self.name.clone(),
+                    timeout: self.timing.read_timeout,
+                });
+            }
+            // The hung pass ended: publish what it found, then read again (what it read is old).
+            let (material, pass) = pending
+                .await
+                .unwrap_or_else(|panicked| std::panic::resume_unwind(panicked.into_panic()));
+            self.material = Some(material);
+            let _ = self.finish(pass, unix_now(), std::time::Instant::now());
+            dirty = Dirty::all();
+        }
         // Take the marks before reading: a change after this point wakes another pass.
         dirty.merge(self.changes.take());
         let now = unix_now();
         let started = std::time::Instant::now();
         let current = self.current.load_full();
-        let pass = self.material.load(Some(&current), dirty, now);
+        let mut material = self
+            .material
+            .take()
+            .expect("only one pass at a time, and a hung one is pending");
+        let span = tracing::debug_span!("reload", set = %self.name);
+        let mut pass = tokio::task::spawn_blocking(move || {
+            let _entered = span.enter();
+            let pass = material.load(Some(&current), dirty, now);
+            (material, pass)
+        });
+        match tokio::time::timeout(self.timing.read_timeout, &mut pass).await {
+            Ok(Ok((material, pass))) => {
+                self.material = Some(material);
+                self.finish(pass, now, started)
+            }
+            Ok(Err(panicked)) => std::panic::resume_unwind(panicked.into_panic()),
+            Err(_elapsed) => {
+                self.pending = Some(pass);
+                self.rejected(Error::ReadTimeout {
+                    set: self.name.clone(),
+                    timeout: self.timing.read_timeout,
+                })
+            }
+        }
+    }
+
+    /// Publishes what a pass built and records its outcome.
+    fn finish(
+        &mut self,
+        pass: Pass<M::Snapshot>,
+        now: i64,
+        started: std::time::Instant,
+    ) -> Result<bool> {
         let published = pass.snapshot.is_some();
         if let Some(snapshot) = pass.snapshot {
             let served = M::served(&snapshot);
@@ -529,31 +629,34 @@ impl<M: Material> Task<M> {
                 self.recovered();
                 Ok(false)
             }
-            Some(err) => {
-                let since = *self.failing_since.get_or_insert_with(Instant::now);
-                let message = err.to_string();
-                // Writers that replace the certificate and the key one after the other (or
-                // truncate and write) pass through torn states; warn only if it persists.
-                if since.elapsed() >= self.timing.warn_after
-                    && self.warned.as_deref() != Some(message.as_str())
-                {
-                    tracing::warn!(set = %self.name, error = &err as &dyn std::error::Error, "material rejected; keeping the last good material");
-                    self.warned = Some(message);
-                } else {
-                    tracing::debug!(set = %self.name, error = %message, "material rejected; will retry");
-                }
-                let err = Arc::new(err);
-                self.status.send_modify(|status| {
-                    status.reloads_failed += 1;
-                    status.last_error = Some(Arc::clone(&err));
-                });
-                self.retry_delay = Some(match self.retry_delay {
-                    None => self.timing.retry_min,
-                    Some(delay) => (delay * 2).min(self.timing.retry_max),
-                });
-                Err(Arc::try_unwrap(err).unwrap_or_else(Error::Retained))
-            }
+            Some(err) => self.rejected(err),
         }
+    }
+
+    /// Records a rejected pass (the last good material stays) and schedules a retry.
+    fn rejected(&mut self, err: Error) -> Result<bool> {
+        let since = *self.failing_since.get_or_insert_with(Instant::now);
+        let message = err.to_string();
+        // Writers that replace the certificate and the key one after the other (or
+        // truncate and write) pass through torn states; warn only if it persists.
+        if since.elapsed() >= self.timing.warn_after
+            && self.warned.as_deref() != Some(message.as_str())
+        {
+            tracing::warn!(set = %self.name, error = &err as &dyn std::error::Error, "material rejected; keeping the last good material");
+            self.warned = Some(message);
+        } else {
+            tracing::debug!(set = %self.name, error = %message, "material rejected; will retry");
+        }
+        let err = Arc::new(err);
+        self.status.send_modify(|status| {
+            status.reloads_failed += 1;
+            status.last_error = Some(Arc::clone(&err));
+        });
+        self.retry_delay = Some(match self.retry_delay {
+            None => self.timing.retry_min,
+            Some(delay) => (delay * 2).min(self.timing.retry_max),
+        });
+        Err(Arc::try_unwrap(err).unwrap_or_else(Error::Retained))
     }
 
     fn recovered(&mut self) {

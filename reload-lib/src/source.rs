@@ -79,15 +79,32 @@ impl CertKeyPaths {
 
 /// Reads files for one load pass. Within a pass, every `..data` directory is resolved once, so all
 /// files read through it come from one generation even if a writer commits meanwhile.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct PassReader {
     generations: HashMap<PathBuf, Option<PathBuf>>,
+    max_file_size: u64,
+}
+
+impl Default for PassReader {
+    fn default() -> Self {
+        Self::new(crate::read::DEFAULT_MAX_FILE_SIZE)
+    }
 }
 
 impl PassReader {
+    /// A reader for one pass that refuses files larger than `max_file_size` bytes.
+    pub(crate) fn new(max_file_size: u64) -> Self {
+        Self {
+            generations: HashMap::new(),
+            max_file_size,
+        }
+    }
+
+    /// The bytes of the regular file at `path` (see [`crate::read`]); errors name `path` and
+    /// never hold any of its content.
     pub(crate) fn read(&mut self, path: &Path) -> Result<Vec<u8>> {
         let actual = self.resolve(path);
-        std::fs::read(&actual).map_err(|source| Error::ReadFile {
+        crate::read::read_regular(&actual, self.max_file_size).map_err(|source| Error::ReadFile {
             path: path.to_owned(),
             source,
         })

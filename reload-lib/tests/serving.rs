@@ -68,7 +68,12 @@ async fn a_torn_in_place_write_keeps_the_old_pair_until_the_key_arrives() {
 
     let next = ca.leaf(&["localhost"], 30);
     std::fs::write(dir.cert(), &next.cert_pem).unwrap();
-    let status = wait_status(&set, |s| s.reloads_failed > 0).await;
+    // The truncation may be seen first (empty file, retried): wait for the settled torn state.
+    let status = wait_status(&set, |s| {
+        s.last_error.as_ref().and_then(|e| e.invalid_material())
+            == Some(&InvalidMaterial::KeyMismatch)
+    })
+    .await;
     let err = status.last_error.unwrap();
     assert_eq!(
         err.invalid_material(),

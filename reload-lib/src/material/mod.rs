@@ -26,6 +26,37 @@ pub(crate) use names::{covers, normalize_name};
 pub(crate) struct ParsedPair {
     pub(crate) certified: Arc<CertifiedKey>,
     pub(crate) info: CertInfo,
+    /// When the whole chain (leaf and intermediates) is valid.
+    pub(crate) validity: Validity,
+}
+
+/// The window in which every certificate of a chain is valid: the latest notBefore and the
+/// earliest notAfter, seconds since the Unix epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Validity {
+    pub(crate) not_before: i64,
+    pub(crate) not_after: i64,
+}
+
+impl Validity {
+    pub(crate) fn of_chain(infos: &[CertInfo]) -> Self {
+        Self {
+            not_before: infos.iter().map(|i| i.not_before).max().unwrap_or(i64::MIN),
+            not_after: infos.iter().map(|i| i.not_after).min().unwrap_or(i64::MAX),
+        }
+    }
+
+    pub(crate) fn is_expired_at(&self, now: i64) -> bool {
+        now > self.not_after
+    }
+
+    pub(crate) fn is_not_yet_valid_at(&self, now: i64) -> bool {
+        now < self.not_before
+    }
+
+    pub(crate) fn is_valid_at(&self, now: i64) -> bool {
+        !self.is_expired_at(now) && !self.is_not_yet_valid_at(now)
+    }
 }
 
 impl std::fmt::Debug for ParsedPair {
@@ -66,14 +97,20 @@ impl ParsedPair {
         let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(|err| {
             let reason = match err {
                 rustls_pki_types::pem::Error::NoItemsFound => InvalidMaterial::NoPrivateKey,
-                other => InvalidMaterial::Pem(other.to_string()),
+                other => InvalidMaterial::Pem(pem_error(&other)),
             };
             Error::invalid(key_path, reason)
         })?;
-        let signing_key = provider
-            .key_provider
-            .load_private_key(key)
-            .map_err(|err| Error::invalid(key_path, InvalidMaterial::BadKey(err.to_string())))?;
+        // The provider's message is fixed text, but a key file's content must never reach an
+        // error whatever a future provider says: name the failure only.
+        let signing_key = provider.key_provider.load_private_key(key).map_err(|_| {
+            Error::invalid(
+                key_path,
+                InvalidMaterial::BadKey(
+                    "unsupported algorithm or corrupt key (not RSA, ECDSA or Ed25519)".to_owned(),
+                ),
+            )
+        })?;
         let certified = CertifiedKey::new(chain, signing_key);
         // `CertifiedKey::from_der` lets a key that cannot report its public key through; we do not.
         if let Err(err) = certified.keys_match() {
@@ -81,10 +118,11 @@ impl ParsedPair {
                 rustls::Error::InconsistentKeys(rustls::InconsistentKeys::KeyMismatch) => {
                     InvalidMaterial::KeyMismatch
                 }
-                other => InvalidMaterial::BadKey(other.to_string()),
+                _ => InvalidMaterial::BadKey("its public key cannot be derived".to_owned()),
             };
             return Err(Error::invalid(cert_path, reason));
         }
+        let validity = Validity::of_chain(&infos);
         let info = infos
             .into_iter()
             .next()
@@ -92,6 +130,7 @@ impl ParsedPair {
         Ok(Self {
             certified: Arc::new(certified),
             info,
+            validity,
         })
     }
 }
@@ -102,6 +141,20 @@ pub(crate) struct ParsedBundle {
     pub(crate) certs: Vec<CertificateDer<'static>>,
     pub(crate) infos: Vec<CertInfo>,
     pub(crate) crls: Vec<CertificateRevocationListDer<'static>>,
+    /// Facts about each CRL of `crls`, same order.
+    pub(crate) crl_infos: Vec<CrlInfo>,
+}
+
+/// What the policy needs to know about a CRL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct CrlInfo {
+    /// The file it came from and its position there.
+    pub(crate) path: std::path::PathBuf,
+    pub(crate) index: usize,
+    pub(crate) issuer: String,
+    pub(crate) issuer_raw: Vec<u8>,
+    /// nextUpdate, seconds since the Unix epoch (`None`: the CRL has none).
+    pub(crate) next_update: Option<i64>,
 }
 
 impl ParsedBundle {
@@ -122,17 +175,44 @@ impl ParsedBundle {
             certs,
             infos,
             crls: Vec::new(),
+            crl_infos: Vec::new(),
         })
     }
 
-    /// Adds the CRLs found in `pem` (a file of `X509 CRL` blocks).
-    pub(crate) fn add_crls(&mut self, path: &Path, pem: &[u8]) -> Result<()> {
-        for (index, crl) in CertificateRevocationListDer::pem_slice_iter(pem).enumerate() {
+    /// Adds the CRLs of one CRL file: PEM `X509 CRL` blocks, or one DER CRL. A file that holds
+    /// neither (empty, an HTML error page, a certificate, garbage) is rejected: a configured CRL
+    /// source that yields no CRL would silently turn revocation off.
+    pub(crate) fn add_crls(&mut self, path: &Path, bytes: &[u8]) -> Result<()> {
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Err(Error::invalid(path, InvalidMaterial::Empty));
+        }
+        let mut found = Vec::new();
+        for (index, crl) in CertificateRevocationListDer::pem_slice_iter(bytes).enumerate() {
             let crl = crl.map_err(|_| Error::invalid(path, InvalidMaterial::BadCrl { index }))?;
-            if x509_parser::parse_x509_crl(&crl).is_err() {
-                return Err(Error::invalid(path, InvalidMaterial::BadCrl { index }));
+            found.push(crl);
+        }
+        if found.is_empty() {
+            // DER is what `openssl ca -gencrl -outform DER` and most CA endpoints serve.
+            match x509_parser::parse_x509_crl(bytes) {
+                Ok(([], _)) => {
+                    found.push(CertificateRevocationListDer::from(bytes.to_vec()));
+                }
+                _ => return Err(Error::invalid(path, InvalidMaterial::NoCrl)),
             }
+        }
+        for (index, crl) in found.into_iter().enumerate() {
+            let info = match x509_parser::parse_x509_crl(&crl) {
+                Ok(([], parsed)) => CrlInfo {
+                    path: path.to_owned(),
+                    index,
+                    issuer: parsed.issuer().to_string(),
+                    issuer_raw: parsed.issuer().as_raw().to_vec(),
+                    next_update: parsed.next_update().map(|t| t.timestamp()),
+                },
+                _ => return Err(Error::invalid(path, InvalidMaterial::BadCrl { index })),
+            };
             self.crls.push(crl);
+            self.crl_infos.push(info);
         }
         Ok(())
     }
@@ -168,7 +248,7 @@ fn parse_certificates(path: &Path, pem: &[u8]) -> Result<Vec<CertificateDer<'sta
     }
     let certs = CertificateDer::pem_slice_iter(pem)
         .collect::<std::result::Result<Vec<_>, _>>()
-        .map_err(|err| Error::invalid(path, InvalidMaterial::Pem(err.to_string())))?;
+        .map_err(|err| Error::invalid(path, InvalidMaterial::Pem(pem_error(&err))))?;
     if certs.is_empty() {
         return Err(Error::invalid(path, InvalidMaterial::NoCertificate));
     }
@@ -193,4 +273,22 @@ fn check_chain_order(path: &Path, infos: &[CertInfo]) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// What went wrong in a PEM file, without any of its content. The PEM parser's own messages
+/// quote the offending line (as a byte list); in a key file, or a bundle holding a key, that line
+/// is the private key, so it must never reach an error, a log or `Debug`.
+pub(crate) fn pem_error(err: &rustls_pki_types::pem::Error) -> String {
+    use rustls_pki_types::pem::Error as Pem;
+    match err {
+        Pem::MissingSectionEnd { .. } => "a BEGIN line without its END line",
+        Pem::IllegalSectionStart { .. } => {
+            "a BEGIN line with trailing text (newlines lost?) or an unknown label"
+        }
+        Pem::Base64Decode(_) => "the body is not valid base64",
+        Pem::Io(_) => "the content cannot be read",
+        Pem::NoItemsFound => "no PEM section found",
+        _ => "malformed PEM",
+    }
+    .to_owned()
 }

@@ -8,7 +8,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_rustls::LazyConfigAcceptor;
 use tokio_rustls::server::TlsStream;
 
-use super::ServingSnapshot;
+use super::{ClientIdentity, ServingSnapshot};
 
 /// Accepts TLS connections for a [`ServingSet`](super::ServingSet).
 ///
@@ -86,5 +86,110 @@ impl Acceptor {
         let start = LazyConfigAcceptor::new(rustls::server::Acceptor::default(), io).await?;
         let config = Arc::clone(&self.current.load().config);
         start.into_stream(config).await
+    }
+
+    /// Runs the TLS handshake on `io` and says what the client's certificate proved, checked
+    /// against the client-CA bundle of the snapshot that served the handshake. With
+    /// [`ClientAuth::Request`](crate::ClientAuth::Request) the handshake completes whatever the
+    /// client presents, so the application can fall back to another credential (a bearer token)
+    /// or answer 401, as kube-apiserver does, instead of dropping the connection:
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+    /// # let dir = tempfile::tempdir()?;
+    /// # let (crt, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+    /// # let server = rcgen::generate_simple_self_signed(["localhost".to_owned()])?;
+    /// # std::fs::write(&crt, server.cert.pem())?;
+    /// # std::fs::write(&key, server.signing_key.serialize_pem())?;
+    /// # let ca_key = rcgen::KeyPair::generate()?;
+    /// # let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new())?;
+    /// # ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    /// # ca_params.distinguished_name.push(rcgen::DnType::CommonName, "client-ca");
+    /// # let client_ca = dir.path().join("client-ca.crt");
+    /// # std::fs::write(&client_ca, ca_params.self_signed(&ca_key)?.pem())?;
+    /// # let issuer = rcgen::Issuer::new(ca_params, ca_key);
+    /// # let client_cert = |days_left: i64| -> Result<_, Box<dyn std::error::Error>> {
+    /// #     let key = rcgen::KeyPair::generate()?;
+    /// #     let mut params = rcgen::CertificateParams::new(Vec::<String>::new())?;
+    /// #     params.distinguished_name.push(rcgen::DnType::CommonName, "system:admin");
+    /// #     params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+    /// #     let now = time::OffsetDateTime::now_utc();
+    /// #     params.not_before = now - time::Duration::days(60);
+    /// #     params.not_after = now + time::Duration::days(days_left);
+    /// #     let cert: CertificateDer<'static> = params.signed_by(&key, &issuer)?.der().clone();
+    /// #     let key = PrivateKeyDer::try_from(key.serialize_der())?;
+    /// #     let mut roots = rustls::RootCertStore::empty();
+    /// #     roots.add(server.cert.der().clone())?;
+    /// #     let provider = std::sync::Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    /// #     Ok(rustls::ClientConfig::builder_with_provider(provider)
+    /// #         .with_safe_default_protocol_versions()?
+    /// #         .with_root_certificates(roots)
+    /// #         .with_client_auth_cert(vec![cert], key)?)
+    /// # };
+    /// use reload_lib::{CertKeyPaths, ClientAuth, ClientIdentity, ServingSet};
+    /// use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    ///
+    /// // client-ca.crt: the CA that issues client certificates (CN=system:admin here).
+    /// let set = ServingSet::builder(CertKeyPaths::new(&crt, &key))
+    ///     .client_ca(&client_ca, ClientAuth::Request)
+    ///     .start()
+    ///     .await?;
+    /// let acceptor = set.acceptor();
+    /// let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    /// let addr = listener.local_addr()?;
+    ///
+    /// // `client_cert(days)`: a client config presenting a certificate from that CA that expires
+    /// // in `days` days (negative: expired).
+    /// for days_left in [-1, 30] {
+    ///     let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(client_cert(days_left)?));
+    ///     let client = tokio::spawn(async move {
+    ///         let tcp = tokio::net::TcpStream::connect(addr).await?;
+    ///         let mut tls = connector.connect("localhost".try_into().unwrap(), tcp).await?;
+    ///         let mut reply = Vec::new();
+    ///         tls.read_to_end(&mut reply).await?;
+    ///         Ok::<_, std::io::Error>(reply)
+    ///     });
+    ///     let (tcp, _) = listener.accept().await?;
+    ///     // The handshake completes even for the expired certificate.
+    ///     let (mut tls, identity) = acceptor.accept_with_identity(tcp).await?;
+    ///     let answer = match identity {
+    ///         ClientIdentity::Verified(leaf) => format!("200 {}", leaf.subject),
+    ///         ClientIdentity::Rejected { reason, .. } => format!("401 {reason}"), // or try a token
+    ///         ClientIdentity::Anonymous | _ => "401 no credentials".to_owned(),
+    ///     };
+    ///     tls.write_all(answer.as_bytes()).await?;
+    ///     tls.shutdown().await?;
+    ///     let reply = String::from_utf8(client.await??)?;
+    ///     if days_left < 0 {
+    ///         assert!(reply.starts_with("401") && reply.contains("expired"), "{reply}");
+    ///     } else {
+    ///         assert_eq!(reply, "200 CN=system:admin");
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// With [`Required`](crate::ClientAuth::Required) or
+    /// [`Optional`](crate::ClientAuth::Optional) an invalid certificate ends the handshake, so
+    /// the identity is `Verified` or `Anonymous`; without a client-CA bundle it is `Anonymous`.
+    /// The check runs at the end of every handshake, resumed ones included, against the trust in
+    /// force for that handshake.
+    ///
+    /// # Errors
+    /// The I/O or TLS error that ended the handshake.
+    pub async fn accept_with_identity<IO>(
+        &self,
+        io: IO,
+    ) -> io::Result<(TlsStream<IO>, ClientIdentity)>
+    where
+        IO: AsyncRead + AsyncWrite + Unpin,
+    {
+        let start = LazyConfigAcceptor::new(rustls::server::Acceptor::default(), io).await?;
+        let snapshot = self.current.load_full();
+        let tls = start.into_stream(Arc::clone(&snapshot.config)).await?;
+        let identity = snapshot.client_identity(tls.get_ref().1.peer_certificates());
+        Ok((tls, identity))
     }
 }

@@ -2,7 +2,9 @@
 //! from files and published together as one immutable snapshot.
 
 mod acceptor;
+mod identity;
 mod resolver;
+mod sessions;
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -14,16 +16,19 @@ use rustls::crypto::CryptoProvider;
 use rustls::server::danger::ClientCertVerifier;
 use rustls::server::{ServerSessionMemoryCache, StoresServerSessions, WebPkiClientVerifier};
 use rustls::sign::CertifiedKey;
+use rustls_pki_types::CertificateDer;
 use sha2::{Digest as _, Sha256};
 use tokio::sync::watch;
 
 use crate::error::{Error, InvalidMaterial, Result};
 use crate::material::{CertInfo, ParsedBundle, ParsedPair, covers, normalize_name};
+use crate::policy;
 use crate::reload::{self, Handle, Material, Pass, Served, ServedCert, Status, Timing};
 use crate::source::{CertKeyPaths, PassReader};
 use crate::watch::{Dirty, Interest, WatchMode, watch_path};
 
 pub use acceptor::Acceptor;
+pub use identity::ClientIdentity;
 use resolver::{PairEntry, Rank, SniResolver};
 
 /// Whether and how clients present certificates. Used with [`ServingSetBuilder::client_ca`].
@@ -66,7 +71,9 @@ use resolver::{PairEntry, Rank, SniResolver};
 /// Client certificates are verified by rustls' WebPKI client verifier built from the current CA
 /// bundle (chain to a CA in the bundle, validity, client-auth usage, CRLs when configured).
 /// Verification cannot be turned off; `Optional` only lets clients present no certificate at
-/// all, never an invalid one.
+/// all, never an invalid one. `Request` completes the handshake with an invalid certificate too,
+/// and hands the verdict to the application ([`Acceptor::accept_with_identity`]); with
+/// `Request`, a connection's `peer_certificates()` are unverified.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ClientAuth {
@@ -75,6 +82,12 @@ pub enum ClientAuth {
     /// Clients may present a certificate; if they do, it must chain to the bundle. The
     /// application decides what an anonymous client may do.
     Optional,
+    /// Ask for a certificate and complete the handshake whatever the client presents (none,
+    /// expired, unknown issuer, revoked), as kube-apiserver does: the application gets the
+    /// verified or rejected identity from [`Acceptor::accept_with_identity`] and decides (e.g.
+    /// authenticate by bearer token instead, or answer 401). The client must still prove it
+    /// holds the key of a certificate it presents.
+    Request,
 }
 
 /// How a set of SNI names is chosen for a pair.
@@ -154,6 +167,7 @@ pub struct ServingSetBuilder {
     configure: Option<Configure>,
     timing: Timing,
     session_cache_size: usize,
+    max_file_size: u64,
     #[cfg(feature = "metrics")]
     metrics: Option<crate::metrics::ReloadMetrics>,
 }
@@ -297,13 +311,17 @@ impl ServingSetBuilder {
         self
     }
 
-    /// Adds a file of CRLs (PEM `X509 CRL` blocks) checked with the client CA bundle. Ignored
-    /// without [`client_ca`](Self::client_ca).
+    /// Adds a file of CRLs (PEM `X509 CRL` blocks, or one DER CRL) checked with the client CA
+    /// bundle. Ignored without [`client_ca`](Self::client_ca).
     ///
     /// # Security
-    /// Every CRL in the file must parse, or the bundle and its CRLs are rejected together and
-    /// the last good ones stay in force. A client whose certificate is revoked is refused;
-    /// a change of CRLs replaces the session cache (see [`client_ca`](Self::client_ca)).
+    /// Fails closed: the file must hold at least one CRL (an empty file, an HTML error page or a
+    /// certificate is rejected, at start-up too), every CRL must parse and be issued and signed
+    /// by a CA of the bundle (put an intermediate in the bundle to use its CRL), and a CRL past
+    /// its nextUpdate never replaces fresh ones. Otherwise the bundle and its CRLs are rejected
+    /// together and the last good ones stay in force. A client whose certificate is revoked is
+    /// refused; a change of CRLs replaces the session cache and invalidates tickets (see
+    /// [`client_ca`](Self::client_ca)).
     pub fn client_crl(mut self, path: impl Into<PathBuf>) -> Self {
         if let Some(ca) = &mut self.client_ca {
             ca.crls.push(path.into());
@@ -328,9 +346,11 @@ impl ServingSetBuilder {
     /// and deterministic. See the [type-level example](ServingSetBuilder).
     ///
     /// # Security
-    /// Do not replace `cert_resolver` (reloads would stop reaching handshakes) or
-    /// `session_storage` (sessions would survive a shrink of client trust). The client
-    /// certificate verifier is fixed by the builder and cannot be changed here.
+    /// Do not replace `cert_resolver` (reloads would stop reaching handshakes). A `ticketer` or
+    /// `session_storage` set here is bound to the set's client-trust epoch: its tickets and
+    /// sessions stop resuming when the client-CA bundle loses a CA or its CRLs change, as the
+    /// set's own cache does. The client certificate verifier is fixed by the builder and cannot
+    /// be changed here.
     pub fn configure(mut self, f: impl Fn(&mut ServerConfig) + Send + Sync + 'static) -> Self {
         self.configure = Some(Arc::new(f));
         self
@@ -361,6 +381,24 @@ impl ServingSetBuilder {
     /// that replace certificate and key one after the other pass through torn states.
     pub fn warn_after(mut self, grace: Duration) -> Self {
         self.timing.warn_after = grace;
+        self
+    }
+
+    /// The largest file the set reads, in bytes (default 4 MiB). A larger file at a watched path
+    /// is refused unread (the last good material keeps serving), so a huge or endless file
+    /// cannot grow memory. Only regular files are read: a FIFO, a device (`/dev/zero`), a socket
+    /// or a directory is refused without blocking.
+    pub fn max_file_size(mut self, bytes: u64) -> Self {
+        self.max_file_size = bytes;
+        self
+    }
+
+    /// How long one pass of reading and checking the files may take (default 30 s). Reads run
+    /// on a blocking pool, never on an async worker; a pass that takes longer (a hung network
+    /// filesystem) is reported in [`Status::last_error`] as [`Error::ReadTimeout`], and the set
+    /// keeps serving its last good material until the pass ends.
+    pub fn read_timeout(mut self, timeout: Duration) -> Self {
+        self.timing.read_timeout = timeout;
         self
     }
 
@@ -413,9 +451,10 @@ impl ServingSetBuilder {
                 alpn: self.alpn,
                 configure: self.configure,
                 session_cache_size: self.session_cache_size,
+                max_file_size: self.max_file_size,
             },
         );
-        let handle = reload::start(material, self.timing, self.name.clone())?;
+        let handle = reload::start(material, self.timing, self.name.clone()).await?;
         #[cfg(feature = "metrics")]
         if let Some(metrics) = self.metrics {
             metrics.follow(self.name.clone(), handle.status.clone());
@@ -500,6 +539,7 @@ impl ServingSet {
             configure: None,
             timing: Timing::default(),
             session_cache_size: 1024,
+            max_file_size: crate::read::DEFAULT_MAX_FILE_SIZE,
             #[cfg(feature = "metrics")]
             metrics: None,
         }
@@ -659,8 +699,9 @@ impl ServingSet {
         self.handle.trigger();
     }
 
-    /// Spawns a task that triggers a reload on every SIGHUP, for as long as the set lives
-    /// (`kill -HUP <pid>` after replacing files on a filesystem without inotify events).
+    /// Spawns a task (on the caller's runtime) that triggers a reload on every SIGHUP, for as
+    /// long as the set lives: it ends when the set is dropped (`kill -HUP <pid>` after replacing
+    /// files on a filesystem without inotify events).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -683,11 +724,18 @@ impl ServingSet {
         use tokio::signal::unix::{SignalKind, signal};
         let mut hangups = signal(SignalKind::hangup())?;
         let set = Arc::downgrade(&self.handle);
+        let dropped = self.handle.dropped();
         tokio::spawn(async move {
-            while hangups.recv().await.is_some() {
-                let Some(handle) = set.upgrade() else { return };
-                tracing::info!("SIGHUP: reloading");
-                handle.trigger();
+            tokio::pin!(dropped);
+            loop {
+                tokio::select! {
+                    () = &mut dropped => return,
+                    hangup = hangups.recv() => {
+                        let (Some(()), Some(handle)) = (hangup, set.upgrade()) else { return };
+                        tracing::info!("SIGHUP: reloading");
+                        handle.trigger();
+                    }
+                }
             }
         });
         Ok(())
@@ -748,6 +796,8 @@ pub struct ServingSnapshot {
     resolver: Arc<SniResolver>,
     served: Served,
     session_storage: Arc<dyn StoresServerSessions>,
+    /// The client-CA verification of this snapshot, for [`ClientIdentity`].
+    client_verifier: Option<Arc<dyn ClientCertVerifier>>,
 }
 
 impl std::fmt::Debug for ServingSnapshot {
@@ -781,6 +831,15 @@ impl ServingSnapshot {
     /// The `ServerConfig` of this snapshot.
     pub fn server_config(&self) -> &Arc<ServerConfig> {
         &self.config
+    }
+
+    /// What `chain` (a client's certificates, leaf first; `None`: none presented) proves under
+    /// this snapshot's client-CA bundle. See [`Acceptor::accept_with_identity`].
+    pub fn client_identity(&self, chain: Option<&[CertificateDer<'_>]>) -> ClientIdentity {
+        match &self.client_verifier {
+            Some(verifier) => ClientIdentity::check(verifier.as_ref(), chain),
+            None => ClientIdentity::Anonymous,
+        }
     }
 
     fn entry_for(&self, server_name: Option<&str>) -> &Arc<PairEntry> {
@@ -817,6 +876,8 @@ struct PairSource {
     digest: Option<Digest>,
     /// What is served from this source; `None` only before start-up.
     entry: Option<Arc<PairEntry>>,
+    /// Digest of bytes refused once as a shortened chain: seen again, they are a settled write.
+    shortened_seen: Option<Digest>,
 }
 
 impl PairSource {
@@ -842,7 +903,10 @@ struct CaSource {
 /// A parsed client-CA bundle and the verifier built from it.
 struct AcceptedCa {
     bundle: ParsedBundle,
+    /// What the handshake uses.
     verifier: Arc<dyn ClientCertVerifier>,
+    /// The full verification, for [`ClientIdentity`] after the handshake.
+    strict: Arc<dyn ClientCertVerifier>,
     served: Arc<[Arc<ServedCert>]>,
 }
 
@@ -852,6 +916,8 @@ struct Settings {
     alpn: Vec<Vec<u8>>,
     configure: Option<Configure>,
     session_cache_size: usize,
+    /// Files larger than this are refused unread.
+    max_file_size: u64,
 }
 
 /// Everything the reloader reads for a serving set, per source, and what it accepted last.
@@ -868,6 +934,8 @@ struct ServingMaterial {
     by_dir: HashMap<PathBuf, Vec<usize>>,
     /// Sources the last pass rejected: every pass re-reads them until they are accepted.
     failing: BTreeSet<usize>,
+    /// The client-trust epoch sessions are bound to (see `sessions`).
+    trust_epoch: sessions::Epoch,
 }
 
 /// What one pass accepted from a pair.
@@ -895,6 +963,7 @@ impl ServingMaterial {
             rank: DEFAULT,
             digest: None,
             entry: None,
+            shortened_seen: None,
         }];
         for (index, entry) in sni.into_iter().enumerate() {
             let (role, label, rank) = match entry.names {
@@ -915,6 +984,7 @@ impl ServingMaterial {
                 rank,
                 digest: None,
                 entry: None,
+                shortened_seen: None,
             });
         }
         let mut material = Self {
@@ -928,6 +998,7 @@ impl ServingMaterial {
             by_file: HashMap::new(),
             by_dir: HashMap::new(),
             failing: BTreeSet::new(),
+            trust_epoch: [0; 8],
         };
         let mut files: Vec<(usize, PathBuf)> = Vec::new();
         for (id, pair) in material.pairs.iter().enumerate() {
@@ -977,14 +1048,14 @@ impl ServingMaterial {
     /// Reads pair `id`; `Ok(None)` when its bytes are what is served. Parses and checks
     /// otherwise (counted in `parsed`).
     fn pass_pair(
-        &self,
+        &mut self,
         id: usize,
         reader: &mut PassReader,
         now: i64,
         parsed: &mut usize,
     ) -> Result<Option<AcceptedPair>> {
         let source = &self.pairs[id];
-        let paths = &source.paths;
+        let paths = &source.paths.clone();
         let cert = reader.read(paths.cert())?;
         let key = if paths.key() == paths.cert() {
             None
@@ -1004,18 +1075,28 @@ impl ServingMaterial {
             key,
             &self.settings.provider,
         )?;
-        // Never trade a valid certificate for an expired one.
-        if pair.info.is_expired_at(now)
-            && let Some(current) = &source.entry
-            && !current.served.info.is_expired_at(now)
-        {
-            return Err(Error::invalid(
+        // Never trade a valid chain for an expired or not yet valid one, nor a full chain for
+        // one caught mid-write.
+        let current = source.entry.as_ref();
+        policy::may_replace_chain(
+            paths.cert(),
+            pair.validity,
+            current.map(|entry| entry.validity),
+            now,
+        )?;
+        let shortened = current.map_or(Ok(()), |current| {
+            policy::may_shorten_chain(
                 paths.cert(),
-                InvalidMaterial::Expired {
-                    not_after: pair.info.not_after_rfc3339(),
-                },
-            ));
+                &pair.certified.cert,
+                &current.certified.cert,
+                source.shortened_seen == Some(digest),
+            )
+        });
+        if let Err(err) = shortened {
+            self.pairs[id].shortened_seen = Some(digest);
+            return Err(err);
         }
+        let source = &self.pairs[id];
         if let Role::Explicit(names) = &source.role {
             for name in names {
                 if !pair.info.dns_names.iter().any(|dns| covers(dns, name)) {
@@ -1030,6 +1111,7 @@ impl ServingMaterial {
             id,
             digest,
             entry: Arc::new(PairEntry {
+                validity: pair.validity,
                 certified: pair.certified,
                 served: Arc::new(ServedCert {
                     source: source.label.clone(),
@@ -1045,6 +1127,7 @@ impl ServingMaterial {
     fn pass_ca(
         &self,
         reader: &mut PassReader,
+        now: i64,
         parsed: &mut usize,
     ) -> Result<Option<(Digest, AcceptedCa)>> {
         let Some(source) = &self.client_ca else {
@@ -1067,17 +1150,25 @@ impl ServingMaterial {
         for (path, pem) in config.crls.iter().zip(&crl_pems) {
             bundle.add_crls(path, pem)?;
         }
+        policy::crls_issued_by_bundle(&bundle)?;
+        policy::may_replace_crls(&bundle, source.current.as_ref().map(|ca| &ca.bundle), now)?;
         let roots = Arc::new(bundle.root_store(&config.path)?);
         let mut verifier =
             WebPkiClientVerifier::builder_with_provider(roots, Arc::clone(&self.settings.provider))
                 .with_crls(bundle.crls.iter().cloned());
-        if config.auth == ClientAuth::Optional {
+        if config.auth != ClientAuth::Required {
             verifier = verifier.allow_unauthenticated();
         }
-        let verifier = verifier.build().map_err(|source| Error::BuildVerifier {
+        let strict = verifier.build().map_err(|source| Error::BuildVerifier {
             path: config.path.clone(),
             source,
         })?;
+        let verifier = match config.auth {
+            ClientAuth::Request => Arc::new(identity::RequestVerifier {
+                strict: Arc::clone(&strict),
+            }) as Arc<dyn ClientCertVerifier>,
+            ClientAuth::Required | ClientAuth::Optional => Arc::clone(&strict),
+        };
         let served = bundle
             .infos
             .iter()
@@ -1094,6 +1185,7 @@ impl ServingMaterial {
             AcceptedCa {
                 bundle,
                 verifier,
+                strict,
                 served,
             },
         )))
@@ -1174,6 +1266,16 @@ impl ServingMaterial {
             _ => ServerSessionMemoryCache::new(self.settings.session_cache_size)
                 as Arc<dyn StoresServerSessions>,
         };
+        // A new epoch whenever the cache is replaced because trust shrank (or at start-up):
+        // named after the trust it starts with, so processes reading the same files agree.
+        let epoch = match &new_ca {
+            Some((digest, _)) if !keep_sessions => {
+                let mut epoch = [0; 8];
+                epoch.copy_from_slice(&digest[..8]);
+                epoch
+            }
+            _ => self.trust_epoch,
+        };
 
         let resolver = Arc::new(resolver);
         let builder = ServerConfig::builder_with_provider(Arc::clone(&self.settings.provider))
@@ -1193,8 +1295,12 @@ impl ServingMaterial {
         config.session_storage = Arc::clone(&session_storage);
         if let Some(configure) = &self.settings.configure {
             configure(&mut config);
+            if ca.is_some() {
+                bind_sessions_to_epoch(&mut config, &session_storage, epoch);
+            }
         }
         let ca_served = ca.map_or_else(|| Arc::from([]), |ca| Arc::clone(&ca.served));
+        let client_verifier = ca.map(|ca| Arc::clone(&ca.strict));
 
         // Nothing can fail from here on: commit.
         for accepted in accepted {
@@ -1206,13 +1312,37 @@ impl ServingMaterial {
             source.digest = Some(digest);
             source.current = Some(Arc::new(new));
         }
+        self.trust_epoch = epoch;
         Ok(ServingSnapshot {
             generation: current.map_or(1, |c| c.generation + 1),
             config: Arc::new(config),
             resolver,
             served: Served::new(served_pairs, ca_served),
             session_storage,
+            client_verifier,
         })
+    }
+}
+
+/// Whatever `configure` installed for resumption is bound to the trust epoch: a ticketer's
+/// tickets and a replaced session store's entries from an earlier epoch no longer resume, so the
+/// trust-shrink rule holds however the caller configures resumption.
+fn bind_sessions_to_epoch(
+    config: &mut ServerConfig,
+    ours: &Arc<dyn StoresServerSessions>,
+    epoch: sessions::Epoch,
+) {
+    if config.ticketer.enabled() {
+        config.ticketer = Arc::new(sessions::EpochTicketer {
+            inner: Arc::clone(&config.ticketer),
+            epoch,
+        });
+    }
+    if !Arc::ptr_eq(&config.session_storage, ours) {
+        config.session_storage = Arc::new(sessions::EpochStore {
+            inner: Arc::clone(&config.session_storage),
+            epoch,
+        });
     }
 }
 
@@ -1271,7 +1401,7 @@ impl Material for ServingMaterial {
         now: i64,
     ) -> Pass<ServingSnapshot> {
         let todo = self.sources_to_read(&dirty, current.is_none());
-        let mut reader = PassReader::default();
+        let mut reader = PassReader::new(self.settings.max_file_size);
         let mut pass = Pass {
             snapshot: None,
             newly_served: Vec::new(),
@@ -1284,7 +1414,7 @@ impl Material for ServingMaterial {
         let mut failing = BTreeSet::new();
         for id in todo {
             let outcome = if id == self.ca_id() {
-                self.pass_ca(&mut reader, &mut pass.sources_parsed)
+                self.pass_ca(&mut reader, now, &mut pass.sources_parsed)
                     .map(|ca| new_ca = ca)
             } else {
                 self.pass_pair(id, &mut reader, now, &mut pass.sources_parsed)
@@ -1307,9 +1437,16 @@ impl Material for ServingMaterial {
         {
             return pass;
         }
+        let attempted: Vec<usize> = accepted
+            .iter()
+            .map(|pair| pair.id)
+            .chain(new_ca.as_ref().map(|_| self.ca_id()))
+            .collect();
         match self.publish(current, accepted, new_ca, &mut pass.newly_served) {
             Ok(snapshot) => pass.snapshot = Some(snapshot),
             Err(err) => {
+                // Nothing was committed: retry every source of the pass, not just the rejected.
+                self.failing.extend(attempted);
                 pass.newly_served.clear();
                 pass.rejected = Some(err);
             }

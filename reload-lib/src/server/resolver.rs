@@ -17,6 +17,8 @@ use crate::reload::ServedCert;
 pub(crate) struct PairEntry {
     pub(crate) certified: Arc<CertifiedKey>,
     pub(crate) served: Arc<ServedCert>,
+    /// When the whole chain is valid (for the may-replace rules).
+    pub(crate) validity: crate::material::Validity,
 }
 
 impl std::fmt::Debug for PairEntry {
@@ -162,6 +164,10 @@ mod tests {
             .load_private_key(der)
             .unwrap();
         Arc::new(PairEntry {
+            validity: crate::material::Validity {
+                not_before: 0,
+                not_after: i64::MAX,
+            },
             certified: Arc::new(CertifiedKey::new(vec![cert.der().clone()], signing)),
             served: Arc::new(ServedCert {
                 source: label.to_owned(),

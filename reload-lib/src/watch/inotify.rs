@@ -2,9 +2,19 @@
 //!
 //! A thread, not a tokio `AsyncFd`: the instance is shared by every runtime in the process (tests
 //! run one runtime each), and a blocking read costs no wake-ups while idle.
+//!
+//! Model: each directory of interest holds watches on a set of paths (inotify watches inodes,
+//! found by path): the directory itself when it exists, else its nearest existing ancestor; the
+//! directory holding each symlink on its path (so a swapped link, the static-pod
+//! `…-certs -> …-N` pattern, is seen); and the directory of the target of each symlinked file
+//! that points elsewhere. A watched path may be held by several directories, in several roles;
+//! the kernel watch goes when the last holder lets go. Whenever what a path resolves to may
+//! have changed (the directory went away, a trigger entry changed, a queue overflow, the periodic
+//! resync), the directory is *repaired*: its paths are resolved and watched again, and its
+//! subscribers re-read it.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
@@ -12,11 +22,13 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use super::{Changes, Interest};
 use inotify::{EventMask, Inotify, WatchDescriptor, WatchMask, Watches};
 
-/// One mask for every watch: inotify keeps one watch per inode, so a directory that is both
-/// watched and an ancestor of a missing one must have the same mask for both roles.
+/// One mask for every watch: inotify keeps one watch per inode, so a directory watched in
+/// several roles must have the same mask for all of them. `MODIFY` so that a writer that keeps
+/// the file open is seen before it closes it.
 fn mask() -> WatchMask {
     WatchMask::CREATE
         | WatchMask::CLOSE_WRITE
+        | WatchMask::MODIFY
         | WatchMask::MOVED_TO
         | WatchMask::MOVED_FROM
         | WatchMask::DELETE
@@ -25,6 +37,9 @@ fn mask() -> WatchMask {
         | WatchMask::MOVE_SELF
         | WatchMask::ONLYDIR
 }
+
+/// How many times arming retries when a path component appears while it arms (`mkdir -p`).
+const ARM_ATTEMPTS: usize = 16;
 
 #[derive(Debug)]
 pub(super) struct Watcher {
@@ -36,12 +51,17 @@ struct State {
     watches: Watches,
     next_id: u64,
     subscribers: HashMap<u64, Subscriber>,
-    /// Every directory some subscriber cares about.
-    dirs: HashMap<PathBuf, DirState>,
-    /// Which paths (watched directories or ancestors of missing ones) a descriptor stands for.
+    /// Every directory some subscriber cares about, and what it holds.
+    dirs: HashMap<PathBuf, DirWatch>,
+    /// Watched path → its descriptor and the directories of interest holding it.
+    paths: HashMap<PathBuf, Held>,
+    /// Descriptor → the watched paths it stands for (several when paths alias one inode).
     by_wd: HashMap<WatchDescriptor, HashSet<PathBuf>>,
-    /// Ancestor path → the missing directories waiting below it.
-    ancestors: HashMap<PathBuf, (WatchDescriptor, HashSet<PathBuf>)>,
+    /// Directory entry (`parent/name`) → the directories to repair when it changes: the next
+    /// component of a missing directory's path, a symlink on a directory's path.
+    triggers: HashMap<PathBuf, HashSet<PathBuf>>,
+    /// Target of a symlinked file → the files of interest (`dir/name`) that point to it.
+    aliases: HashMap<PathBuf, HashSet<PathBuf>>,
 }
 
 #[derive(Debug)]
@@ -50,13 +70,21 @@ struct Subscriber {
     dirs: HashMap<PathBuf, BTreeSet<OsString>>,
 }
 
-#[derive(Debug)]
-enum DirState {
-    Armed(WatchDescriptor),
-    /// The directory does not exist; the nearest existing ancestor is watched instead.
-    Missing {
-        ancestor: PathBuf,
-    },
+/// What one directory of interest holds.
+#[derive(Debug, Default, Clone)]
+struct DirWatch {
+    held: BTreeSet<PathBuf>,
+    triggers: BTreeSet<PathBuf>,
+    /// (target file, file of interest) pairs registered in `aliases`.
+    aliases: BTreeSet<(PathBuf, PathBuf)>,
+}
+
+#[derive(Debug, Default)]
+struct Held {
+    wd: Option<WatchDescriptor>,
+    /// Directory of interest → how many of its arms hold this path (a repair arms the new
+    /// resolution before releasing the old one, so a path in both never loses its watch).
+    holders: HashMap<PathBuf, usize>,
 }
 
 /// `IN_Q_OVERFLOW` events seen by this process.
@@ -84,8 +112,10 @@ impl Watcher {
                 next_id: 0,
                 subscribers: HashMap::new(),
                 dirs: HashMap::new(),
+                paths: HashMap::new(),
                 by_wd: HashMap::new(),
-                ancestors: HashMap::new(),
+                triggers: HashMap::new(),
+                aliases: HashMap::new(),
             }),
         });
         let reader = Arc::clone(&watcher);
@@ -103,15 +133,12 @@ impl Watcher {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    /// Registers `interest`. All or nothing: when a directory cannot be watched, whatever this
+    /// call armed is released again.
     pub(super) fn subscribe(&self, interest: &Interest, changes: Arc<Changes>) -> io::Result<u64> {
         let mut state = self.lock();
         let id = state.next_id;
         state.next_id += 1;
-        for dir in interest.dirs.keys() {
-            if !state.dirs.contains_key(dir) {
-                state.arm_nearest(dir)?;
-            }
-        }
         state.subscribers.insert(
             id,
             Subscriber {
@@ -119,6 +146,27 @@ impl Watcher {
                 dirs: interest.dirs.clone().into_iter().collect(),
             },
         );
+        let mut armed = Vec::new();
+        for dir in interest.dirs.keys() {
+            if state.dirs.contains_key(dir) {
+                // Shared with another set: re-resolve, so this set's symlinked files are followed.
+                state.repair(dir);
+                continue;
+            }
+            match state.arm(dir) {
+                Ok(watch) => {
+                    state.adopt(dir, watch);
+                    armed.push(dir.clone());
+                }
+                Err(err) => {
+                    state.subscribers.remove(&id);
+                    for dir in armed {
+                        state.forget_dir(&dir);
+                    }
+                    return Err(err);
+                }
+            }
+        }
         Ok(id)
     }
 
@@ -135,6 +183,19 @@ impl Watcher {
         }
     }
 
+    /// Re-resolves and re-watches the directories of subscriber `id` (the periodic resync: a
+    /// renamed parent, a bind mount or anything else inotify cannot report is repaired here).
+    pub(super) fn repair(&self, id: u64) {
+        let mut state = self.lock();
+        let dirs: Vec<PathBuf> = match state.subscribers.get(&id) {
+            Some(subscriber) => subscriber.dirs.keys().cloned().collect(),
+            None => return,
+        };
+        for dir in dirs {
+            state.repair(&dir);
+        }
+    }
+
     pub(super) fn watch_count(&self) -> usize {
         self.lock().by_wd.len()
     }
@@ -146,10 +207,12 @@ impl Watcher {
                 Ok(events) => events,
                 Err(err) if err.kind() == io::ErrorKind::Interrupted => continue,
                 Err(err) => {
-                    // Without the reader nothing would ever wake; tell everyone to re-read and
-                    // rely on their resync timers from now on.
+                    // Without the reader nothing would ever wake: every reloader polls from now.
                     tracing::error!(error = %err, "inotify read failed; watching stopped");
-                    self.lock().wake_all();
+                    let state = self.lock();
+                    for subscriber in state.subscribers.values() {
+                        subscriber.changes.degrade();
+                    }
                     return;
                 }
             };
@@ -157,7 +220,15 @@ impl Watcher {
             for event in events {
                 if event.mask.contains(EventMask::Q_OVERFLOW) {
                     OVERFLOWS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    tracing::warn!("inotify event queue overflowed; reloading everything");
+                    tracing::warn!(
+                        "inotify event queue overflowed; re-arming and reloading everything"
+                    );
+                    // Events were lost, among them perhaps a directory replaced: re-resolve
+                    // every watch, then re-read everything.
+                    let dirs: Vec<PathBuf> = state.dirs.keys().cloned().collect();
+                    for dir in dirs {
+                        state.repair(&dir);
+                    }
                     state.wake_all();
                     continue;
                 }
@@ -168,46 +239,55 @@ impl Watcher {
 }
 
 impl State {
-    /// Watches `dir`, or its nearest existing ancestor when it does not exist (yet).
-    fn arm_nearest(&mut self, dir: &Path) -> io::Result<()> {
+    /// Resolves what `dir` must hold and takes those watches (for `dir`). Retries when a
+    /// component appears meanwhile (a `mkdir -p` racing the arming).
+    fn arm(&mut self, dir: &Path) -> io::Result<DirWatch> {
+        let mut watch = DirWatch::default();
+        for _ in 0..ARM_ATTEMPTS {
+            watch = DirWatch::default();
+            match self.arm_once(dir, &mut watch) {
+                Ok(true) => return Ok(watch),
+                Ok(false) => {
+                    // A component appeared: release and resolve again.
+                    self.release(&watch, dir);
+                }
+                Err(err) => {
+                    self.release(&watch, dir);
+                    return Err(err);
+                }
+            }
+        }
+        Ok(watch)
+    }
+
+    /// One resolution; `Ok(false)` when the path changed under it and it must be redone.
+    fn arm_once(&mut self, dir: &Path, watch: &mut DirWatch) -> io::Result<bool> {
+        // Symlinks on the path: watch the directory holding each, so a swapped link is seen.
+        for link in dir.ancestors().filter(|p| is_symlink(p)) {
+            if let Some(parent) = link.parent() {
+                self.hold_best_effort(parent, dir, watch)?;
+                watch.triggers.insert(link.to_owned());
+            }
+        }
         match self.watches.add(dir, mask()) {
             Ok(wd) => {
-                self.by_wd
-                    .entry(wd.clone())
-                    .or_default()
-                    .insert(dir.to_owned());
-                self.dirs.insert(dir.to_owned(), DirState::Armed(wd));
+                self.take(watch, dir, wd, dir);
+                self.alias_symlinked_files(dir, watch)?;
                 tracing::debug!(dir = %dir.display(), "watching directory");
-                Ok(())
+                Ok(true)
             }
-            Err(err) if matches!(err.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)) => {
-                let mut ancestor = dir.parent();
-                while let Some(candidate) = ancestor {
+            Err(err) if is_missing(&err) => {
+                let mut child = dir;
+                while let Some(candidate) = child.parent() {
                     match self.watches.add(candidate, mask()) {
                         Ok(wd) => {
-                            self.by_wd
-                                .entry(wd.clone())
-                                .or_default()
-                                .insert(candidate.to_owned());
-                            self.ancestors
-                                .entry(candidate.to_owned())
-                                .or_insert_with(|| (wd, HashSet::new()))
-                                .1
-                                .insert(dir.to_owned());
-                            self.dirs.insert(
-                                dir.to_owned(),
-                                DirState::Missing {
-                                    ancestor: candidate.to_owned(),
-                                },
-                            );
+                            self.take(watch, candidate, wd, dir);
+                            watch.triggers.insert(child.to_owned());
                             tracing::debug!(dir = %dir.display(), ancestor = %candidate.display(), "directory missing; watching ancestor");
-                            return Ok(());
+                            // Created between the failed add and this watch: its event is lost.
+                            return Ok(std::fs::symlink_metadata(child).is_err());
                         }
-                        Err(err)
-                            if matches!(err.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)) =>
-                        {
-                            ancestor = candidate.parent();
-                        }
+                        Err(err) if is_missing(&err) => child = candidate,
                         Err(err) => return Err(err),
                     }
                 }
@@ -217,96 +297,248 @@ impl State {
         }
     }
 
-    /// Drops `path`'s use of `wd`, removing the kernel watch when nothing else uses it.
-    fn release(&mut self, wd: &WatchDescriptor, path: &Path, kernel_removed: bool) {
-        if let Some(paths) = self.by_wd.get_mut(wd) {
-            paths.remove(path);
-            if paths.is_empty() {
-                self.by_wd.remove(wd);
-                if !kernel_removed {
-                    // Fails harmlessly when the kernel already dropped the watch.
-                    let _ = self.watches.remove(wd.clone());
+    /// A file of interest that is a symlink to another directory (not the kubelet's `..data`
+    /// links, which the directory's own events cover): watch the target's directory too.
+    fn alias_symlinked_files(&mut self, dir: &Path, watch: &mut DirWatch) -> io::Result<()> {
+        let names: BTreeSet<OsString> = self
+            .subscribers
+            .values()
+            .filter_map(|s| s.dirs.get(dir))
+            .flatten()
+            .cloned()
+            .collect();
+        for name in names {
+            let file = dir.join(&name);
+            let Ok(link) = std::fs::read_link(&file) else {
+                continue;
+            };
+            if link.starts_with("..data") {
+                continue;
+            }
+            let Ok(target) = std::fs::canonicalize(&file) else {
+                continue;
+            };
+            let Some(target_dir) = target.parent() else {
+                continue;
+            };
+            if target_dir == dir {
+                continue;
+            }
+            self.hold_best_effort(target_dir, dir, watch)?;
+            watch.aliases.insert((target.clone(), file));
+        }
+        Ok(())
+    }
+
+    /// Watches `path` for `dir` when possible; only running out of watches is an error (the
+    /// caller falls back to polling), anything else just loses this early warning.
+    fn hold_best_effort(
+        &mut self,
+        path: &Path,
+        dir: &Path,
+        watch: &mut DirWatch,
+    ) -> io::Result<()> {
+        match self.watches.add(path, mask()) {
+            Ok(wd) => {
+                self.take(watch, path, wd, dir);
+                Ok(())
+            }
+            Err(err) if err.raw_os_error() == Some(libc::ENOSPC) => Err(err),
+            Err(_) => Ok(()),
+        }
+    }
+
+    /// Records `dir`'s watch (from `arm`) as its current one.
+    fn adopt(&mut self, dir: &Path, watch: DirWatch) {
+        for trigger in &watch.triggers {
+            self.triggers
+                .entry(trigger.clone())
+                .or_default()
+                .insert(dir.to_owned());
+        }
+        for (target, file) in &watch.aliases {
+            self.aliases
+                .entry(target.clone())
+                .or_default()
+                .insert(file.clone());
+        }
+        self.dirs.insert(dir.to_owned(), watch);
+    }
+
+    /// Releases everything `dir` holds and forgets it.
+    fn forget_dir(&mut self, dir: &Path) {
+        let Some(watch) = self.dirs.remove(dir) else {
+            return;
+        };
+        self.release(&watch, dir);
+        self.unregister(&watch, dir);
+    }
+
+    /// Drops one hold on each path of `watch`.
+    fn release(&mut self, watch: &DirWatch, dir: &Path) {
+        for path in &watch.held {
+            self.unhold(path, dir);
+        }
+    }
+
+    /// Removes `watch`'s triggers and aliases from the lookup maps.
+    fn unregister(&mut self, watch: &DirWatch, dir: &Path) {
+        for trigger in &watch.triggers {
+            if let Some(dirs) = self.triggers.get_mut(trigger) {
+                dirs.remove(dir);
+                if dirs.is_empty() {
+                    self.triggers.remove(trigger);
+                }
+            }
+        }
+        for (target, file) in &watch.aliases {
+            if let Some(files) = self.aliases.get_mut(target) {
+                files.remove(file);
+                if files.is_empty() {
+                    self.aliases.remove(target);
                 }
             }
         }
     }
 
-    fn forget_dir(&mut self, dir: &Path) {
-        match self.dirs.remove(dir) {
-            Some(DirState::Armed(wd)) => self.release(&wd, dir, false),
-            Some(DirState::Missing { ancestor }) => self.leave_ancestor(&ancestor, dir),
-            None => {}
-        }
-    }
-
-    fn leave_ancestor(&mut self, ancestor: &Path, dir: &Path) {
-        if let Some((wd, waiting)) = self.ancestors.get_mut(ancestor) {
-            waiting.remove(dir);
-            if waiting.is_empty() {
-                let wd = wd.clone();
-                self.ancestors.remove(ancestor);
-                self.release(&wd, ancestor, false);
+    /// Resolves `dir`'s watches again (arming the new ones before releasing the old, so a watch
+    /// still needed is never dropped in between).
+    fn repair(&mut self, dir: &Path) {
+        let Some(old) = self.dirs.remove(dir) else {
+            return;
+        };
+        self.unregister(&old, dir);
+        match self.arm(dir) {
+            Ok(new) => {
+                self.release(&old, dir);
+                self.adopt(dir, new);
+            }
+            Err(err) => {
+                tracing::warn!(dir = %dir.display(), error = %err, "cannot watch directory; polling it");
+                self.release(&old, dir);
+                self.dirs.insert(dir.to_owned(), DirWatch::default());
+                for subscriber in self.subscribers.values() {
+                    if subscriber.dirs.contains_key(dir) {
+                        subscriber.changes.degrade();
+                    }
+                }
             }
         }
     }
 
-    fn handle(&mut self, wd: &WatchDescriptor, mask: EventMask, name: Option<&std::ffi::OsStr>) {
+    /// Records that `watch` (an arm of `dir`) holds `path`, watched as `wd`.
+    fn take(&mut self, watch: &mut DirWatch, path: &Path, wd: WatchDescriptor, dir: &Path) {
+        let new = watch.held.insert(path.to_owned());
+        self.hold(path, wd, dir, new);
+    }
+
+    fn hold(&mut self, path: &Path, wd: WatchDescriptor, dir: &Path, count: bool) {
+        let held = self.paths.entry(path.to_owned()).or_default();
+        if count {
+            *held.holders.entry(dir.to_owned()).or_default() += 1;
+        }
+        if held.wd.as_ref() != Some(&wd) {
+            let old = held.wd.replace(wd.clone());
+            self.by_wd.entry(wd).or_default().insert(path.to_owned());
+            if let Some(old) = old {
+                self.drop_wd_path(&old, path);
+            }
+        }
+    }
+
+    fn unhold(&mut self, path: &Path, dir: &Path) {
+        let Some(held) = self.paths.get_mut(path) else {
+            return;
+        };
+        if let Some(count) = held.holders.get_mut(dir) {
+            *count -= 1;
+            if *count == 0 {
+                held.holders.remove(dir);
+            }
+        }
+        if held.holders.is_empty() {
+            let wd = held.wd.take();
+            self.paths.remove(path);
+            if let Some(wd) = wd {
+                self.drop_wd_path(&wd, path);
+            }
+        }
+    }
+
+    /// `path` no longer uses `wd`; the kernel watch goes when no path does.
+    fn drop_wd_path(&mut self, wd: &WatchDescriptor, path: &Path) {
+        if let Some(paths) = self.by_wd.get_mut(wd) {
+            paths.remove(path);
+            if paths.is_empty() {
+                self.by_wd.remove(wd);
+                // Fails harmlessly when the kernel already dropped the watch.
+                let _ = self.watches.remove(wd.clone());
+            }
+        }
+    }
+
+    fn handle(&mut self, wd: &WatchDescriptor, mask: EventMask, name: Option<&OsStr>) {
         let Some(paths) = self.by_wd.get(wd).cloned() else {
             return;
         };
         let gone =
             mask.intersects(EventMask::IGNORED | EventMask::DELETE_SELF | EventMask::MOVE_SELF);
-        for path in paths {
-            if matches!(self.dirs.get(&path), Some(DirState::Armed(armed)) if armed == wd) {
-                if gone {
-                    self.rearm(&path, wd, mask.contains(EventMask::IGNORED));
-                } else {
-                    self.wake_for(&path, name);
+        if mask.contains(EventMask::IGNORED) {
+            // The kernel dropped the watch: no path holds it any more.
+            self.by_wd.remove(wd);
+            for path in &paths {
+                if let Some(held) = self.paths.get_mut(path)
+                    && held.wd.as_ref() == Some(wd)
+                {
+                    held.wd = None;
                 }
             }
-            if self.ancestors.contains_key(&path) {
-                self.retry_missing_below(&path);
+        }
+        let mut repair: BTreeSet<PathBuf> = BTreeSet::new();
+        for path in &paths {
+            if gone {
+                if let Some(held) = self.paths.get(path) {
+                    repair.extend(held.holders.keys().cloned());
+                }
+                continue;
             }
-        }
-    }
-
-    /// The watched directory itself went away (deleted, moved, or replaced): watch whatever is at
-    /// its path now, or its nearest ancestor, and make subscribers re-read.
-    fn rearm(&mut self, dir: &Path, wd: &WatchDescriptor, kernel_removed: bool) {
-        tracing::debug!(dir = %dir.display(), "watched directory went away; re-arming");
-        self.dirs.remove(dir);
-        self.release(wd, dir, kernel_removed);
-        if let Err(err) = self.arm_nearest(dir) {
-            tracing::warn!(dir = %dir.display(), error = %err, "cannot re-arm directory watch; relying on resync");
-        }
-        self.wake_for(dir, None);
-    }
-
-    fn retry_missing_below(&mut self, ancestor: &Path) {
-        let Some((_, waiting)) = self.ancestors.get(ancestor) else {
-            return;
-        };
-        for dir in waiting.clone() {
-            self.leave_ancestor(ancestor, &dir);
-            self.dirs.remove(&dir);
-            match self.arm_nearest(&dir) {
-                Ok(()) => {
-                    if matches!(self.dirs.get(&dir), Some(DirState::Armed(_))) {
-                        tracing::debug!(dir = %dir.display(), "watched directory is back");
-                        self.wake_for(&dir, None);
+            if self.dirs.contains_key(path) {
+                self.wake_for(path, name);
+            }
+            if let Some(name) = name {
+                let entry = path.join(name);
+                if let Some(dirs) = self.triggers.get(&entry) {
+                    repair.extend(dirs.iter().cloned());
+                }
+                if let Some(files) = self.aliases.get(&entry) {
+                    for file in files.clone() {
+                        self.wake_file(&file);
                     }
                 }
-                Err(err) => {
-                    tracing::warn!(dir = %dir.display(), error = %err, "cannot re-arm directory watch; relying on resync")
+                // A symlinked file of interest changed: where it points may have changed too.
+                if self
+                    .dirs
+                    .get(path)
+                    .is_some_and(|w| w.aliases.iter().any(|(_, file)| *file == entry))
+                    || (self.dirs.contains_key(path)
+                        && !name.as_encoded_bytes().starts_with(b"..")
+                        && is_symlink(&entry))
+                {
+                    repair.insert(path.clone());
                 }
             }
+        }
+        for dir in repair {
+            tracing::debug!(dir = %dir.display(), "re-arming directory watch");
+            self.repair(&dir);
+            self.wake_for(&dir, None);
         }
     }
 
     /// Marks and wakes the subscribers of `dir` that care about `name`. Names starting with `..`
     /// are the kubelet's `..data` machinery and concern every file of the directory; `None` means
     /// the directory itself.
-    fn wake_for(&self, dir: &Path, name: Option<&std::ffi::OsStr>) {
+    fn wake_for(&self, dir: &Path, name: Option<&OsStr>) {
         let whole_dir = name.is_none_or(|n| n.as_encoded_bytes().starts_with(b".."));
         for subscriber in self.subscribers.values() {
             let Some(names) = subscriber.dirs.get(dir) else {
@@ -320,9 +552,24 @@ impl State {
         }
     }
 
+    /// Wakes the subscribers of the file of interest `file` (`dir/name`).
+    fn wake_file(&self, file: &Path) {
+        if let (Some(dir), Some(name)) = (file.parent(), file.file_name()) {
+            self.wake_for(dir, Some(name));
+        }
+    }
+
     fn wake_all(&self) {
         for subscriber in self.subscribers.values() {
             subscriber.changes.mark_all();
         }
     }
+}
+
+fn is_missing(err: &io::Error) -> bool {
+    matches!(err.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR))
+}
+
+fn is_symlink(path: &Path) -> bool {
+    std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink())
 }

@@ -110,6 +110,9 @@ impl Dirty {
 pub(crate) struct Changes {
     wake: Notify,
     dirty: Mutex<Dirty>,
+    /// Set when some of the reloader's directories can no longer be watched (the watch limit
+    /// reached mid-run, the reader thread gone): it must poll from now on.
+    degraded: std::sync::atomic::AtomicBool,
 }
 
 impl Changes {
@@ -141,6 +144,18 @@ impl Changes {
         self.wake.notify_one();
     }
 
+    /// Tells the reloader to poll from now on, and to re-read everything now.
+    pub(crate) fn degrade(&self) {
+        self.degraded
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        self.mark_all();
+    }
+
+    /// Whether [`degrade`](Self::degrade) was called.
+    pub(crate) fn is_degraded(&self) -> bool {
+        self.degraded.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     pub(crate) fn mark_all(&self) {
         let mut dirty = self.lock();
         *dirty = Dirty::all();
@@ -161,6 +176,14 @@ impl Changes {
 pub(crate) struct Subscription {
     id: u64,
     watcher: Arc<inotify::Watcher>,
+}
+
+impl Subscription {
+    /// Re-resolves and re-watches every directory of the subscription: the periodic resync's
+    /// repair of whatever inotify could not report (a renamed parent, a bind mount).
+    pub(crate) fn repair(&self) {
+        self.watcher.repair(self.id);
+    }
 }
 
 impl Drop for Subscription {

@@ -61,6 +61,11 @@ impl Ca {
         self.issue(&[], 30, ExtendedKeyUsagePurpose::ClientAuth, cn)
     }
 
+    /// A client leaf valid for `days` more days (negative: expired).
+    pub fn client_valid_for(&self, cn: &str, days: i64) -> Pair {
+        self.issue(&[], days, ExtendedKeyUsagePurpose::ClientAuth, cn)
+    }
+
     fn issue(&self, names: &[&str], days: i64, usage: ExtendedKeyUsagePurpose, cn: &str) -> Pair {
         let key = KeyPair::generate().unwrap();
         let mut params =
@@ -90,10 +95,78 @@ impl Ca {
 impl Ca {
     /// A CRL (PEM) revoking `serials`.
     pub fn crl(&self, serials: &[u64]) -> String {
+        self.crl_params(serials, time::Duration::days(1))
+            .signed_by(&self.issuer)
+            .unwrap()
+            .pem()
+            .unwrap()
+    }
+
+    /// The same CRL in DER.
+    pub fn crl_der(&self, serials: &[u64]) -> Vec<u8> {
+        self.crl_params(serials, time::Duration::days(1))
+            .signed_by(&self.issuer)
+            .unwrap()
+            .der()
+            .to_vec()
+    }
+
+    /// A CRL (PEM) whose nextUpdate is `next_update` from now (negative: stale).
+    pub fn crl_next_update(&self, serials: &[u64], next_update: time::Duration) -> String {
+        self.crl_params(serials, next_update)
+            .signed_by(&self.issuer)
+            .unwrap()
+            .pem()
+            .unwrap()
+    }
+
+    /// A serving leaf valid from `from` to `to` (relative to now).
+    pub fn leaf_between(&self, names: &[&str], from: time::Duration, to: time::Duration) -> Pair {
+        let key = KeyPair::generate().unwrap();
+        let mut params =
+            CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
+                .unwrap();
+        params.distinguished_name.push(DnType::CommonName, names[0]);
+        let serial = SERIAL.fetch_add(1, Ordering::Relaxed);
+        params.serial_number = Some(serial.into());
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        params.not_before = OffsetDateTime::now_utc() + from;
+        params.not_after = OffsetDateTime::now_utc() + to;
+        let cert = params.signed_by(&key, &self.issuer).unwrap();
+        Pair {
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+            serial: format!("{serial:x}"),
+            serial_number: serial,
+        }
+    }
+
+    /// An intermediate CA signed by this one, valid until `days` from now.
+    pub fn intermediate(&self, name: &str, days: i64) -> Ca {
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.distinguished_name.push(DnType::CommonName, name);
+        params.not_before = OffsetDateTime::now_utc() - time::Duration::days(400);
+        params.not_after = OffsetDateTime::now_utc() + time::Duration::days(days);
+        let cert = params.signed_by(&key, &self.issuer).unwrap();
+        Ca {
+            cert_pem: cert.pem(),
+            issuer: Issuer::new(params, key),
+        }
+    }
+
+    fn crl_params(
+        &self,
+        serials: &[u64],
+        next_update: time::Duration,
+    ) -> rcgen::CertificateRevocationListParams {
         let now = OffsetDateTime::now_utc();
-        let params = rcgen::CertificateRevocationListParams {
-            this_update: now - time::Duration::minutes(5),
-            next_update: now + time::Duration::days(1),
+        let this_update =
+            (now - time::Duration::minutes(5)).min(now + next_update - time::Duration::days(1));
+        rcgen::CertificateRevocationListParams {
+            this_update,
+            next_update: now + next_update,
             crl_number: SERIAL.fetch_add(1, Ordering::Relaxed).into(),
             issuing_distribution_point: None,
             revoked_certs: serials
@@ -106,8 +179,7 @@ impl Ca {
                 })
                 .collect(),
             key_identifier_method: rcgen::KeyIdMethod::Sha256,
-        };
-        params.signed_by(&self.issuer).unwrap().pem().unwrap()
+        }
     }
 }
 
@@ -226,6 +298,33 @@ pub fn client_config(ca_pems: &[&str], identity: Option<&Pair>) -> Arc<rustls::C
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let builder = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots);
+    let config = match identity {
+        Some(pair) => {
+            let chain = CertificateDer::pem_slice_iter(pair.cert_pem.as_bytes())
+                .collect::<Result<Vec<_>, _>>()
+                .unwrap();
+            let key = PrivateKeyDer::from_pem_slice(pair.key_pem.as_bytes()).unwrap();
+            builder.with_client_auth_cert(chain, key).unwrap()
+        }
+        None => builder.with_no_client_auth(),
+    };
+    Arc::new(config)
+}
+
+/// Like [`client_config`], TLS 1.2 only.
+pub fn client_config_tls12(ca_pems: &[&str], identity: Option<&Pair>) -> Arc<rustls::ClientConfig> {
+    use rustls_pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    for pem in ca_pems {
+        for cert in CertificateDer::pem_slice_iter(pem.as_bytes()) {
+            roots.add(cert.unwrap()).unwrap();
+        }
+    }
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS12])
         .unwrap()
         .with_root_certificates(roots);
     let config = match identity {

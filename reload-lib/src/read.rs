@@ -1,0 +1,105 @@
+//! Reading material files safely: regular files only (a FIFO, a device such as `/dev/zero`, a
+//! directory or a socket at a watched path is refused without blocking), at most a configured
+//! size (a huge file is refused before it is read), and never any of the content in an error.
+//! Reads run on the blocking pool of the crate's runtime, under the set's read timeout (see
+//! `reload`), so nothing here can stall an async worker.
+
+use std::io::Read as _;
+use std::os::unix::fs::{FileTypeExt as _, OpenOptionsExt as _};
+use std::path::Path;
+
+/// Default cap on the size of one file: far above any certificate chain, key or CA bundle
+/// (a Kubernetes Secret holds at most 1 MiB), far below what would hurt memory.
+pub(crate) const DEFAULT_MAX_FILE_SIZE: u64 = 4 << 20;
+
+/// Reads the regular file at `path` (symlinks followed), refusing anything else and anything
+/// larger than `max_size` bytes.
+pub(crate) fn read_regular(path: &Path, max_size: u64) -> std::io::Result<Vec<u8>> {
+    // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever. It
+    // changes nothing for regular files. The type is checked on the open descriptor, so a swap
+    // between a check and the open cannot slip a FIFO through.
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)?;
+    let metadata = file.metadata()?;
+    let kind = metadata.file_type();
+    if !kind.is_file() {
+        let what = if kind.is_dir() {
+            "a directory"
+        } else if kind.is_fifo() {
+            "a FIFO"
+        } else if kind.is_char_device() {
+            "a character device"
+        } else if kind.is_block_device() {
+            "a block device"
+        } else if kind.is_socket() {
+            "a socket"
+        } else {
+            "not a regular file"
+        };
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("not a regular file: {what}"),
+        ));
+    }
+    let too_large = || {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("larger than the limit of {max_size} bytes"),
+        )
+    };
+    if metadata.len() > max_size {
+        return Err(too_large());
+    }
+    // The file may grow while it is read: never read more than the cap.
+    let mut bytes = Vec::with_capacity(metadata.len() as usize);
+    file.by_ref().take(max_size + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > max_size {
+        return Err(too_large());
+    }
+    Ok(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_regular_files_within_the_cap_are_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("f");
+        std::fs::write(&file, b"12345").unwrap();
+        assert_eq!(read_regular(&file, 5).unwrap(), b"12345");
+        assert!(
+            read_regular(&file, 4)
+                .unwrap_err()
+                .to_string()
+                .contains("limit")
+        );
+        assert!(
+            read_regular(dir.path(), 5)
+                .unwrap_err()
+                .to_string()
+                .contains("directory")
+        );
+        assert!(
+            read_regular(Path::new("/dev/zero"), 5)
+                .unwrap_err()
+                .to_string()
+                .contains("character device")
+        );
+        let fifo = dir.path().join("fifo");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        assert!(
+            read_regular(&fifo, 5)
+                .unwrap_err()
+                .to_string()
+                .contains("FIFO")
+        );
+    }
+}
