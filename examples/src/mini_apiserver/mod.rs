@@ -10,7 +10,8 @@
 //!
 //! Modules: [`config`] (flags → settings), [`routes`] (URL → verb and resource, handlers,
 //! discovery), [`store`] (objects, resourceVersion, bounded history), [`watch`] (fan-out),
-//! [`auth`] (token file, client certificates, rules), [`audit`] (`--audit-log`, the requests
+//! [`listener`] (accept loop, connection limits and timeouts), [`auth`] (token file, client
+//! certificates, rules), [`audit`] (`--audit-log`, the requests
 //! as the authorizer sees them), [`status`] (`Status` errors),
 //! [`persist`] (state file, seed dir), [`select`] (label and field selectors), [`resource`]
 //! (the served types), [`metrics`] (open watches and requests at `/metrics`).
@@ -18,6 +19,7 @@
 pub mod audit;
 pub mod auth;
 pub mod config;
+pub mod listener;
 pub mod metrics;
 pub mod persist;
 pub mod resource;
@@ -90,9 +92,10 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         .with_context(|| format!("cannot listen on {}", settings.listen))?;
     println!("listening on {}", listener.local_addr()?);
     tokio::spawn(serve::cancel_on_signal(shutdown.clone()));
-    serve::serve_https(
+    listener::serve(
         listener,
         set.acceptor(),
+        listener::Limits::from_fd_limit(),
         move |conn, request| routes::handle(Arc::clone(&api), conn, request),
         shutdown,
     )

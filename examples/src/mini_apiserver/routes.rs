@@ -20,6 +20,7 @@ use serde_json::{Value, json};
 
 use super::audit::{self, AuditLog};
 use super::auth::{Attributes, Authorizer, Tokens, User};
+use super::listener::Conn;
 use super::resource::Resource;
 use super::select::Selector;
 use super::status::ApiError;
@@ -115,11 +116,7 @@ fn parse_route(path: &str) -> Option<Route> {
 }
 
 /// Handles one request; errors become `Status` bodies.
-pub async fn handle(
-    api: Arc<Api>,
-    conn: Arc<ConnInfo>,
-    request: Request<Incoming>,
-) -> Response<Body> {
+pub async fn handle(api: Arc<Api>, conn: Arc<Conn>, request: Request<Incoming>) -> Response<Body> {
     let method = request.method().clone();
     let path = request.uri().path().to_owned();
     match route(&api, &conn, request).await {
@@ -140,7 +137,7 @@ pub async fn handle(
 
 async fn route(
     api: &Api,
-    conn: &ConnInfo,
+    conn: &Conn,
     request: Request<Incoming>,
 ) -> Result<Response<Body>, ApiError> {
     let route = parse_route(request.uri().path())
@@ -148,7 +145,8 @@ async fn route(
     if route == Route::Health {
         return Ok(Response::new(full("ok")));
     }
-    let user = authenticate(api, conn, &request).ok_or_else(ApiError::unauthorized)?;
+    let user = authenticate(api, &conn.info, &request).ok_or_else(ApiError::unauthorized)?;
+    conn.authenticated();
     let query = Query::parse(request.uri().query().unwrap_or(""));
     match route {
         Route::Health => unreachable!("answered above"),
@@ -173,7 +171,14 @@ async fn route(
             resource,
             namespace,
             name,
-        } => objects(api, &user, request, &query, resource, namespace, name).await,
+        } => {
+            let target = Target {
+                resource,
+                namespace,
+                name,
+            };
+            objects(api, conn, &user, request, &query, target).await
+        }
     }
 }
 
@@ -206,16 +211,26 @@ fn user_from_certificate(der: &[u8]) -> Option<User> {
     (!name.is_empty()).then_some(User { name, groups })
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn objects(
-    api: &Api,
-    user: &User,
-    request: Request<Incoming>,
-    query: &Query,
+/// The objects a request is about.
+struct Target {
     resource: Resource,
     namespace: Option<String>,
     name: Option<String>,
+}
+
+async fn objects(
+    api: &Api,
+    conn: &Conn,
+    user: &User,
+    request: Request<Incoming>,
+    query: &Query,
+    target: Target,
 ) -> Result<Response<Body>, ApiError> {
+    let Target {
+        resource,
+        namespace,
+        name,
+    } = target;
     let watching = query.flag("watch");
     let verb = match (request.method(), &name, watching) {
         (&Method::GET, None, true) => "watch",
@@ -250,7 +265,12 @@ async fn objects(
         code: 0,
     });
     let outcome = if api.authorizer.allows(user, &attributes) {
-        serve_objects(api, request, query, resource, verb, namespace, name).await
+        let target = Target {
+            resource,
+            namespace: namespace.clone(),
+            name,
+        };
+        serve_objects(api, conn, request, query, verb, target).await
     } else {
         Err(ApiError::forbidden(format!(
             "User \"{}\" cannot {verb} resource \"{}\" in namespace \"{}\"",
@@ -272,13 +292,17 @@ async fn objects(
 /// An authorized request on objects.
 async fn serve_objects(
     api: &Api,
+    conn: &Conn,
     request: Request<Incoming>,
     query: &Query,
-    resource: Resource,
     verb: &str,
-    namespace: Option<String>,
-    name: Option<String>,
+    target: Target,
 ) -> Result<Response<Body>, ApiError> {
+    let Target {
+        resource,
+        namespace,
+        name,
+    } = target;
     let namespaced = |ns: &Option<String>| {
         ns.clone()
             .ok_or_else(|| ApiError::method_not_allowed(format!("{verb} needs a namespace")))
@@ -290,6 +314,7 @@ async fn serve_objects(
             store,
             watch_request(query, resource, namespace, api)?,
             api.metrics.watch_opened(resource),
+            conn.abort.clone(),
         )),
         "get" => Ok(json_ok(&store.get(
             resource,
@@ -491,6 +516,8 @@ async fn delete_preconditions(request: Request<Incoming>) -> Result<Precondition
 /// How much of an oversized body is read and thrown away before answering 413, so that the
 /// client finishes sending and reads the answer instead of a connection reset.
 const DRAIN_LIMIT: usize = 16 * 1024 * 1024;
+/// How long a client may take to send a request body.
+const BODY_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long draining an oversized body may take.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -507,7 +534,11 @@ async fn read_bytes(request: Request<Incoming>) -> Result<bytes::Bytes, ApiError
     }
     let mut body = request.into_body();
     let mut bytes = Vec::new();
-    while let Some(frame) = body.frame().await {
+    let deadline = tokio::time::Instant::now() + BODY_TIMEOUT;
+    while let Some(frame) = tokio::time::timeout_at(deadline, body.frame())
+        .await
+        .map_err(|_| ApiError::new(408, "Timeout", "timed out reading the request body"))?
+    {
         let frame =
             frame.map_err(|err| ApiError::bad_request(format!("cannot read the body: {err}")))?;
         let Ok(data) = frame.into_data() else {

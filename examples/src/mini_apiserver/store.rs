@@ -19,6 +19,9 @@ use super::status::ApiError;
 /// Changes kept for watches to resume from; older resourceVersions get 410 Expired.
 pub const DEFAULT_HISTORY: usize = 10_000;
 
+/// The most changes [`Store::changes_since`] returns at once.
+pub const CHANGES_PER_READ: usize = 64;
+
 /// What happened to an object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum ChangeKind {
@@ -50,15 +53,15 @@ pub struct Change {
     pub kind: ChangeKind,
     /// The resource.
     pub resource: Resource,
-    /// The object after the change (its last state, for deletes).
-    pub object: Value,
+    /// The object after the change (its last state, for deletes), shared with the store.
+    pub object: Arc<Value>,
     /// The watch event line (`{"type":…,"object":…}` and a newline), encoded once for all
     /// watchers.
     pub line: Bytes,
 }
 
 impl Change {
-    fn new(rv: u64, kind: ChangeKind, resource: Resource, object: Value) -> Change {
+    fn new(rv: u64, kind: ChangeKind, resource: Resource, object: Arc<Value>) -> Change {
         let line = event_line(kind.event_type(), &object);
         Change {
             rv,
@@ -87,7 +90,8 @@ type Key = (Resource, String, String);
 #[derive(Debug)]
 struct Inner {
     rv: u64,
-    objects: BTreeMap<Key, Value>,
+    /// Shared with history entries and open watches' initial lists, never copied per watcher.
+    objects: BTreeMap<Key, Arc<Value>>,
     history: VecDeque<Arc<Change>>,
     /// Every change with a resourceVersion above this is in `history`.
     floor: u64,
@@ -153,7 +157,7 @@ impl Store {
                     meta_str(&object, "namespace"),
                     meta_str(&object, "name"),
                 );
-                inner.objects.insert(key, object);
+                inner.objects.insert(key, Arc::new(object));
             }
             // Watches resume across the restart from any version the saved tail covers.
             inner.floor = state.history_floor.unwrap_or(state.resource_version);
@@ -174,7 +178,7 @@ impl Store {
                     saved.rv,
                     saved.kind,
                     saved.resource,
-                    saved.object,
+                    Arc::new(saved.object),
                 )));
             }
             while inner.history.len() > inner.capacity {
@@ -210,7 +214,7 @@ impl Store {
         self.lock()
             .objects
             .get(&(resource, namespace.to_owned(), name.to_owned()))
-            .cloned()
+            .map(|object| Value::clone(object))
             .ok_or_else(|| ApiError::not_found(resource.plural(), resource.kind(), name))
     }
 
@@ -225,8 +229,22 @@ impl Store {
         limit: Option<usize>,
         after: Option<&(String, String)>,
     ) -> (Vec<Value>, u64, Option<(String, String)>) {
+        let (items, rv, next) = self.list_shared(resource, namespace, selector, limit, after);
+        (items.iter().map(|o| Value::clone(o)).collect(), rv, next)
+    }
+
+    /// [`Store::list`] without copying the objects (for watches, which may be slow to send
+    /// them: they must not hold a copy of the namespace each).
+    pub fn list_shared(
+        &self,
+        resource: Resource,
+        namespace: Option<&str>,
+        selector: &Selector,
+        limit: Option<usize>,
+        after: Option<&(String, String)>,
+    ) -> (Vec<Arc<Value>>, u64, Option<(String, String)>) {
         let inner = self.lock();
-        let mut items = Vec::new();
+        let mut items: Vec<Arc<Value>> = Vec::new();
         let mut next = None;
         for ((r, ns, name), object) in &inner.objects {
             if *r != resource || namespace.is_some_and(|n| n != ns) || !selector.matches(object) {
@@ -238,10 +256,10 @@ impl Store {
             if limit.is_some_and(|l| items.len() >= l) {
                 next = items
                     .last()
-                    .map(|o: &Value| (meta_str(o, "namespace"), meta_str(o, "name")));
+                    .map(|o| (meta_str(o, "namespace"), meta_str(o, "name")));
                 break;
             }
-            items.push(object.clone());
+            items.push(Arc::clone(object));
         }
         (items, inner.rv, next)
     }
@@ -263,9 +281,12 @@ impl Store {
                 inner.rv
             )));
         }
-        // History is in resourceVersion order: find the tail with a binary search.
+        // History is in resourceVersion order: find the tail with a binary search. At most
+        // CHANGES_PER_READ at a time, so a watcher that is slow to send them does not keep
+        // history alive that the store has already dropped.
         let start = inner.history.partition_point(|c| c.rv <= since);
-        Ok(inner.history.range(start..).cloned().collect())
+        let end = inner.history.len().min(start + CHANGES_PER_READ);
+        Ok(inner.history.range(start..end).cloned().collect())
     }
 
     /// Creates an object (201).
@@ -321,7 +342,7 @@ impl Store {
         let current = inner
             .objects
             .get(&key)
-            .cloned()
+            .map(|object| Value::clone(object))
             .ok_or_else(|| ApiError::not_found(resource.plural(), resource.kind(), name))?;
         let object = normalize(resource, namespace, body, Some(name))?;
         self.replace(&mut inner, key, current, object, true)
@@ -338,7 +359,7 @@ impl Store {
     ) -> Result<Value, ApiError> {
         let mut inner = self.lock();
         let key = (resource, namespace.to_owned(), name.to_owned());
-        let Some(current) = inner.objects.get(&key).cloned() else {
+        let Some(current) = inner.objects.get(&key).map(|object| Value::clone(object)) else {
             if kind == PatchKind::Apply {
                 drop(inner);
                 let mut body = patch;
@@ -401,13 +422,8 @@ impl Store {
                 return Err(ApiError::conflict(resource.plural(), resource.kind(), name));
             }
         }
-        let Some(mut object) = inner.objects.remove(&key) else {
-            unreachable!("checked above under the same lock");
-        };
-        inner.rv += 1;
-        object["metadata"]["resourceVersion"] = json!(inner.rv.to_string());
-        self.record(&mut inner, resource, object.clone(), ChangeKind::Deleted);
-        Ok(object)
+        let object = Value::clone(current);
+        self.commit(&mut inner, key, object, ChangeKind::Deleted)
     }
 
     fn replace(
@@ -441,6 +457,10 @@ impl Store {
         self.commit(inner, key, object, ChangeKind::Modified)
     }
 
+    /// Records a change (a new object, a new state, or a deletion) with the next
+    /// resourceVersion, saves the state file, and only then tells watchers. When the state
+    /// cannot be saved, the change is undone and the client gets a 500: an acknowledged write
+    /// is never lost in a restart (issue #18, item 9).
     fn commit(
         &self,
         inner: &mut Inner,
@@ -448,32 +468,60 @@ impl Store {
         mut object: Value,
         kind: ChangeKind,
     ) -> Result<Value, ApiError> {
-        inner.rv += 1;
-        object["metadata"]["resourceVersion"] = json!(inner.rv.to_string());
+        let rv = inner.rv + 1;
+        object["metadata"]["resourceVersion"] = json!(rv.to_string());
         let resource = key.0;
-        inner.objects.insert(key, object.clone());
-        self.record(inner, resource, object.clone(), kind);
-        Ok(object)
-    }
-
-    fn record(&self, inner: &mut Inner, resource: Resource, object: Value, kind: ChangeKind) {
-        let rv = inner.rv;
-        inner
-            .history
-            .push_back(Arc::new(Change::new(rv, kind, resource, object)));
+        let shared = Arc::new(object);
+        let previous = if kind == ChangeKind::Deleted {
+            inner.objects.remove(&key)
+        } else {
+            inner.objects.insert(key.clone(), Arc::clone(&shared))
+        };
+        let (old_rv, old_floor) = (inner.rv, inner.floor);
+        inner.rv = rv;
+        inner.history.push_back(Arc::new(Change::new(
+            rv,
+            kind,
+            resource,
+            Arc::clone(&shared),
+        )));
+        let mut dropped = Vec::new();
         while inner.history.len() > inner.capacity {
-            if let Some(dropped) = inner.history.pop_front() {
-                inner.floor = dropped.rv;
+            if let Some(change) = inner.history.pop_front() {
+                inner.floor = change.rv;
+                dropped.push(change);
             }
         }
-        self.persist(inner);
+        if let Err(err) = self.persist(inner) {
+            inner.rv = old_rv;
+            inner.floor = old_floor;
+            inner.history.pop_back();
+            for change in dropped.into_iter().rev() {
+                inner.history.push_front(change);
+            }
+            match previous {
+                Some(previous) => inner.objects.insert(key, previous),
+                None => inner.objects.remove(&key),
+            };
+            let err: &dyn std::error::Error = err.as_ref();
+            tracing::error!(
+                error = err,
+                "Cannot save the state file; the change is refused"
+            );
+            return Err(ApiError::internal(
+                "the change cannot be saved (state file); nothing was changed",
+            ));
+        }
         self.latest.send_replace(rv);
+        Ok(Value::clone(&shared))
     }
 
     /// Writes the state file (under the store lock, so saves are in order and a watcher never
     /// sees a change that a restart would lose).
-    fn persist(&self, inner: &Inner) {
-        let Some(path) = &self.state_file else { return };
+    fn persist(&self, inner: &Inner) -> anyhow::Result<()> {
+        let Some(path) = &self.state_file else {
+            return Ok(());
+        };
         let keep = inner.history.len().min(PERSISTED_HISTORY);
         let skipped = inner.history.len() - keep;
         let history_floor = match skipped {
@@ -482,7 +530,11 @@ impl Store {
         };
         let state = StateView {
             resource_version: inner.rv,
-            objects: inner.objects.iter().map(|((r, _, _), o)| (*r, o)).collect(),
+            objects: inner
+                .objects
+                .iter()
+                .map(|((r, _, _), o)| (*r, &**o))
+                .collect(),
             history: inner
                 .history
                 .range(skipped..)
@@ -495,10 +547,7 @@ impl Store {
                 .collect(),
             history_floor: Some(history_floor),
         };
-        if let Err(err) = persist::save(path, &state) {
-            let err: &dyn std::error::Error = err.as_ref();
-            tracing::error!(error = err, "Cannot save the state file");
-        }
+        persist::save(path, &state)
     }
 }
 
@@ -940,11 +989,13 @@ mod tests {
         drop(store);
         let store = Store::open(Some(path), 10_000).unwrap();
         assert_eq!(store.changes_since(9).unwrap_err().code, 410);
-        assert_eq!(
-            store.changes_since(10).unwrap().len(),
-            PERSISTED_HISTORY,
-            "the saved tail"
-        );
+        let mut replayed = 0;
+        let mut since = 10;
+        while let Some(last) = store.changes_since(since).unwrap().last() {
+            replayed += store.changes_since(since).unwrap().len();
+            since = last.rv;
+        }
+        assert_eq!(replayed, PERSISTED_HISTORY, "the saved tail");
     }
 
     #[test]
@@ -989,6 +1040,6 @@ mod tests {
         assert!(change.line.ends_with(b"\n"));
         let event: Value = serde_json::from_slice(&change.line).unwrap();
         assert_eq!(event["type"], "ADDED");
-        assert_eq!(event["object"], change.object);
+        assert_eq!(event["object"], *change.object);
     }
 }
