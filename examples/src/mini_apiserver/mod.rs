@@ -5,15 +5,15 @@
 //! reload-lib with SNI certificates, so it can play the kube-apiserver of the recovery flow.
 //!
 //! What it is not: a kube-apiserver. No admission, no RBAC (a small rule file instead, see
-//! [`auth`]), no other resources, no field managers, no `generation`, no finalizers, no
-//! protobuf, no table output.
+//! [`auth`]), no other resources, no field managers, no `generation`, no finalizers,
+//! protobuf only in requests (Secrets, ConfigMaps, Leases; answers are JSON), no table output.
 //!
 //! Modules: [`config`] (flags → settings), [`routes`] (URL → verb and resource, handlers,
 //! discovery), [`store`] (objects, resourceVersion, bounded history), [`watch`] (fan-out),
 //! [`listener`] (accept loop, connection limits and timeouts), [`auth`] (token file, client
 //! certificates, rules), [`audit`] (`--audit-log`, the requests
 //! as the authorizer sees them), [`status`] (`Status` errors),
-//! [`persist`] (state file, seed dir), [`select`] (label and field selectors), [`resource`]
+//! [`persist`] (state file, seed dir), [`proto`] (protobuf request bodies), [`select`] (label and field selectors), [`resource`]
 //! (the served types), [`metrics`] (open watches and requests at `/metrics`).
 
 pub mod audit;
@@ -22,6 +22,7 @@ pub mod config;
 pub mod listener;
 pub mod metrics;
 pub mod persist;
+pub mod proto;
 pub mod resource;
 pub mod routes;
 pub mod select;

@@ -323,14 +323,14 @@ async fn serve_objects(
         )?)),
         "create" => {
             let ns = namespaced(&namespace)?;
-            let body = read_body(request).await?;
+            let body = read_body(request, resource).await?;
             let object = store.create(resource, &ns, body)?;
             log_change("created", resource, &object);
             Ok(json_response(StatusCode::CREATED, &object))
         }
         "update" => {
             let ns = namespaced(&namespace)?;
-            let body = read_body(request).await?;
+            let body = read_body(request, resource).await?;
             let object = store.update(resource, &ns, name.as_deref().unwrap_or(""), body)?;
             log_change("updated", resource, &object);
             Ok(json_ok(&object))
@@ -355,7 +355,7 @@ async fn serve_objects(
                 "application/apply-patch+yaml" | "application/apply-patch+json" => PatchKind::Apply,
                 other => return Err(ApiError::unsupported_media_type(other)),
             };
-            let body = read_body(request).await?;
+            let body = read_body(request, resource).await?;
             let object = store.patch(resource, &ns, name.as_deref().unwrap_or(""), kind, body)?;
             log_change("patched", resource, &object);
             Ok(json_ok(&object))
@@ -389,7 +389,11 @@ fn list(
     resource: Resource,
     namespace: Option<&str>,
 ) -> Result<Response<Body>, ApiError> {
-    let selector = Selector::parse(query.get("labelSelector"), query.get("fieldSelector"))?;
+    let selector = Selector::parse(
+        resource,
+        query.get("labelSelector"),
+        query.get("fieldSelector"),
+    )?;
     let limit = match query.get("limit") {
         None | Some("0") => None,
         Some(text) => Some(
@@ -457,7 +461,11 @@ fn watch_request(
     namespace: Option<String>,
     api: &Api,
 ) -> Result<WatchRequest, ApiError> {
-    let selector = Selector::parse(query.get("labelSelector"), query.get("fieldSelector"))?;
+    let selector = Selector::parse(
+        resource,
+        query.get("labelSelector"),
+        query.get("fieldSelector"),
+    )?;
     let bookmarks = query.flag("allowWatchBookmarks");
     let start = if query.flag("sendInitialEvents") {
         if !bookmarks || query.get("resourceVersionMatch") != Some("NotOlderThan") {
@@ -561,13 +569,35 @@ async fn read_bytes(request: Request<Incoming>) -> Result<bytes::Bytes, ApiError
     Ok(bytes.into())
 }
 
-async fn read_body(request: Request<Incoming>) -> Result<Value, ApiError> {
-    let is_yaml = request
+/// The body of a create, update or patch as JSON: JSON, YAML where the content type says so,
+/// or Kubernetes protobuf (see [`super::proto`]). Creates and updates in any other content type
+/// get 415, as from kube-apiserver (patches check their own types).
+async fn read_body(request: Request<Incoming>, resource: Resource) -> Result<Value, ApiError> {
+    let content_type = request
         .headers()
         .get(http::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|ct| ct.contains("yaml"));
+        .unwrap_or("")
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    let is_patch = request.method() == Method::PATCH;
+    let is_yaml = content_type.contains("yaml");
+    if !is_patch
+        && !is_yaml
+        && !matches!(
+            content_type.as_str(),
+            "" | "application/json" | super::proto::CONTENT_TYPE
+        )
+    {
+        return Err(ApiError::unsupported_media_type(&content_type));
+    }
     let bytes = read_bytes(request).await?;
+    if content_type == super::proto::CONTENT_TYPE {
+        return super::proto::decode(resource, &bytes);
+    }
     if is_yaml && serde_json::from_slice::<Value>(&bytes).is_err() {
         serde_norway::from_slice::<Value>(&bytes)
             .map_err(|err| ApiError::bad_request(format!("malformed YAML: {err}")))
@@ -594,11 +624,21 @@ fn resource_list(group_version: &str) -> Value {
         .into_iter()
         .filter(|r| r.api_version() == group_version)
         .map(|r| {
-            json!({
+            let mut resource = json!({
                 "name": r.plural(), "singularName": r.kind().to_ascii_lowercase(), "namespaced": true,
                 "kind": r.kind(),
                 "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"]
-            })
+            });
+            // As kube-apiserver lists them (`kubectl get cm`, `kubectl get ev`).
+            let short_names: &[&str] = match r {
+                Resource::ConfigMaps => &["cm"],
+                Resource::Events => &["ev"],
+                _ => &[],
+            };
+            if !short_names.is_empty() {
+                resource["shortNames"] = json!(short_names);
+            }
+            resource
         })
         .collect();
     json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": resources})
