@@ -6,7 +6,11 @@
 //!    valid for ten years. The installer's resource directory holds the expired serving files.
 //! 2. `mini-apiserver` plays the kube-apiserver: it serves the expired certificate by default and
 //!    the `localhost-recovery` certificate by SNI, both from the resource directory, through
-//!    reload-lib.
+//!    reload-lib. Or ([`Apiserver::Real`]) a real kube-apiserver with etcd does, from the same
+//!    files (`--tls-sni-cert-key`, `--client-ca-file` on the synced bundle), reloading them
+//!    through its own file watches. The starter is kept small here (a few flags, no harness):
+//!    the e2e harness (`tests/src/envtest.rs`) has the full one, and `examples` must not
+//!    depend on the test package.
 //! 3. `cert-syncer sync` and `cert-syncer regenerate` connect to `https://127.0.0.1:PORT` with
 //!    SNI `localhost-recovery`, the recovery CA and a token.
 //! 4. `regenerate` (expired-only) replaces the expired signer, updates the CA bundle and issues
@@ -73,6 +77,36 @@ pub struct Options {
     pub keep: bool,
     /// Give up after this long.
     pub timeout: Duration,
+    /// Which apiserver plays the control plane.
+    pub apiserver: Apiserver,
+}
+
+/// Which apiserver the demo runs: ours, or a real kube-apiserver with etcd (the envtest
+/// convention: a directory holding `kube-apiserver` and `etcd`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Apiserver {
+    /// `mini-apiserver` from the bin dir.
+    Mini,
+    /// kube-apiserver and etcd from this directory.
+    Real(PathBuf),
+}
+
+/// The real kube-apiserver's directory, if there is one: `KUBEBUILDER_ASSETS`, else what
+/// `../shared/envtest/setup` prints (looked for beside the current directory and beside the
+/// workspace this was built from).
+pub fn find_envtest_assets() -> Option<PathBuf> {
+    if let Some(dir) = std::env::var_os("KUBEBUILDER_ASSETS").filter(|d| !d.is_empty()) {
+        return Some(PathBuf::from(dir));
+    }
+    let candidates = [
+        PathBuf::from("../shared/envtest/setup"),
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/envtest/setup"),
+    ];
+    let setup = candidates.into_iter().find(|p| p.is_file())?;
+    let output = Command::new(&setup).output().ok()?;
+    let dir = PathBuf::from(String::from_utf8_lossy(&output.stdout).trim());
+    (output.status.success() && dir.join("kube-apiserver").is_file() && dir.join("etcd").is_file())
+        .then_some(dir)
 }
 
 /// The outcome of a successful run.
@@ -331,45 +365,21 @@ pub fn run(options: &Options) -> anyhow::Result<Recovered> {
         35
     ));
 
-    // The apiserver, serving the expired certificate by default.
-    let (tx, rx) = mpsc::channel();
-    let mut apiserver_command = Command::new(options.bin_dir.join("mini-apiserver"));
-    apiserver_command
-        .args(["--listen", "127.0.0.1:0", "--cert"])
-        .arg(serving_dir.join("tls.crt"))
-        .arg("--key")
-        .arg(serving_dir.join("tls.key"))
-        .arg("--sni")
-        .arg(format!(
-            "localhost-recovery={},{}",
-            recovery_dir.join("tls.crt").display(),
-            recovery_dir.join("tls.key").display()
-        ))
-        .arg("--token-auth-file")
-        .arg(dir.join("tokens.csv"))
-        .arg("--seed-dir")
-        .arg(&seed);
-    let reloads = timeline.clone();
-    let loads = std::sync::atomic::AtomicUsize::new(0);
-    let mut apiserver = Proc::spawn(
-        "mini-apiserver",
-        apiserver_command,
-        move |line| {
-            if line.contains("now serving") && line.contains("localhost-serving-cert-certkey") {
-                // The first load is the start-up; the next one is the reload after the sync.
-                if loads.fetch_add(1, std::sync::atomic::Ordering::Relaxed) == 0 {
-                    reloads.mark("mini-apiserver: loaded the expired serving certificate");
-                } else {
-                    reloads.mark_once("mini-apiserver: reloaded the new serving certificate");
-                }
-            }
-        },
-        Some(tx),
-    )?;
-    let addr = rx
-        .recv_timeout(Duration::from_secs(10))
-        .map_err(|_| anyhow::anyhow!("mini-apiserver did not start:\n{}", apiserver.tail(20)))?;
-    timeline.mark(&format!("mini-apiserver listening on {addr}"));
+    // The apiserver, serving the expired certificate for `localhost`.
+    let (mut servers, addr) = match &options.apiserver {
+        Apiserver::Mini => start_mini(options, dir, &serving_dir, &recovery_dir, &seed, &timeline)?,
+        Apiserver::Real(assets) => start_real(
+            assets,
+            dir,
+            &serving_dir,
+            &recovery_dir,
+            &bundle_file,
+            &objects,
+            &token,
+            &recovery_signer.cert,
+            &timeline,
+        )?,
+    };
     match handshake(addr, "localhost", &std::fs::read(&bundle_file)?) {
         Ok(_) => bail!("the apiserver's certificate should be expired at the start"),
         Err(err) => timeline.mark(&format!("client -> https://localhost: refused ({err})")),
@@ -441,6 +451,7 @@ pub fn run(options: &Options) -> anyhow::Result<Recovered> {
         None,
     )?;
     timeline.mark("cert-syncer sync and regenerate started (SNI localhost-recovery, token)");
+    let sidecars_started = Instant::now();
 
     // Recovered when a client that trusts only the synced bundle connects to `localhost`.
     let deadline = Instant::now() + options.timeout;
@@ -450,7 +461,7 @@ pub fn run(options: &Options) -> anyhow::Result<Recovered> {
         {
             break Ok(serial);
         }
-        for proc in [&mut apiserver, &mut sync, &mut regenerate] {
+        for proc in servers.iter_mut().chain([&mut sync, &mut regenerate]) {
             if let Ok(Some(status)) = proc.child.try_wait() {
                 bail!(
                     "{} exited ({status}) before recovery:\n{}",
@@ -463,7 +474,7 @@ pub fn run(options: &Options) -> anyhow::Result<Recovered> {
             break Err(anyhow::anyhow!(
                 "not recovered within {:?}\n{}{}{}",
                 options.timeout,
-                apiserver.tail(15),
+                servers.iter().map(|p| p.tail(15)).collect::<String>(),
                 sync.tail(15),
                 regenerate.tail(15)
             ));
@@ -484,13 +495,284 @@ pub fn run(options: &Options) -> anyhow::Result<Recovered> {
     let settle = Instant::now() + Duration::from_secs(2);
     while Instant::now() < settle
         && !(timeline.has("sync: wrote the new serving certificate to the resource dir")
-            && timeline.has("mini-apiserver: reloaded the new serving certificate"))
+            && (options.apiserver != Apiserver::Mini
+                || timeline.has("mini-apiserver: reloaded the new serving certificate")))
     {
         std::thread::sleep(Duration::from_millis(5));
     }
     println!("recovered in {} ms", elapsed.as_millis());
-    drop((regenerate, sync, apiserver));
+    println!(
+        "recovered {} ms after the sidecars started",
+        (elapsed - (sidecars_started - timeline.start)).as_millis()
+    );
+    drop((regenerate, sync, servers));
     Ok(Recovered { elapsed, serial })
+}
+
+/// `mini-apiserver` on the resource directory's files, seeded with `seed/objects.json`.
+fn start_mini(
+    options: &Options,
+    dir: &Path,
+    serving_dir: &Path,
+    recovery_dir: &Path,
+    seed: &Path,
+    timeline: &Timeline,
+) -> anyhow::Result<(Vec<Proc>, SocketAddr)> {
+    let (tx, rx) = mpsc::channel();
+    let mut apiserver_command = Command::new(options.bin_dir.join("mini-apiserver"));
+    apiserver_command
+        .args(["--listen", "127.0.0.1:0", "--cert"])
+        .arg(serving_dir.join("tls.crt"))
+        .arg("--key")
+        .arg(serving_dir.join("tls.key"))
+        .arg("--sni")
+        .arg(format!(
+            "localhost-recovery={},{}",
+            recovery_dir.join("tls.crt").display(),
+            recovery_dir.join("tls.key").display()
+        ))
+        .arg("--token-auth-file")
+        .arg(dir.join("tokens.csv"))
+        .arg("--seed-dir")
+        .arg(seed);
+    let reloads = timeline.clone();
+    let loads = std::sync::atomic::AtomicUsize::new(0);
+    let apiserver = Proc::spawn(
+        "mini-apiserver",
+        apiserver_command,
+        move |line| {
+            if line.contains("now serving") && line.contains("localhost-serving-cert-certkey") {
+                // The first load is the start-up; the next one is the reload after the sync.
+                if loads.fetch_add(1, std::sync::atomic::Ordering::Relaxed) == 0 {
+                    reloads.mark("mini-apiserver: loaded the expired serving certificate");
+                } else {
+                    reloads.mark_once("mini-apiserver: reloaded the new serving certificate");
+                }
+            }
+        },
+        Some(tx),
+    )?;
+    let addr = rx
+        .recv_timeout(Duration::from_secs(10))
+        .map_err(|_| anyhow::anyhow!("mini-apiserver did not start:\n{}", apiserver.tail(20)))?;
+    timeline.mark(&format!("mini-apiserver listening on {addr}"));
+    Ok((vec![apiserver], addr))
+}
+
+/// Free 127.0.0.1 ports, bound together and released (the processes bind them just after).
+fn free_ports<const N: usize>() -> anyhow::Result<[u16; N]> {
+    let listeners = (0..N)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut ports = [0; N];
+    for (port, listener) in ports.iter_mut().zip(&listeners) {
+        *port = listener.local_addr()?.port();
+    }
+    Ok(ports)
+}
+
+/// etcd and a real kube-apiserver that serve the expired pair for `localhost`
+/// (`--tls-sni-cert-key`, from the resource directory) and the recovery pair for
+/// `localhost-recovery`, read `--client-ca-file` from the synced bundle, and hold `objects`
+/// (created through the API once it is ready). Its certificate files are reloaded by its own
+/// file watches, so it is the consumer of what `sync` writes.
+#[allow(clippy::too_many_arguments)]
+fn start_real(
+    assets: &Path,
+    dir: &Path,
+    serving_dir: &Path,
+    recovery_dir: &Path,
+    bundle_file: &Path,
+    objects: &serde_json::Value,
+    token: &str,
+    recovery_ca: &str,
+    timeline: &Timeline,
+) -> anyhow::Result<(Vec<Proc>, SocketAddr)> {
+    let [etcd_port, peer_port, port] = free_ports::<3>()?;
+    let (client_url, peer_url) = (
+        format!("http://127.0.0.1:{etcd_port}"),
+        format!("http://127.0.0.1:{peer_port}"),
+    );
+    let mut etcd_command = Command::new(assets.join("etcd"));
+    etcd_command
+        .arg("--data-dir")
+        .arg(dir.join("etcd"))
+        .args(["--listen-client-urls", &client_url])
+        .args(["--advertise-client-urls", &client_url])
+        .args(["--listen-peer-urls", &peer_url])
+        .args(["--initial-advertise-peer-urls", &peer_url])
+        .args(["--initial-cluster", &format!("default={peer_url}")]);
+    let etcd = Proc::spawn("etcd", etcd_command, |_| {}, None)?;
+    // The service-account token signer kube-apiserver insists on.
+    let sa = KeyPair::generate()?;
+    reload_lib::fs::write_file_atomic(&dir.join("sa.key"), sa.serialize_pem().as_bytes(), 0o600)?;
+    std::fs::write(dir.join("sa.pub"), sa.public_key_pem())?;
+    let pair = |d: &Path| {
+        format!(
+            "{},{}",
+            d.join("tls.crt").display(),
+            d.join("tls.key").display()
+        )
+    };
+    let mut command = Command::new(assets.join("kube-apiserver"));
+    command
+        .args(["--etcd-servers", &client_url])
+        .args([
+            "--bind-address",
+            "127.0.0.1",
+            "--advertise-address",
+            "127.0.0.1",
+        ])
+        .args(["--secure-port", &port.to_string()])
+        .arg(format!(
+            "--tls-cert-file={}",
+            serving_dir.join("tls.crt").display()
+        ))
+        .arg(format!(
+            "--tls-private-key-file={}",
+            serving_dir.join("tls.key").display()
+        ))
+        .args([
+            "--tls-sni-cert-key",
+            &format!("{}:localhost", pair(serving_dir)),
+        ])
+        .args([
+            "--tls-sni-cert-key",
+            &format!("{}:localhost-recovery", pair(recovery_dir)),
+        ])
+        .arg(format!("--client-ca-file={}", bundle_file.display()))
+        .arg(format!(
+            "--token-auth-file={}",
+            dir.join("tokens.csv").display()
+        ))
+        .args(["--authorization-mode", "RBAC"])
+        .arg(format!(
+            "--service-account-key-file={}",
+            dir.join("sa.pub").display()
+        ))
+        .arg(format!(
+            "--service-account-signing-key-file={}",
+            dir.join("sa.key").display()
+        ))
+        .args(["--service-account-issuer", "https://kubernetes.default.svc"])
+        .args(["--service-cluster-ip-range", "10.0.0.0/24"]);
+    let apiserver = Proc::spawn("kube-apiserver", command, |_| {}, None)?;
+    let mut servers = vec![apiserver, etcd];
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Ok((200, _)) = recovery_request(addr, recovery_ca, token, "GET", "/readyz", None) {
+            break;
+        }
+        for proc in &mut servers {
+            if let Ok(Some(status)) = proc.child.try_wait() {
+                bail!("{} exited ({status}):\n{}", proc.name, proc.tail(20));
+            }
+        }
+        if Instant::now() >= deadline {
+            bail!(
+                "kube-apiserver not ready within 60 s:\n{}",
+                servers[0].tail(20)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    timeline.mark(&format!(
+        "kube-apiserver (real, with etcd) listening on {addr}: serving the expired certificate for localhost"
+    ));
+    // Its objects: the namespaces, then every Secret and ConfigMap of the seed list.
+    for namespace in [NAMESPACE, OPERATOR_NAMESPACE] {
+        let body = serde_json::json!({
+            "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": namespace },
+        });
+        create(addr, recovery_ca, token, "/api/v1/namespaces", &body)?;
+    }
+    for item in objects["items"].as_array().into_iter().flatten() {
+        let namespace = item["metadata"]["namespace"].as_str().unwrap_or_default();
+        let plural = match item["kind"].as_str() {
+            Some("Secret") => "secrets",
+            _ => "configmaps",
+        };
+        create(
+            addr,
+            recovery_ca,
+            token,
+            &format!("/api/v1/namespaces/{namespace}/{plural}"),
+            item,
+        )?;
+    }
+    Ok((servers, addr))
+}
+
+/// POSTs `body` to `path` over the recovery connection; an existing object is fine.
+fn create(
+    addr: SocketAddr,
+    recovery_ca: &str,
+    token: &str,
+    path: &str,
+    body: &serde_json::Value,
+) -> anyhow::Result<()> {
+    let (status, text) = recovery_request(addr, recovery_ca, token, "POST", path, Some(body))?;
+    anyhow::ensure!(
+        status == 201 || status == 409,
+        "POST {path}: {status} {text}"
+    );
+    Ok(())
+}
+
+/// One HTTP/1.1 request over a fresh TLS connection with SNI `localhost-recovery`, trusting
+/// `recovery_ca`, with the bearer `token`; returns (status, body).
+fn recovery_request(
+    addr: SocketAddr,
+    recovery_ca: &str,
+    token: &str,
+    method: &str,
+    path: &str,
+    body: Option<&serde_json::Value>,
+) -> anyhow::Result<(u16, String)> {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(recovery_ca.as_bytes()) {
+        roots.add(cert?)?;
+    }
+    let config = rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let connection = rustls::ClientConnection::new(
+        Arc::new(config),
+        ServerName::try_from("localhost-recovery")?,
+    )?;
+    let tcp = TcpStream::connect(addr)?;
+    tcp.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let mut tls = rustls::StreamOwned::new(connection, tcp);
+    let body = body
+        .map(serde_json::to_vec)
+        .transpose()?
+        .unwrap_or_default();
+    write!(
+        tls,
+        "{method} {path} HTTP/1.1\r\nHost: localhost-recovery\r\nAuthorization: Bearer {token}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    )?;
+    tls.write_all(&body)?;
+    let mut response = Vec::new();
+    if let Err(err) = tls.read_to_end(&mut response)
+        && response.is_empty()
+    {
+        return Err(err.into());
+    }
+    let text = String::from_utf8_lossy(&response).into_owned();
+    let status = text
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    Ok((
+        status,
+        text.split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_owned())
+            .unwrap_or_default(),
+    ))
 }
 
 fn serial(pem: &str) -> anyhow::Result<String> {

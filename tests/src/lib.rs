@@ -1,19 +1,25 @@
 //! Harness for the end-to-end tests: finding the workspace binaries and running them as child
 //! processes ([`process`]), a throwaway PKI ([`pki`]), client-side TLS helpers ([`tls`]), and a
-//! `mini-apiserver` with kube clients that connect as cert-syncer does ([`apiserver`]), and
+//! `mini-apiserver` with kube clients that connect as cert-syncer does ([`apiserver`]), a real
+//! kube-apiserver with etcd ([`envtest`]), one abstraction over both ([`backend`]), and
 //! `cert-syncer sync` connected to it ([`syncer`]), and `manifests/` read as Kubernetes
 //! objects and command lines ([`manifests`]).
 //!
 //! The most used items are re-exported here.
 
 pub mod apiserver;
+pub mod backend;
+pub mod envtest;
 pub mod manifests;
 pub mod pki;
 pub mod process;
+pub mod rbac;
 pub mod syncer;
 pub mod tls;
 
 pub use apiserver::ApiServer;
+pub use backend::{ApiEndpoint, ApiOptions, Backend, TestApi};
+pub use envtest::RealApiServer;
 pub use pki::{Ca, CertFiles, CertSpec, Issued, TempPki};
 pub use process::{ChildProcess, Server, bin, bin_path};
 pub use syncer::{Syncer, SyncerSpec};

@@ -145,6 +145,44 @@ impl ChildProcess {
         }
     }
 
+    /// Spawns `command` with stdout and stderr appended to `log` and returns at once: for
+    /// programs that do not print `listening on ADDR` (etcd, kube-apiserver), whose address the
+    /// caller chose (`addr`) and whose readiness the caller checks.
+    ///
+    /// # Errors
+    /// The program and why it could not start.
+    pub fn spawn_logged(
+        mut command: Command,
+        log: &std::path::Path,
+        addr: SocketAddr,
+    ) -> Result<ChildProcess, String> {
+        let program = command.get_program().to_string_lossy().into_owned();
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .map_err(|err| format!("cannot open {}: {err}", log.display()))?;
+        let err_file = file
+            .try_clone()
+            .map_err(|err| format!("cannot open {}: {err}", log.display()))?;
+        let child = command
+            .stdin(Stdio::null())
+            .stdout(file)
+            .stderr(err_file)
+            .spawn()
+            .map_err(|err| format!("cannot start {program}: {err}"))?;
+        Ok(ChildProcess {
+            child,
+            addr,
+            stderr: Arc::new(Mutex::new(String::new())),
+        })
+    }
+
+    /// Whether the process has exited (reaping it if so).
+    pub fn has_exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
     /// Kills the process (SIGKILL: nothing gets to flush, as in a crash) and reaps it.
     pub fn kill(&mut self) {
         let _ = self.child.kill();

@@ -1,4 +1,4 @@
-//! `cert-syncer sync` as a process, connected to an [`ApiServer`] the way the static pod's
+//! `cert-syncer sync` as a process, connected to an apiserver ([`ApiEndpoint`]: mini or real) the way the static pod's
 //! sidecar is: `https://127.0.0.1:PORT`, SNI `localhost-recovery`, the recovery CA file and the
 //! token file.
 
@@ -9,7 +9,7 @@ use std::process::Command;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 
-use crate::apiserver::ApiServer;
+use crate::backend::ApiEndpoint;
 use crate::process::{ChildProcess, bin_path};
 
 /// The namespace the sync tests use (the kube-apiserver's, as in OpenShift).
@@ -39,11 +39,11 @@ pub struct SyncerSpec {
 
 impl SyncerSpec {
     /// The recovery connection to `api`, writing into `destination`.
-    pub fn new(api: &ApiServer, destination: &Path, extra: &[&str]) -> SyncerSpec {
+    pub fn new(api: &impl ApiEndpoint, destination: &Path, extra: &[&str]) -> SyncerSpec {
         SyncerSpec {
             server: api.url(),
-            ca_file: api.dir.join("recovery-ca.crt"),
-            token_file: api.dir.join("token"),
+            ca_file: api.dir().join("recovery-ca.crt"),
+            token_file: api.dir().join("token"),
             destination: destination.to_owned(),
             extra: extra.iter().map(|s| (*s).to_owned()).collect(),
         }
@@ -87,7 +87,7 @@ impl Syncer {
     ///
     /// # Panics
     /// When it does not start.
-    pub fn start(api: &ApiServer, destination: &Path, extra: &[&str]) -> Syncer {
+    pub fn start(api: &impl ApiEndpoint, destination: &Path, extra: &[&str]) -> Syncer {
         SyncerSpec::new(api, destination, extra).start()
     }
 
@@ -108,16 +108,16 @@ impl Syncer {
 }
 
 /// `cert-syncer regenerate --config CONFIG` on `api`'s recovery connection, plus `extra`.
-pub fn regenerate_command(api: &ApiServer, config: &Path, extra: &[&str]) -> Command {
+pub fn regenerate_command(api: &impl ApiEndpoint, config: &Path, extra: &[&str]) -> Command {
     let mut command = Command::new(bin_path("cert-syncer"));
     command
         .arg("regenerate")
         .args(["--server", &api.url()])
         .args(["--tls-server-name-override", "localhost-recovery"])
         .arg("--ca-file")
-        .arg(api.dir.join("recovery-ca.crt"))
+        .arg(api.dir().join("recovery-ca.crt"))
         .arg("--token-file")
-        .arg(api.dir.join("token"))
+        .arg(api.dir().join("token"))
         .arg("--config")
         .arg(config)
         .args(extra)

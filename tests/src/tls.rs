@@ -30,6 +30,48 @@ pub fn client_config(ca_pem: &str) -> Arc<rustls::ClientConfig> {
     Arc::new(config)
 }
 
+/// [`client_config`] that also presents a client certificate (`cert_pem` chain, `key_pem`).
+///
+/// # Panics
+/// When the PEMs do not parse or do not match.
+pub fn client_config_with_cert(
+    ca_pem: &str,
+    cert_pem: &str,
+    key_pem: &str,
+) -> Arc<rustls::ClientConfig> {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots
+            .add(cert.expect("a PEM certificate"))
+            .expect("a valid CA certificate");
+    }
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert_pem.as_bytes())
+        .collect::<Result<_, _>>()
+        .expect("a PEM certificate chain");
+    let key = rustls_pki_types::PrivateKeyDer::from_pem_slice(key_pem.as_bytes())
+        .expect("a PEM private key");
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("the provider supports the default versions")
+        .with_root_certificates(roots)
+        .with_client_auth_cert(chain, key)
+        .expect("the client certificate matches its key");
+    config.resumption = rustls::client::Resumption::disabled();
+    Arc::new(config)
+}
+
+/// The p50 and p99 of `samples` (nearest rank); `(0, 0)` when empty.
+pub fn p50_p99(samples: &[std::time::Duration]) -> (std::time::Duration, std::time::Duration) {
+    let mut sorted = samples.to_vec();
+    sorted.sort();
+    let rank = |p: usize| {
+        let index = (sorted.len() * p).div_ceil(100).max(1) - 1;
+        sorted.get(index).copied().unwrap_or_default()
+    };
+    (rank(50), rank(99))
+}
+
 /// The leaf certificate a server presented.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Leaf {

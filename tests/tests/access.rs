@@ -1,5 +1,8 @@
 //! The access lists are the truth: real runs of `cert-syncer sync`, `regenerate` and
-//! `inspect --namespace` against `mini-apiserver --audit-log`, and every request they made
+//! `inspect --namespace` against an audited apiserver (`mini-apiserver --audit-log`, and the
+//! real kube-apiserver's audit log, where RBAC is enforced: there each run gets exactly its
+//! access list as Roles, and the static pod's sidecars exactly the Roles of `manifests/`), and
+//! every request they made
 //! (verb, group, resource, namespace, name as kube-apiserver's authorizer sees them) is allowed by
 //! `cert_syncer::access::required_access` for the same flags — and every verb the list grants
 //! was used. Then the static pod's own sidecars, with the pod's flags, kubeconfig templates and
@@ -14,11 +17,15 @@ use cert_syncer::access::{Access, Request, required_access};
 use cert_syncer::cli::Cli;
 use clap::Parser;
 use e2e::apiserver::ADMIN_TOKEN;
+use e2e::envtest::User;
 use e2e::manifests::{self, REGENERATE_CONTAINER, SYNC_CONTAINER};
 use e2e::pki::write_atomic;
 use e2e::syncer::{NS, bundle_config_map, read, tls_secret};
-use e2e::{ApiServer, Ca, CertSpec, ChildProcess, SyncerSpec, bin_path, install_crypto_provider};
-use examples::mini_apiserver::audit::{self, Record};
+use e2e::{
+    ApiOptions, Backend, Ca, CertSpec, ChildProcess, SyncerSpec, TestApi, bin_path, both_backends,
+    install_crypto_provider, rbac,
+};
+use examples::mini_apiserver::audit::Record;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, DeleteParams, PostParams};
 use kube::config::Kubeconfig;
@@ -46,19 +53,43 @@ fn cli_of(command: &Command) -> Cli {
 }
 
 /// The audit records of `user`, after the run.
-fn requests_of(log: &Path, user: &str) -> Vec<Record> {
-    let records: Vec<Record> = audit::read(log)
-        .unwrap()
+fn requests_of(api: &TestApi, user: &str) -> Vec<Record> {
+    let records: Vec<Record> = api
+        .audit_records()
         .into_iter()
         .filter(|r| r.user == user)
         .collect();
-    assert!(
-        !records.is_empty(),
-        "no request of {user} in {}",
-        log.display()
-    );
+    assert!(!records.is_empty(), "no request of {user} in the audit log");
     records
 }
+
+/// An audited apiserver of `backend` with `users` in its token file and `namespaces`.
+async fn audited(backend: Backend, dir: &Path, users: Vec<User>, namespaces: &[&str]) -> TestApi {
+    let options = ApiOptions {
+        audit: true,
+        users,
+        namespaces: namespaces.iter().map(|n| (*n).to_owned()).collect(),
+        ..ApiOptions::default()
+    };
+    TestApi::start(backend, dir, &options).await
+}
+
+/// On the real apiserver (which enforces RBAC), grants `user` exactly `list`; mini does not
+/// enforce RBAC, so there is nothing to do.
+async fn grant_on_real(api: &TestApi, user: &str, list: &[Access]) {
+    if api.backend == Backend::Real {
+        let admin = api.client_with_token(ADMIN_TOKEN);
+        rbac::grant(&admin, user, "e2e-access-list", list).await;
+    }
+}
+
+both_backends!(
+    every_request_of_a_sync_run_is_in_its_access_list,
+    every_request_of_a_namespace_wide_sync_run_is_in_its_access_list,
+    every_request_of_a_regenerate_run_is_in_its_access_list,
+    every_request_of_an_inspect_run_is_in_its_access_list,
+    the_static_pod_sidecars_make_only_requests_their_rbac_allows,
+);
 
 fn label(r: &Record) -> String {
     format!(
@@ -125,9 +156,8 @@ fn assert_list_is_the_truth(list: &[Access], records: &[Record]) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_request_of_a_sync_run_is_in_its_access_list() {
-    let (list, records) = audited_sync_run(&[]).await;
+async fn every_request_of_a_sync_run_is_in_its_access_list(backend: Backend) {
+    let (list, records) = audited_sync_run(backend, &[]).await;
     assert_list_is_the_truth(&list, &records);
     // Per object too: each followed object was read, listed and watched by name.
     for name in ["a", "b", "c", "d", "e"] {
@@ -144,9 +174,8 @@ async fn every_request_of_a_sync_run_is_in_its_access_list() {
 
 /// Above `--namespace-watch-threshold` (0 here): one namespace-wide list and watch per kind,
 /// GETs only to confirm a removal.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_request_of_a_namespace_wide_sync_run_is_in_its_access_list() {
-    let (list, records) = audited_sync_run(&["--namespace-watch-threshold=0"]).await;
+async fn every_request_of_a_namespace_wide_sync_run_is_in_its_access_list(backend: Backend) {
+    let (list, records) = audited_sync_run(backend, &["--namespace-watch-threshold=0"]).await;
     assert_list_is_the_truth(&list, &records);
     for resource in ["secrets", "configmaps"] {
         for verb in ["list", "watch"] {
@@ -169,11 +198,10 @@ async fn every_request_of_a_namespace_wide_sync_run_is_in_its_access_list() {
 
 /// A sync run (with `extra` flags) against an audited apiserver: its access list and the
 /// requests it made.
-async fn audited_sync_run(extra: &[&str]) -> (Vec<Access>, Vec<Record>) {
+async fn audited_sync_run(backend: Backend, extra: &[&str]) -> (Vec<Access>, Vec<Record>) {
     install_crypto_provider();
     let tmp = tempfile::tempdir().unwrap();
-    let log = tmp.path().join("audit.jsonl");
-    let api = ApiServer::start(tmp.path(), &["--audit-log", log.to_str().unwrap()]);
+    let api = audited(backend, tmp.path(), Vec::new(), &[]).await;
     let admin = api.client_with_token(ADMIN_TOKEN);
     let secrets: Api<Secret> = Api::namespaced(admin.clone(), NS);
     let config_maps: Api<ConfigMap> = Api::namespaced(admin, NS);
@@ -219,6 +247,7 @@ async fn audited_sync_run(extra: &[&str]) -> (Vec<Access>, Vec<Record>) {
     spec.token_file = token;
     let command = spec.command();
     let list = required_access(&cli_of(&command).command).unwrap();
+    grant_on_real(&api, "cert-syncer", &list).await;
     let mut syncer = ChildProcess::start(command);
 
     let timeout = Duration::from_secs(20);
@@ -268,7 +297,7 @@ async fn audited_sync_run(extra: &[&str]) -> (Vec<Access>, Vec<Record>) {
             .is_some_and(|s| s.success())
     );
 
-    (list, requests_of(&log, "cert-syncer"))
+    (list, requests_of(&api, "cert-syncer"))
 }
 
 const ROTATION: &str = r#"
@@ -284,16 +313,16 @@ targets:
   - { name: new-cert, signer: new-signer, client: { user: someone }, validity: 10d, refresh: 5d }
 "#;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_request_of_a_regenerate_run_is_in_its_access_list() {
+async fn every_request_of_a_regenerate_run_is_in_its_access_list(backend: Backend) {
     install_crypto_provider();
     let tmp = tempfile::tempdir().unwrap();
-    let log = tmp.path().join("audit.jsonl");
-    let api = ApiServer::start_with_tokens(
+    let api = audited(
+        backend,
         tmp.path(),
-        &["--audit-log", log.to_str().unwrap()],
-        &[("regenerate-token", "regenerator")],
-    );
+        vec![User::new("regenerate-token", "regenerator", &[])],
+        &["operator", "managed", "pods"],
+    )
+    .await;
     // Expired material (update) next to missing material (create), in three namespaces.
     let admin = api.client_with_token(ADMIN_TOKEN);
     let post = PostParams::default();
@@ -348,14 +377,14 @@ async fn every_request_of_a_regenerate_run_is_in_its_access_list() {
         ])
         .env("RUST_LOG", "info");
     let list = required_access(&cli_of(&command).command).unwrap();
+    grant_on_real(&api, "regenerator", &list).await;
     let mut regenerate = ChildProcess::start(command);
     let health = regenerate.addr.to_string();
     wait_for("a clean pass", Duration::from_secs(30), || {
         e2e::plain_http_get(&health, "/readyz").0 == 200
     });
     wait_for("a lease renewal", Duration::from_secs(10), || {
-        audit::read(&log)
-            .unwrap()
+        api.audit_records()
             .iter()
             .any(|r| r.resource == "leases" && r.verb == "update")
     });
@@ -365,7 +394,7 @@ async fn every_request_of_a_regenerate_run_is_in_its_access_list() {
             .is_some_and(|s| s.success())
     );
 
-    let records = requests_of(&log, "regenerator");
+    let records = requests_of(&api, "regenerator");
     assert_list_is_the_truth(&list, &records);
     // It really regenerated: the expired signer and leaf were updated, the missing ones created.
     for (verb, resource, name) in [
@@ -385,12 +414,10 @@ async fn every_request_of_a_regenerate_run_is_in_its_access_list() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_request_of_an_inspect_run_is_in_its_access_list() {
+async fn every_request_of_an_inspect_run_is_in_its_access_list(backend: Backend) {
     install_crypto_provider();
     let tmp = tempfile::tempdir().unwrap();
-    let log = tmp.path().join("audit.jsonl");
-    let api = ApiServer::start(tmp.path(), &["--audit-log", log.to_str().unwrap()]);
+    let api = audited(backend, tmp.path(), Vec::new(), &[]).await;
     let admin = api.client_with_token(ADMIN_TOKEN);
     let mut ca = Ca::new();
     let (cert, key, _) = ca.leaf();
@@ -419,6 +446,7 @@ async fn every_request_of_an_inspect_run_is_in_its_access_list() {
         .arg("--json")
         .env("RUST_LOG", "warn");
     let list = required_access(&cli_of(&command).command).unwrap();
+    grant_on_real(&api, "cert-syncer", &list).await;
     let output = tokio::task::block_in_place(|| command.output()).unwrap();
     assert_eq!(
         output.status.code(),
@@ -426,7 +454,7 @@ async fn every_request_of_an_inspect_run_is_in_its_access_list() {
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    assert_list_is_the_truth(&list, &requests_of(&log, "cert-syncer"));
+    assert_list_is_the_truth(&list, &requests_of(&api, "cert-syncer"));
 }
 
 /// `argv` with `--name=VALUE` (or `--name VALUE`) replaced by `--name=value`.
@@ -468,7 +496,7 @@ struct Sidecar {
     user: String,
 }
 
-fn sidecar(name: &str, api: &ApiServer, dir: &Path, token: &str) -> Sidecar {
+fn sidecar(name: &str, api: &TestApi, dir: &Path, token: &str) -> Sidecar {
     let pod = manifests::pod();
     let container = manifests::container(&pod, name);
     let mut argv = manifests::argv(&pod, container);
@@ -524,11 +552,9 @@ impl Sidecar {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_static_pod_sidecars_make_only_requests_their_rbac_allows() {
+async fn the_static_pod_sidecars_make_only_requests_their_rbac_allows(backend: Backend) {
     install_crypto_provider();
     let tmp = tempfile::tempdir().unwrap();
-    let log = tmp.path().join("audit.jsonl");
     let (sync_token, regenerate_token) = ("sa-sync-token-0123", "sa-regenerate-token-4567");
     // Users named after the service accounts the kubeconfig templates' token files belong to.
     let pod = manifests::pod();
@@ -536,14 +562,27 @@ async fn the_static_pod_sidecars_make_only_requests_their_rbac_allows() {
         service_account_user(&pod, SYNC_CONTAINER),
         service_account_user(&pod, REGENERATE_CONTAINER),
     );
-    let api = ApiServer::start_with_tokens(
+    // As kube-apiserver authenticates a service account's token: its user and groups.
+    let account = |token: &str, user: &str| {
+        let mut parts = user.split(':').skip(2);
+        let (namespace, name) = (parts.next().unwrap(), parts.next().unwrap());
+        User::service_account(token, namespace, name)
+    };
+    let api = audited(
+        backend,
         tmp.path(),
-        &["--audit-log", log.to_str().unwrap()],
-        &[
-            (sync_token, &sync_user),
-            (regenerate_token, &regenerate_user),
+        vec![
+            account(sync_token, &sync_user),
+            account(regenerate_token, &regenerate_user),
         ],
-    );
+        &[],
+    )
+    .await;
+    if backend == Backend::Real {
+        // Only the Roles and RoleBindings of manifests/ grant the sidecars anything.
+        let applied = rbac::apply_manifest_rbac(&api.client_with_token(ADMIN_TOKEN)).await;
+        eprintln!("applied {applied} RBAC objects of manifests/");
+    }
 
     // The regeneration controller creates the whole set from nothing, with the example config.
     let mut regenerate = sidecar(REGENERATE_CONTAINER, &api, tmp.path(), regenerate_token);
@@ -621,7 +660,7 @@ async fn the_static_pod_sidecars_make_only_requests_their_rbac_allows() {
         let account = user.rsplit(':').next().unwrap();
         let namespace = user.split(':').nth(2).unwrap();
         let granted = manifests::granted_rules(namespace, account);
-        let records = requests_of(&log, user);
+        let records = requests_of(&api, user);
         for r in &records {
             assert!(
                 manifests::rbac_allows(
@@ -633,6 +672,12 @@ async fn the_static_pod_sidecars_make_only_requests_their_rbac_allows() {
                     r.name.as_deref()
                 ),
                 "{container} ({user}) made {}, which manifests/rbac does not allow",
+                label(r)
+            );
+            // On the real apiserver RBAC is enforced: nothing was refused either.
+            assert!(
+                r.code != 401 && r.code != 403,
+                "{container} ({user}) was refused: {}",
                 label(r)
             );
         }

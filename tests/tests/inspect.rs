@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 
 use e2e::pki::write_atomic;
 use e2e::syncer::{NS, bundle_config_map, tls_secret};
-use e2e::{ApiServer, Ca, CertSpec, Syncer, bin_path, install_crypto_provider};
+use e2e::{
+    Backend, Ca, CertSpec, Syncer, TestApi, bin_path, both_backends, install_crypto_provider,
+};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, PostParams};
 use serde_json::Value;
@@ -503,6 +505,12 @@ fn bad_flags_exit_2_naming_the_culprit() {
     );
 }
 
+// The API-side scenarios run against `mini-apiserver` and the real kube-apiserver.
+both_backends!(
+    a_namespace_is_inspected_through_the_api_as_its_synced_files_are,
+    a_refused_connection_exits_1_with_the_reason,
+);
+
 fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(20);
     while !condition() {
@@ -511,11 +519,10 @@ fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_namespace_is_inspected_through_the_api_as_its_synced_files_are() {
+async fn a_namespace_is_inspected_through_the_api_as_its_synced_files_are(backend: Backend) {
     install_crypto_provider();
     let tmp = tempfile::tempdir().unwrap();
-    let api = ApiServer::start(tmp.path(), &[]);
+    let api = TestApi::start_default(backend, tmp.path()).await;
     let client = api.recovery_client();
     let secrets: Api<Secret> = Api::namespaced(client.clone(), NS);
     let config_maps: Api<ConfigMap> = Api::namespaced(client, NS);
@@ -641,10 +648,9 @@ async fn a_namespace_is_inspected_through_the_api_as_its_synced_files_are() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_refused_connection_exits_1_with_the_reason() {
+async fn a_refused_connection_exits_1_with_the_reason(backend: Backend) {
     let tmp = tempfile::tempdir().unwrap();
-    let api = ApiServer::start(tmp.path(), &[]);
+    let api = TestApi::start_default(backend, tmp.path()).await;
     // The default serving CA does not sign the `localhost-recovery` certificate.
     let wrong_ca = api.dir.join("serving-ca.crt");
     let token_file = api.dir.join("token");

@@ -1,4 +1,5 @@
-//! `cert-syncer regenerate` as a process against `mini-apiserver` over the recovery connection:
+//! `cert-syncer regenerate` as a process against an apiserver (`mini-apiserver` and the real
+//! kube-apiserver, `e2e::both_backends!`) over the recovery connection:
 //! expired-only vs rotate, an expired signer with its bundle and leaf, three replicas racing,
 //! garbage data under fresh annotations, and a clock set back.
 
@@ -10,7 +11,7 @@ use std::time::Duration;
 use e2e::apiserver::ADMIN_TOKEN;
 use e2e::pki::write_atomic;
 use e2e::syncer::{NS, bundle_config_map, regenerate_command, tls_secret};
-use e2e::{ApiServer, Ca, CertSpec, install_crypto_provider};
+use e2e::{ApiEndpoint, Backend, Ca, CertSpec, TestApi, both_backends, install_crypto_provider};
 use futures::StreamExt;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
@@ -34,22 +35,30 @@ targets:
     refresh: 50d
 "#;
 
+both_backends!(
+    expired_only_leaves_a_cert_at_99_percent_alone_and_rotate_replaces_it,
+    an_expired_signer_is_replaced_the_bundle_keeps_valid_old_cas_and_leaves_chain_to_it,
+    three_replicas_racing_write_each_object_exactly_once_and_settle,
+    garbage_under_fresh_annotations_is_regenerated_and_a_clock_set_back_is_refused,
+    with_leader_election_one_replica_acts_and_a_standby_takes_over_when_it_dies,
+);
+
 fn days(n: i64) -> time::Duration {
     time::Duration::days(n)
 }
 
 struct Fixture {
     _tmp: tempfile::TempDir,
-    api: ApiServer,
+    api: TestApi,
     config: PathBuf,
     secrets: Api<Secret>,
     config_maps: Api<ConfigMap>,
 }
 
-fn fixture() -> Fixture {
+async fn fixture(backend: Backend) -> Fixture {
     install_crypto_provider();
     let tmp = tempfile::tempdir().unwrap();
-    let api = ApiServer::start(tmp.path(), &[]);
+    let api = TestApi::start_default(backend, tmp.path()).await;
     let config = tmp.path().join("rotation.yaml");
     write_atomic(&config, CONFIG.as_bytes());
     let client = api.client_with_token(ADMIN_TOKEN);
@@ -132,7 +141,7 @@ impl Fixture {
     }
 }
 
-fn run_once(api: &ApiServer, config: &Path, extra: &[&str]) -> (bool, String) {
+fn run_once(api: &impl ApiEndpoint, config: &Path, extra: &[&str]) -> (bool, String) {
     let output = regenerate_command(api, config, &["--once"])
         .args(extra)
         .output()
@@ -182,9 +191,8 @@ fn chains_to(leaf: &str, bundle: &[CertificateDer<'static>]) -> Result<(), Strin
         .map_err(|e| e.to_string())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn expired_only_leaves_a_cert_at_99_percent_alone_and_rotate_replaces_it() {
-    let f = fixture();
+async fn expired_only_leaves_a_cert_at_99_percent_alone_and_rotate_replaces_it(backend: Backend) {
+    let f = fixture(backend).await;
     let now = OffsetDateTime::now_utc();
     let mut ca = Ca::with_validity(now - days(100), now + days(100));
     f.seed(&mut ca, &[], (now - days(99), now + days(1))).await;
@@ -219,9 +227,10 @@ async fn expired_only_leaves_a_cert_at_99_percent_alone_and_rotate_replaces_it()
     assert!(log.contains("past 80% of its lifetime"), "{log}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_expired_signer_is_replaced_the_bundle_keeps_valid_old_cas_and_leaves_chain_to_it() {
-    let f = fixture();
+async fn an_expired_signer_is_replaced_the_bundle_keeps_valid_old_cas_and_leaves_chain_to_it(
+    backend: Backend,
+) {
+    let f = fixture(backend).await;
     let now = OffsetDateTime::now_utc();
     let mut expired = Ca::with_validity(now - days(60), now - days(1));
     let older_valid = Ca::with_validity(now - days(10), now + days(300));
@@ -283,9 +292,8 @@ async fn an_expired_signer_is_replaced_the_bundle_keeps_valid_old_cas_and_leaves
     assert_eq!(f.versions().await, before);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn three_replicas_racing_write_each_object_exactly_once_and_settle() {
-    let f = fixture();
+async fn three_replicas_racing_write_each_object_exactly_once_and_settle(backend: Backend) {
+    let f = fixture(backend).await;
     let now = OffsetDateTime::now_utc();
     let mut expired = Ca::with_validity(now - days(60), now - days(1));
     f.seed(&mut expired, &[], (now - days(30), now - days(2)))
@@ -392,9 +400,10 @@ async fn three_replicas_racing_write_each_object_exactly_once_and_settle() {
     chains_to(&f.pem_of("serving-cert", "tls.crt").await, &bundle).unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn garbage_under_fresh_annotations_is_regenerated_and_a_clock_set_back_is_refused() {
-    let f = fixture();
+async fn garbage_under_fresh_annotations_is_regenerated_and_a_clock_set_back_is_refused(
+    backend: Backend,
+) {
+    let f = fixture(backend).await;
     let now = OffsetDateTime::now_utc();
     let mut ca = Ca::with_validity(now - days(10), now + days(150));
     f.seed(&mut ca, &[], (now - days(1), now + days(50))).await;
@@ -495,9 +504,10 @@ fn wait_for(what: &str, timeout: Duration, mut condition: impl FnMut() -> bool) 
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn with_leader_election_one_replica_acts_and_a_standby_takes_over_when_it_dies() {
-    let f = fixture();
+async fn with_leader_election_one_replica_acts_and_a_standby_takes_over_when_it_dies(
+    backend: Backend,
+) {
+    let f = fixture(backend).await;
     let now = OffsetDateTime::now_utc();
     let mut ca = Ca::with_validity(now - days(10), now + days(150));
     f.seed(&mut ca, &[], (now - days(1), now + days(50))).await;

@@ -1,6 +1,8 @@
 //! `cert-syncer sync` under faults, as processes: the apiserver goes away and comes back, the
 //! token is rotated and the old one revoked, the CA file does not match the SNI certificate,
-//! and the syncer itself is SIGKILLed in the middle of a burst of writes.
+//! and the syncer itself is SIGKILLed in the middle of a burst of writes. Every scenario runs
+//! against `mini-apiserver` and the real kube-apiserver (`e2e::both_backends!`); mini keeps its
+//! objects across restarts with `--state-file`, the real one in etcd.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -9,10 +11,31 @@ use std::time::{Duration, Instant};
 use e2e::apiserver::ADMIN_TOKEN;
 use e2e::pki::write_atomic;
 use e2e::syncer::{NS, read};
-use e2e::{ApiServer, Syncer, SyncerSpec, install_crypto_provider};
+use e2e::{
+    ApiOptions, Backend, Syncer, SyncerSpec, TestApi, both_backends, install_crypto_provider,
+};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, PostParams};
+
+both_backends!(
+    an_apiserver_outage_is_ridden_out_and_the_disk_converges_after_each_restart,
+    a_rotated_token_is_used_at_once_after_the_old_one_is_revoked,
+    a_ca_that_does_not_match_the_sni_certificate_is_refused_with_the_reason_until_fixed,
+    sigkill_during_a_burst_of_updates_leaves_one_complete_generation_per_directory,
+    a_full_disk_keeps_the_old_files_and_the_write_lands_when_space_returns,
+    the_apiserver_killed_and_restarted_100_times_loses_no_update,
+);
+
+/// Mini-apiserver keeps its objects across restarts only with a state file; the real one keeps
+/// them in etcd.
+fn with_state(dir: &Path) -> ApiOptions {
+    let state = dir.join("state.json");
+    ApiOptions {
+        mini_args: vec!["--state-file".to_owned(), state.display().to_string()],
+        ..ApiOptions::default()
+    }
+}
 
 /// Waits (bounded) for `condition`, polling every 10 ms.
 fn wait_until(what: &str, timeout: Duration, mut condition: impl FnMut() -> bool) {
@@ -69,12 +92,12 @@ fn shown_generation(dir: &Path) -> Option<u64> {
         .ok()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_apiserver_outage_is_ridden_out_and_the_disk_converges_after_each_restart() {
+async fn an_apiserver_outage_is_ridden_out_and_the_disk_converges_after_each_restart(
+    backend: Backend,
+) {
     install_crypto_provider();
     let tmp = tempfile::tempdir().unwrap();
-    let state = tmp.path().join("state.json");
-    let mut api = ApiServer::start(tmp.path(), &["--state-file", state.to_str().unwrap()]);
+    let mut api = TestApi::start(backend, tmp.path(), &with_state(tmp.path())).await;
     let secrets: Api<Secret> = Api::namespaced(api.client_with_token(ADMIN_TOKEN), NS);
     secrets
         .create(&PostParams::default(), &tagged_secret("serving-cert", 1))
@@ -87,9 +110,14 @@ async fn an_apiserver_outage_is_ridden_out_and_the_disk_converges_after_each_res
         shown_generation(&dir) == Some(1)
     });
 
-    for generation in 2..=4 {
+    // Three outages on mini; two on the real one, whose restart takes seconds.
+    let last = match backend {
+        Backend::Mini => 4,
+        Backend::Real => 3,
+    };
+    for generation in 2..=last {
         // Down for a while: the syncer keeps running and keeps the files.
-        api.server.kill();
+        api.kill_apiserver();
         std::thread::sleep(Duration::from_millis(1500));
         assert!(
             syncer.process.child.try_wait().unwrap().is_none(),
@@ -98,7 +126,7 @@ async fn an_apiserver_outage_is_ridden_out_and_the_disk_converges_after_each_res
         assert_eq!(shown_generation(&dir), Some(generation - 1));
         // Back (same address, same state), and an update right away, while the syncer is
         // still backing off: it must resume and land it.
-        api.restart();
+        api.restart().await;
         put(&secrets, "serving-cert", generation).await;
         let started = Instant::now();
         wait_until(
@@ -119,12 +147,10 @@ async fn an_apiserver_outage_is_ridden_out_and_the_disk_converges_after_each_res
     assert!(log.contains("serving-cert"), "{log}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_rotated_token_is_used_at_once_after_the_old_one_is_revoked() {
+async fn a_rotated_token_is_used_at_once_after_the_old_one_is_revoked(backend: Backend) {
     install_crypto_provider();
     let tmp = tempfile::tempdir().unwrap();
-    let state = tmp.path().join("state.json");
-    let mut api = ApiServer::start(tmp.path(), &["--state-file", state.to_str().unwrap()]);
+    let mut api = TestApi::start(backend, tmp.path(), &with_state(tmp.path())).await;
     let secrets: Api<Secret> = Api::namespaced(api.client_with_token(ADMIN_TOKEN), NS);
     secrets
         .create(&PostParams::default(), &tagged_secret("serving-cert", 1))
@@ -145,7 +171,7 @@ async fn a_rotated_token_is_used_at_once_after_the_old_one_is_revoked() {
         &api.dir.join("tokens.csv"),
         format!("{NEW_TOKEN},admin,1,\"system:masters\"\n").as_bytes(),
     );
-    api.restart();
+    api.restart().await;
     let secrets: Api<Secret> = Api::namespaced(api.client_with_token(NEW_TOKEN), NS);
     let revoked: Api<Secret> = Api::namespaced(api.client_with_token(ADMIN_TOKEN), NS);
     assert!(
@@ -170,11 +196,12 @@ async fn a_rotated_token_is_used_at_once_after_the_old_one_is_revoked() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_ca_that_does_not_match_the_sni_certificate_is_refused_with_the_reason_until_fixed() {
+async fn a_ca_that_does_not_match_the_sni_certificate_is_refused_with_the_reason_until_fixed(
+    backend: Backend,
+) {
     install_crypto_provider();
     let tmp = tempfile::tempdir().unwrap();
-    let api = ApiServer::start(tmp.path(), &[]);
+    let api = TestApi::start_default(backend, tmp.path()).await;
     let secrets: Api<Secret> = Api::namespaced(api.client_with_token(ADMIN_TOKEN), NS);
     secrets
         .create(&PostParams::default(), &tagged_secret("serving-cert", 1))
@@ -183,7 +210,7 @@ async fn a_ca_that_does_not_match_the_sni_certificate_is_refused_with_the_reason
     // The CA of the default certificate: right for `localhost`, wrong for
     // `localhost-recovery`.
     let ca_file = tmp.path().join("syncer-ca.crt");
-    write_atomic(&ca_file, api.serving_ca.as_bytes());
+    write_atomic(&ca_file, api.serving_ca().as_bytes());
     let dest = tmp.path().join("resources");
     let mut spec = SyncerSpec::new(&api, &dest, &["--secrets", "serving-cert"]);
     spec.ca_file = ca_file.clone();
@@ -199,7 +226,7 @@ async fn a_ca_that_does_not_match_the_sni_certificate_is_refused_with_the_reason
     assert!(!dest.join("secrets").exists(), "nothing may be written");
 
     // The right CA lands in the same file: picked up without a restart.
-    write_atomic(&ca_file, api.recovery_ca.as_bytes());
+    write_atomic(&ca_file, api.recovery_ca().as_bytes());
     wait_until(
         "the sync with the fixed CA",
         Duration::from_secs(30),
@@ -247,11 +274,12 @@ fn assert_one_complete_generation(dir: &Path, keys: &[&str]) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigkill_during_a_burst_of_updates_leaves_one_complete_generation_per_directory() {
+async fn sigkill_during_a_burst_of_updates_leaves_one_complete_generation_per_directory(
+    backend: Backend,
+) {
     install_crypto_provider();
     let tmp = tempfile::tempdir().unwrap();
-    let api = ApiServer::start(tmp.path(), &[]);
+    let api = TestApi::start_default(backend, tmp.path()).await;
     let secrets: Api<Secret> = Api::namespaced(api.client_with_token(ADMIN_TOKEN), NS);
     let names: Vec<String> = (0..4).map(|i| format!("burst-{i}")).collect();
     for name in &names {
@@ -359,8 +387,7 @@ impl Drop for Mount {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_full_disk_keeps_the_old_files_and_the_write_lands_when_space_returns() {
+async fn a_full_disk_keeps_the_old_files_and_the_write_lands_when_space_returns(backend: Backend) {
     install_crypto_provider();
     let tmp = tempfile::tempdir().unwrap();
     let dest = tmp.path().join("resources");
@@ -384,7 +411,7 @@ async fn a_full_disk_keeps_the_old_files_and_the_write_lands_when_space_returns(
         }
     }
     let _mount = Mount(dest.clone());
-    let api = ApiServer::start(tmp.path(), &[]);
+    let api = TestApi::start_default(backend, tmp.path()).await;
     let secrets: Api<Secret> = Api::namespaced(api.client_with_token(ADMIN_TOKEN), NS);
     secrets
         .create(&PostParams::default(), &tagged_secret("serving-cert", 1))
@@ -453,12 +480,10 @@ fn assert_pruned(dir: &Path) {
     assert!(pruned(&left), "{}: {left:?}", dir.display());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_apiserver_killed_and_restarted_100_times_loses_no_update() {
+async fn the_apiserver_killed_and_restarted_100_times_loses_no_update(backend: Backend) {
     install_crypto_provider();
     let tmp = tempfile::tempdir().unwrap();
-    let state = tmp.path().join("state.json");
-    let mut api = ApiServer::start(tmp.path(), &["--state-file", state.to_str().unwrap()]);
+    let mut api = TestApi::start(backend, tmp.path(), &with_state(tmp.path())).await;
     let secrets: Api<Secret> = Api::namespaced(api.client_with_token(ADMIN_TOKEN), NS);
     let names = ["restart-a", "restart-b"];
     for name in names {
@@ -470,13 +495,18 @@ async fn the_apiserver_killed_and_restarted_100_times_loses_no_update() {
     let dest = tmp.path().join("resources");
     let syncer = Syncer::start(&api, &dest, &["--secrets", &names.join(",")]);
     let started = Instant::now();
-    let restarts = 100;
+    // A real kube-apiserver takes seconds to restart where mini takes milliseconds: fewer
+    // restarts there keep the suite within CI's budget; each still races the syncer's backoff.
+    let restarts = match backend {
+        Backend::Mini => 100,
+        Backend::Real => 3,
+    };
     for generation in 1..=restarts {
         // One update per restart, alternating objects, some landing while the syncer is
         // connected, most while it is backing off.
         let name = names[generation as usize % 2];
         put(&secrets, name, generation).await;
-        api.restart();
+        api.restart().await;
     }
     let last_a = restarts - (restarts % 2 == 1) as u64;
     let last_b = if restarts % 2 == 1 {

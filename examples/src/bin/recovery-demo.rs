@@ -26,6 +26,18 @@ struct Flags {
     /// Give up after this many seconds.
     #[arg(long, default_value_t = 30)]
     timeout_secs: u64,
+    /// The apiserver: `mini` (ours), `real` (kube-apiserver + etcd from `KUBEBUILDER_ASSETS`
+    /// or `../shared/envtest/setup`; it then also serves from the synced files), or `auto`
+    /// (real when those are found, else mini).
+    #[arg(long, value_enum, default_value_t = Choice::Auto)]
+    apiserver: Choice,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum Choice {
+    Mini,
+    Real,
+    Auto,
 }
 
 fn main() -> ExitCode {
@@ -37,11 +49,30 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    let apiserver = match (flags.apiserver, examples::recovery::find_envtest_assets()) {
+        (Choice::Mini, _) | (Choice::Auto, None) => examples::recovery::Apiserver::Mini,
+        (Choice::Real | Choice::Auto, Some(assets)) => examples::recovery::Apiserver::Real(assets),
+        (Choice::Real, None) => {
+            eprintln!(
+                "recovery-demo: --apiserver real: no kube-apiserver found (set KUBEBUILDER_ASSETS \
+                 to a directory holding kube-apiserver and etcd)"
+            );
+            return ExitCode::from(1);
+        }
+    };
+    match &apiserver {
+        examples::recovery::Apiserver::Mini => println!("apiserver: mini-apiserver"),
+        examples::recovery::Apiserver::Real(assets) => println!(
+            "apiserver: real kube-apiserver + etcd from {}",
+            assets.display()
+        ),
+    }
     let options = examples::recovery::Options {
         bin_dir,
         dir: flags.dir,
         keep: flags.keep,
         timeout: Duration::from_secs(flags.timeout_secs),
+        apiserver,
     };
     match examples::recovery::run(&options) {
         Ok(_) => ExitCode::SUCCESS,

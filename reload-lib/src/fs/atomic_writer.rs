@@ -417,10 +417,7 @@ impl AtomicDirWriter {
             let entry = entry.map_err(io_err("list", &self.dir))?;
             let name = PathBuf::from(entry.file_name());
             let Some(text) = name.to_str() else { continue };
-            if !text.starts_with("..")
-                || text == "..data"
-                || name == keep_new
-            {
+            if !text.starts_with("..") || text == "..data" || name == keep_new {
                 continue;
             }
             let path = entry.path();

@@ -1,0 +1,667 @@
+//! A real kube-apiserver with its own etcd, the envtest way: the binaries come from
+//! `KUBEBUILDER_ASSETS` (a directory holding `kube-apiserver` and `etcd`), else from what
+//! `<repo root>/../shared/envtest/setup` prints, else the tests that need them skip with a
+//! printed reason ([`skip_reason`], [`require_real_apiserver!`](crate::require_real_apiserver)).
+//!
+//! [`RealApiServer`] writes the same files as the `mini-apiserver` harness
+//! ([`crate::apiserver::ApiServer`]) into its directory, so the syncer helpers work with both:
+//!
+//! | file | content |
+//! |---|---|
+//! | `serving.crt`, `serving.key` | default certificate (`localhost`, `127.0.0.1`), CA `serving-ca.crt` |
+//! | `recovery/tls.crt`, `recovery/tls.key` | SNI `localhost-recovery` certificate, CA `recovery-ca.crt` |
+//! | `client-ca.crt` | `--client-ca-file` (CA of [`RealApiServer::client_ca`]) |
+//! | `tokens.csv` | `--token-auth-file`: admin (`system:masters`), viewer, cert-syncer, and [`RealOptions::users`] |
+//! | `token` | [`ADMIN_TOKEN`], for clients that read a token file |
+//! | `sa.key`, `sa.pub` | service-account signing key |
+//! | `etcd/`, `etcd.log`, `kube-apiserver.log` | etcd's data, the two logs |
+//! | `audit-policy.yaml`, `audit.log` | with [`RealOptions::audit`]: every request at `Metadata` level |
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, ServerName};
+
+pub use crate::apiserver::{ADMIN_TOKEN, VIEWER_TOKEN};
+use crate::pki::{Ca, CertSpec, write_atomic, write_files};
+use crate::process::ChildProcess;
+
+/// The environment variable naming the directory with `kube-apiserver` and `etcd`.
+pub const ASSETS_ENV: &str = "KUBEBUILDER_ASSETS";
+
+/// How long etcd plus kube-apiserver may take to answer `/readyz` (2–4 s on an idle 2-core
+/// machine; CI runs several test processes at once).
+pub const READY_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// The directory holding `kube-apiserver` and `etcd`: `KUBEBUILDER_ASSETS`, else the output of
+/// `<repo root>/../shared/envtest/setup` (run once per process).
+///
+/// # Errors
+/// Why there is none: the reason a test prints when it skips.
+pub fn assets() -> Result<PathBuf, String> {
+    static FOUND: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    FOUND.get_or_init(find_assets).clone()
+}
+
+fn find_assets() -> Result<PathBuf, String> {
+    let check = |dir: PathBuf, from: &str| -> Result<PathBuf, String> {
+        for binary in ["kube-apiserver", "etcd"] {
+            if !dir.join(binary).is_file() {
+                return Err(format!(
+                    "{from} names {}, which has no {binary}",
+                    dir.display()
+                ));
+            }
+        }
+        Ok(dir)
+    };
+    if let Some(dir) = std::env::var_os(ASSETS_ENV).filter(|d| !d.is_empty()) {
+        return check(PathBuf::from(dir), ASSETS_ENV);
+    }
+    let setup = repo_root().join("../shared/envtest/setup");
+    if !setup.is_file() {
+        return Err(format!(
+            "no real kube-apiserver: {ASSETS_ENV} is unset and {} does not exist",
+            setup.display()
+        ));
+    }
+    let output = Command::new(&setup)
+        .output()
+        .map_err(|err| format!("cannot run {}: {err}", setup.display()))?;
+    if !output.status.success() {
+        return Err(format!(
+            "{} failed ({}): {}",
+            setup.display(),
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        ));
+    }
+    let dir = String::from_utf8_lossy(&output.stdout).trim().to_owned();
+    check(PathBuf::from(dir), &setup.display().to_string())
+}
+
+/// The workspace root (this package lives in `<root>/tests`).
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the e2e package is inside the workspace")
+        .to_owned()
+}
+
+/// Why the real-apiserver tests cannot run here, or `None` when they can.
+pub fn skip_reason() -> Option<String> {
+    assets().err()
+}
+
+/// Returns from the calling test (which passes) after printing `SKIP: <reason>` when no real
+/// kube-apiserver is available (see [`assets`]).
+#[macro_export]
+macro_rules! require_real_apiserver {
+    () => {
+        if let Some(reason) = $crate::envtest::skip_reason() {
+            eprintln!("SKIP: {reason}");
+            return;
+        }
+    };
+}
+
+/// A user in `tokens.csv`.
+#[derive(Clone)]
+pub struct User {
+    /// Bearer token.
+    pub token: String,
+    /// User name (e.g. `system:serviceaccount:NS:SA`).
+    pub name: String,
+    /// Groups.
+    pub groups: Vec<String>,
+}
+
+impl std::fmt::Debug for User {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("User")
+            .field("name", &self.name)
+            .field("groups", &self.groups)
+            .finish_non_exhaustive()
+    }
+}
+
+impl User {
+    /// A user with `token` and `groups`.
+    pub fn new(token: &str, name: &str, groups: &[&str]) -> User {
+        User {
+            token: token.to_owned(),
+            name: name.to_owned(),
+            groups: groups.iter().map(|g| (*g).to_owned()).collect(),
+        }
+    }
+
+    /// The service account `namespace/name` as kube-apiserver names it, with its groups.
+    pub fn service_account(token: &str, namespace: &str, name: &str) -> User {
+        User::new(
+            token,
+            &format!("system:serviceaccount:{namespace}:{name}"),
+            &[
+                "system:serviceaccounts",
+                &format!("system:serviceaccounts:{namespace}"),
+                "system:authenticated",
+            ],
+        )
+    }
+}
+
+/// How to start a [`RealApiServer`].
+#[derive(Debug, Clone, Default)]
+pub struct RealOptions {
+    /// More kube-apiserver flags, after the defaults: repeatable flags such as
+    /// `--tls-sni-cert-key` add to them, single-valued ones such as `--client-ca-file`
+    /// replace them (the last one wins).
+    pub extra_args: Vec<String>,
+    /// More users in `tokens.csv`.
+    pub users: Vec<User>,
+    /// Write an audit log (`audit.log`, JSON lines, every request at `Metadata` level).
+    pub audit: bool,
+}
+
+/// A real kube-apiserver and its etcd on free 127.0.0.1 ports, both killed on drop (see the
+/// module docs for its files).
+pub struct RealApiServer {
+    // Dropped in this order: the apiserver before its etcd.
+    apiserver: ChildProcess,
+    etcd: ChildProcess,
+    /// Where its files live.
+    pub dir: PathBuf,
+    /// CA of the default serving certificate (PEM).
+    pub serving_ca: String,
+    /// CA of the `localhost-recovery` certificate (PEM).
+    pub recovery_ca: String,
+    /// The CA named by `--client-ca-file` (unless overridden): issue client certificates with
+    /// it.
+    pub client_ca: Ca,
+    /// The admin bearer token.
+    pub token: String,
+    args: Vec<String>,
+}
+
+impl std::fmt::Debug for RealApiServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RealApiServer")
+            .field("addr", &self.apiserver.addr)
+            .field("dir", &self.dir)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Free 127.0.0.1 ports (bound together, then released; the processes bind them just after).
+fn free_ports<const N: usize>() -> [u16; N] {
+    let listeners: Vec<TcpListener> = (0..N)
+        .map(|_| TcpListener::bind("127.0.0.1:0").expect("a free port"))
+        .collect();
+    std::array::from_fn(|i| listeners[i].local_addr().expect("bound").port())
+}
+
+impl RealApiServer {
+    /// [`RealApiServer::start_with`] with the default options.
+    ///
+    /// # Panics
+    /// When no assets exist or it does not become ready.
+    pub fn start(dir: &Path) -> RealApiServer {
+        RealApiServer::start_with(dir, &RealOptions::default())
+    }
+
+    /// Writes the PKI, token file and etcd data dir into `dir`, starts etcd and kube-apiserver
+    /// and waits for `/readyz`. Retries once on other ports when they lose a port race.
+    ///
+    /// # Panics
+    /// When no assets exist (call [`require_real_apiserver!`](crate::require_real_apiserver)
+    /// first) or it does not become ready within [`READY_TIMEOUT`]; the message has the end of
+    /// its log.
+    pub fn start_with(dir: &Path, options: &RealOptions) -> RealApiServer {
+        let assets = assets().unwrap_or_else(|reason| panic!("{reason}"));
+        std::fs::create_dir_all(dir).expect("the apiserver directory");
+        let mut serving = Ca::new();
+        let mut recovery = Ca::new();
+        let client_ca = Ca::new();
+        write_files(
+            &dir.join("serving.crt"),
+            &dir.join("serving.key"),
+            &serving.issue(&CertSpec::server(&["localhost", "127.0.0.1"])),
+        );
+        write_files(
+            &dir.join("recovery/tls.crt"),
+            &dir.join("recovery/tls.key"),
+            &recovery.issue(&CertSpec::server(&["localhost-recovery"])),
+        );
+        write_atomic(&dir.join("serving-ca.crt"), serving.pem.as_bytes());
+        write_atomic(&dir.join("recovery-ca.crt"), recovery.pem.as_bytes());
+        write_atomic(&dir.join("client-ca.crt"), client_ca.pem.as_bytes());
+        write_atomic(&dir.join("token"), ADMIN_TOKEN.as_bytes());
+        let mut users = vec![
+            User::new(ADMIN_TOKEN, "admin", &["system:masters"]),
+            User::new(VIEWER_TOKEN, "viewer", &["viewers"]),
+            User::new("syncer-token", "cert-syncer", &["syncers"]),
+        ];
+        users.extend(options.users.iter().cloned());
+        let tokens: String = users
+            .iter()
+            .enumerate()
+            .map(|(uid, user)| {
+                let groups = if user.groups.is_empty() {
+                    String::new()
+                } else {
+                    format!(",\"{}\"", user.groups.join(","))
+                };
+                format!("{},{},{}{groups}\n", user.token, user.name, uid + 1)
+            })
+            .collect();
+        write_atomic(&dir.join("tokens.csv"), tokens.as_bytes());
+        // The service-account token signer: kube-apiserver refuses to start without one.
+        let sa = rcgen::KeyPair::generate().expect("key generation");
+        write_atomic(&dir.join("sa.key"), sa.serialize_pem().as_bytes());
+        write_atomic(&dir.join("sa.pub"), sa.public_key_pem().as_bytes());
+        let mut args = Vec::new();
+        if options.audit {
+            write_atomic(
+                &dir.join("audit-policy.yaml"),
+                b"apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\n\
+                  rules:\n- level: Metadata\n",
+            );
+            args.push(format!(
+                "--audit-policy-file={}",
+                dir.join("audit-policy.yaml").display()
+            ));
+            args.push(format!(
+                "--audit-log-path={}",
+                dir.join("audit.log").display()
+            ));
+        }
+        args.extend(options.extra_args.iter().cloned());
+        let mut last = String::new();
+        // Ports are chosen free, then bound by the processes a moment later: another test may
+        // take one in between. Such a start fails fast and is retried on other ports.
+        for _ in 0..3 {
+            let [etcd_port, peer_port, port] = free_ports::<3>();
+            let _ = std::fs::remove_dir_all(dir.join("etcd"));
+            let mut etcd = match start_etcd(&assets, dir, etcd_port, peer_port) {
+                Ok(etcd) => etcd,
+                Err(err) => {
+                    last = err;
+                    continue;
+                }
+            };
+            let mut apiserver = ChildProcess::spawn_logged(
+                apiserver_command(&assets, dir, etcd_port, port, &args),
+                &dir.join("kube-apiserver.log"),
+                SocketAddr::from(([127, 0, 0, 1], port)),
+            )
+            .unwrap_or_else(|err| panic!("{err}"));
+            match wait_ready(&mut etcd, &mut apiserver, dir, &recovery.pem) {
+                Ok(()) => {
+                    return RealApiServer {
+                        apiserver,
+                        etcd,
+                        dir: dir.to_owned(),
+                        serving_ca: serving.pem.clone(),
+                        recovery_ca: recovery.pem.clone(),
+                        client_ca,
+                        token: ADMIN_TOKEN.to_owned(),
+                        args,
+                    };
+                }
+                Err(err) if err.contains("address already in use") => last = err,
+                Err(err) => panic!("the real kube-apiserver did not start: {err}"),
+            }
+        }
+        panic!("the real kube-apiserver did not start: {last}");
+    }
+
+    /// The last 40 lines of one of its logs.
+    pub fn log_tail(&self, name: &str) -> String {
+        log_tail(&self.dir, name)
+    }
+
+    /// One blocking `GET path` over a fresh TLS connection with SNI `localhost-recovery`
+    /// (trusting the recovery CA): as the admin when `token` is `None`, anonymous with
+    /// `Some("")`. Returns (status, body).
+    ///
+    /// # Errors
+    /// Connection and handshake failures.
+    pub fn get(&self, path: &str, token: Option<&str>) -> std::io::Result<(u16, String)> {
+        let token = token.unwrap_or(&self.token);
+        blocking_get(
+            self.addr(),
+            "localhost-recovery",
+            crate::tls::client_config(&self.recovery_ca),
+            path,
+            token,
+        )
+    }
+
+    /// Kills kube-apiserver (SIGKILL, like a crash) and starts it again on the same port with
+    /// the same flags; etcd keeps running, so every object survives.
+    ///
+    /// # Panics
+    /// When it does not become ready again.
+    pub fn restart(&mut self) {
+        let assets = assets().unwrap_or_else(|reason| panic!("{reason}"));
+        self.apiserver.kill();
+        let addr = self.apiserver.addr;
+        let etcd_port = self.etcd.addr.port();
+        self.apiserver = ChildProcess::spawn_logged(
+            apiserver_command(&assets, &self.dir, etcd_port, addr.port(), &self.args),
+            &self.dir.join("kube-apiserver.log"),
+            addr,
+        )
+        .unwrap_or_else(|err| panic!("{err}"));
+        wait_ready(
+            &mut self.etcd,
+            &mut self.apiserver,
+            &self.dir,
+            &self.recovery_ca,
+        )
+        .unwrap_or_else(|err| panic!("kube-apiserver did not restart: {err}"));
+    }
+
+    /// [`RealApiServer::restart`] with `more` flags added after the current ones (for flags
+    /// that name files which exist only once the server ran: a synced directory, say).
+    ///
+    /// # Panics
+    /// When it does not become ready again.
+    pub fn restart_with_args(&mut self, more: &[String]) {
+        self.args.extend(more.iter().cloned());
+        self.restart();
+    }
+
+    /// Stops kube-apiserver (SIGKILL) without restarting it; etcd keeps running.
+    pub fn kill_apiserver(&mut self) {
+        self.apiserver.kill();
+    }
+
+    /// The address kube-apiserver listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.apiserver.addr
+    }
+
+    /// The base URL.
+    pub fn url(&self) -> String {
+        format!("https://{}", self.addr())
+    }
+
+    /// The flags it was started with after the defaults (audit and [`RealOptions::extra_args`]).
+    pub fn extra_args(&self) -> &[String] {
+        &self.args
+    }
+
+    /// A kube config that connects like cert-syncer: `https://127.0.0.1:PORT`, SNI
+    /// `localhost-recovery`, the recovery CA, no credentials yet.
+    pub fn recovery_config(&self) -> kube::Config {
+        let mut config = kube::Config::new(self.url().parse().expect("a valid URL"));
+        config.root_cert = Some(vec![
+            CertificateDer::from_pem_slice(self.recovery_ca.as_bytes())
+                .expect("the recovery CA is PEM")
+                .to_vec(),
+        ]);
+        config.tls_server_name = Some("localhost-recovery".to_owned());
+        config
+    }
+
+    /// A kube client that connects like cert-syncer, with the token file `dir/token` (admin).
+    pub fn recovery_client(&self) -> kube::Client {
+        let mut config = self.recovery_config();
+        config.auth_info.token_file = Some(self.dir.join("token").display().to_string());
+        kube::Client::try_from(config).expect("a kube client")
+    }
+
+    /// Like [`RealApiServer::recovery_client`], with `token` as the bearer token.
+    pub fn client_with_token(&self, token: &str) -> kube::Client {
+        let mut config = self.recovery_config();
+        config.auth_info.token = Some(token.to_owned().into());
+        kube::Client::try_from(config).expect("a kube client")
+    }
+
+    /// `GET /metrics` as the admin (kube-apiserver's own metrics:
+    /// `apiserver_request_total`, `apiserver_registered_watchers`, ...).
+    ///
+    /// # Panics
+    /// When the request fails.
+    pub fn metrics(&self) -> String {
+        match self.get("/metrics", None) {
+            Ok((200, body)) => body,
+            other => panic!("GET /metrics: {other:?}"),
+        }
+    }
+
+    /// Creates namespace `name` as the admin (nothing when it exists).
+    ///
+    /// # Panics
+    /// When the API refuses otherwise.
+    pub async fn create_namespace(&self, name: &str) {
+        create_namespace(&self.recovery_client(), name).await;
+    }
+}
+
+/// Waits for `/readyz` (anonymous, SNI `localhost-recovery`), failing early when either
+/// process exits.
+fn wait_ready(
+    etcd: &mut ChildProcess,
+    apiserver: &mut ChildProcess,
+    dir: &Path,
+    recovery_ca: &str,
+) -> Result<(), String> {
+    let deadline = Instant::now() + READY_TIMEOUT;
+    let config = crate::tls::client_config(recovery_ca);
+    let mut last = String::new();
+    while Instant::now() < deadline {
+        if let Some(status) = etcd.has_exited() {
+            return Err(format!(
+                "etcd exited ({status}):\n{}",
+                log_tail(dir, "etcd.log")
+            ));
+        }
+        if let Some(status) = apiserver.has_exited() {
+            return Err(format!(
+                "kube-apiserver exited ({status}):\n{}",
+                log_tail(dir, "kube-apiserver.log")
+            ));
+        }
+        match blocking_get(
+            apiserver.addr,
+            "localhost-recovery",
+            config.clone(),
+            "/readyz",
+            "",
+        ) {
+            Ok((200, _)) => return Ok(()),
+            Ok((status, body)) => last = format!("/readyz {status}: {body}"),
+            Err(err) => last = err.to_string(),
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Err(format!(
+        "no /readyz within {READY_TIMEOUT:?} (last: {last}):\n{}",
+        log_tail(dir, "kube-apiserver.log")
+    ))
+}
+
+fn log_tail(dir: &Path, name: &str) -> String {
+    let text = std::fs::read_to_string(dir.join(name)).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(40)..].join("\n")
+}
+
+/// The requests in kube-apiserver's audit log (`--audit-log-path`, JSON), one per request as
+/// its authorizer saw it, in the shape of `mini-apiserver --audit-log`'s records: the first
+/// event of each request past `RequestReceived` (a watch: `ResponseStarted`), requests that
+/// name no resource left out (as mini does). An absent log reads as empty.
+///
+/// # Panics
+/// On a line that is not an audit event.
+pub fn audit_records(path: &Path) -> Vec<examples::mini_apiserver::audit::Record> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let mut seen = std::collections::BTreeSet::new();
+    let mut records = Vec::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let event: serde_json::Value = serde_json::from_str(line)
+            .unwrap_or_else(|err| panic!("{}: not an audit event: {err}", path.display()));
+        let field = |pointer: &str| event.pointer(pointer).and_then(|v| v.as_str());
+        if field("/stage") == Some("RequestReceived") {
+            continue;
+        }
+        let Some(resource) = field("/objectRef/resource") else {
+            continue;
+        };
+        let id = field("/auditID").unwrap_or_default().to_owned();
+        if !seen.insert(id) {
+            continue;
+        }
+        records.push(examples::mini_apiserver::audit::Record {
+            user: field("/user/username").unwrap_or_default().to_owned(),
+            verb: field("/verb").unwrap_or_default().to_owned(),
+            api_group: field("/objectRef/apiGroup").unwrap_or_default().to_owned(),
+            resource: resource.to_owned(),
+            namespace: field("/objectRef/namespace").map(str::to_owned),
+            name: field("/objectRef/name").map(str::to_owned),
+            code: event
+                .pointer("/responseStatus/code")
+                .and_then(serde_json::Value::as_u64)
+                .and_then(|c| u16::try_from(c).ok())
+                .unwrap_or(0),
+        });
+    }
+    records
+}
+
+/// Creates namespace `name` with `client` (nothing when it exists).
+///
+/// # Panics
+/// When the API refuses otherwise.
+pub async fn create_namespace(client: &kube::Client, name: &str) {
+    use k8s_openapi::api::core::v1::Namespace;
+    let api: kube::Api<Namespace> = kube::Api::all(client.clone());
+    let namespace = Namespace {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.to_owned()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    match api.create(&Default::default(), &namespace).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(status)) if status.code == 409 => {}
+        Err(err) => panic!("cannot create namespace {name}: {err}"),
+    }
+}
+
+fn start_etcd(
+    assets: &Path,
+    dir: &Path,
+    client_port: u16,
+    peer_port: u16,
+) -> Result<ChildProcess, String> {
+    let client = format!("http://127.0.0.1:{client_port}");
+    let peer = format!("http://127.0.0.1:{peer_port}");
+    let mut command = Command::new(assets.join("etcd"));
+    command
+        .arg("--data-dir")
+        .arg(dir.join("etcd"))
+        .args(["--listen-client-urls", &client])
+        .args(["--advertise-client-urls", &client])
+        .args(["--listen-peer-urls", &peer])
+        .args(["--initial-advertise-peer-urls", &peer])
+        .args(["--initial-cluster", &format!("default={peer}")]);
+    ChildProcess::spawn_logged(
+        command,
+        &dir.join("etcd.log"),
+        SocketAddr::from(([127, 0, 0, 1], client_port)),
+    )
+}
+
+fn apiserver_command(
+    assets: &Path,
+    dir: &Path,
+    etcd_port: u16,
+    port: u16,
+    extra: &[String],
+) -> Command {
+    let path = |name: &str| dir.join(name).display().to_string();
+    let mut command = Command::new(assets.join("kube-apiserver"));
+    command
+        .args(["--etcd-servers", &format!("http://127.0.0.1:{etcd_port}")])
+        .args([
+            "--bind-address",
+            "127.0.0.1",
+            "--advertise-address",
+            "127.0.0.1",
+        ])
+        .args(["--secure-port", &port.to_string()])
+        .args(["--tls-cert-file", &path("serving.crt")])
+        .args(["--tls-private-key-file", &path("serving.key")])
+        .args([
+            "--tls-sni-cert-key",
+            &format!(
+                "{},{}:localhost-recovery",
+                path("recovery/tls.crt"),
+                path("recovery/tls.key")
+            ),
+        ])
+        .args(["--client-ca-file", &path("client-ca.crt")])
+        .args(["--token-auth-file", &path("tokens.csv")])
+        .args(["--authorization-mode", "RBAC"])
+        .args(["--service-account-key-file", &path("sa.pub")])
+        .args(["--service-account-signing-key-file", &path("sa.key")])
+        .args(["--service-account-issuer", "https://kubernetes.default.svc"])
+        .args(["--service-cluster-ip-range", "10.0.0.0/24"])
+        .args(extra);
+    command
+}
+
+/// One blocking HTTP/1.1 `GET` over a fresh TLS connection (for readiness checks outside an
+/// async runtime); an empty `token` sends none. Returns (status, body).
+///
+/// # Errors
+/// Connection and handshake failures.
+pub fn blocking_get(
+    addr: SocketAddr,
+    server_name: &str,
+    config: std::sync::Arc<rustls::ClientConfig>,
+    path: &str,
+    token: &str,
+) -> std::io::Result<(u16, String)> {
+    let tcp = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
+    tcp.set_read_timeout(Some(Duration::from_secs(10)))?;
+    tcp.set_write_timeout(Some(Duration::from_secs(10)))?;
+    let name = ServerName::try_from(server_name.to_owned()).map_err(std::io::Error::other)?;
+    let connection = rustls::ClientConnection::new(config, name).map_err(std::io::Error::other)?;
+    let mut tls = rustls::StreamOwned::new(connection, tcp);
+    let auth = if token.is_empty() {
+        String::new()
+    } else {
+        format!("Authorization: Bearer {token}\r\n")
+    };
+    tls.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: {server_name}\r\n{auth}Connection: close\r\n\r\n")
+            .as_bytes(),
+    )?;
+    let mut response = Vec::new();
+    match tls.read_to_end(&mut response) {
+        Ok(_) => {}
+        // Go closes without close_notify at times; what arrived is the response.
+        Err(err) if err.kind() == std::io::ErrorKind::UnexpectedEof && !response.is_empty() => {}
+        Err(err) => return Err(err),
+    }
+    let text = String::from_utf8_lossy(&response).into_owned();
+    let status = text
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    Ok((status, body))
+}

@@ -1,0 +1,101 @@
+//! RBAC objects on a real kube-apiserver, which enforces them: the Roles and RoleBindings of
+//! `manifests/` applied as they are, or an access list (`cert_syncer::access::required_access`)
+//! granted to one user as Roles, so a run shows the grants suffice.
+
+use std::collections::BTreeMap;
+
+use cert_syncer::access::Access;
+use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
+use kube::api::{Api, ObjectMeta, PostParams};
+
+/// Creates every Role and RoleBinding of `manifests/` (and their namespaces) with `admin`.
+///
+/// # Panics
+/// When the API refuses one.
+pub async fn apply_manifest_rbac(admin: &kube::Client) -> usize {
+    let roles: Vec<Role> = crate::manifests::of_kind("Role");
+    let bindings: Vec<RoleBinding> = crate::manifests::of_kind("RoleBinding");
+    let mut count = 0;
+    for mut role in roles {
+        let namespace = role.metadata.namespace.clone().expect("a namespaced Role");
+        crate::envtest::create_namespace(admin, &namespace).await;
+        role.metadata.resource_version = None;
+        Api::<Role>::namespaced(admin.clone(), &namespace)
+            .create(&PostParams::default(), &role)
+            .await
+            .unwrap_or_else(|err| panic!("Role {namespace}/{:?}: {err}", role.metadata.name));
+        count += 1;
+    }
+    for mut binding in bindings {
+        let namespace = binding
+            .metadata
+            .namespace
+            .clone()
+            .expect("a namespaced RoleBinding");
+        crate::envtest::create_namespace(admin, &namespace).await;
+        binding.metadata.resource_version = None;
+        Api::<RoleBinding>::namespaced(admin.clone(), &namespace)
+            .create(&PostParams::default(), &binding)
+            .await
+            .unwrap_or_else(|err| {
+                panic!("RoleBinding {namespace}/{:?}: {err}", binding.metadata.name)
+            });
+        count += 1;
+    }
+    count
+}
+
+/// Grants `user` exactly `list`: one Role `name` per namespace with a rule per entry, bound to
+/// the user (namespaces created as needed).
+///
+/// # Panics
+/// When the API refuses one.
+pub async fn grant(admin: &kube::Client, user: &str, name: &str, list: &[Access]) {
+    let mut by_namespace: BTreeMap<&str, Vec<PolicyRule>> = BTreeMap::new();
+    for access in list {
+        by_namespace
+            .entry(access.namespace.as_str())
+            .or_default()
+            .push(PolicyRule {
+                api_groups: Some(vec![access.api_group.to_owned()]),
+                resources: Some(vec![access.resource.to_owned()]),
+                verbs: access.verbs.iter().map(|v| (*v).to_owned()).collect(),
+                resource_names: access.resource_names.clone(),
+                ..PolicyRule::default()
+            });
+    }
+    for (namespace, rules) in by_namespace {
+        crate::envtest::create_namespace(admin, namespace).await;
+        let meta = ObjectMeta {
+            name: Some(name.to_owned()),
+            namespace: Some(namespace.to_owned()),
+            ..ObjectMeta::default()
+        };
+        let role = Role {
+            metadata: meta.clone(),
+            rules: Some(rules),
+        };
+        Api::<Role>::namespaced(admin.clone(), namespace)
+            .create(&PostParams::default(), &role)
+            .await
+            .unwrap_or_else(|err| panic!("Role {namespace}/{name}: {err}"));
+        let binding = RoleBinding {
+            metadata: meta,
+            role_ref: RoleRef {
+                api_group: "rbac.authorization.k8s.io".to_owned(),
+                kind: "Role".to_owned(),
+                name: name.to_owned(),
+            },
+            subjects: Some(vec![Subject {
+                api_group: Some("rbac.authorization.k8s.io".to_owned()),
+                kind: "User".to_owned(),
+                name: user.to_owned(),
+                namespace: None,
+            }]),
+        };
+        Api::<RoleBinding>::namespaced(admin.clone(), namespace)
+            .create(&PostParams::default(), &binding)
+            .await
+            .unwrap_or_else(|err| panic!("RoleBinding {namespace}/{name}: {err}"));
+    }
+}
