@@ -331,7 +331,34 @@ async fn serve_objects(
         "update" => {
             let ns = namespaced(&namespace)?;
             let body = read_body(request, resource).await?;
-            let object = store.update(resource, &ns, name.as_deref().unwrap_or(""), body)?;
+            let name = name.as_deref().unwrap_or("");
+            // Leases and Events are created by an update when missing (kube-apiserver's
+            // AllowCreateOnUpdate for these kinds).
+            if creates_on_update(resource)
+                && store.get(resource, &ns, name).is_err_and(|e| e.code == 404)
+            {
+                let mut body = body;
+                if let Some(metadata) = body
+                    .as_object_mut()
+                    .map(|o| o.entry("metadata").or_insert_with(|| json!({})))
+                    && metadata.is_object()
+                    && metadata.get("name").is_none()
+                {
+                    metadata["name"] = json!(name);
+                }
+                let object = store.create(resource, &ns, body)?;
+                log_change("created", resource, &object);
+                return Ok(json_response(StatusCode::CREATED, &object));
+            }
+            if resource == Resource::Leases && meta_str(&body, "resourceVersion").is_empty() {
+                // Leases allow no unconditional update.
+                return Err(ApiError::invalid(
+                    resource.kind(),
+                    name,
+                    "metadata.resourceVersion: Invalid value: 0x0: must be specified for an update",
+                ));
+            }
+            let object = store.update(resource, &ns, name, body)?;
             log_change("updated", resource, &object);
             Ok(json_ok(&object))
         }
@@ -356,7 +383,19 @@ async fn serve_objects(
                 other => return Err(ApiError::unsupported_media_type(other)),
             };
             let body = read_body(request, resource).await?;
-            let object = store.patch(resource, &ns, name.as_deref().unwrap_or(""), kind, body)?;
+            let name = name.as_deref().unwrap_or("");
+            if kind == PatchKind::Merge
+                && creates_on_update(resource)
+                && body.is_object()
+                && store.get(resource, &ns, name).is_err_and(|e| e.code == 404)
+            {
+                let mut object = json!({"metadata": {"name": name}});
+                json_patch::merge(&mut object, &body);
+                let object = store.create(resource, &ns, object)?;
+                log_change("created", resource, &object);
+                return Ok(json_ok(&object));
+            }
+            let object = store.patch(resource, &ns, name, kind, body)?;
             log_change("patched", resource, &object);
             Ok(json_ok(&object))
         }
@@ -366,10 +405,23 @@ async fn serve_objects(
             let object =
                 store.delete(resource, &ns, name.as_deref().unwrap_or(""), &preconditions)?;
             log_change("deleted", resource, &object);
-            Ok(json_ok(&object))
+            // kube-apiserver answers a completed delete of these kinds with a Status.
+            Ok(json_ok(&json!({
+                "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+                "details": {
+                    "name": meta_str(&object, "name"),
+                    "kind": resource.plural(),
+                    "uid": meta_str(&object, "uid"),
+                }
+            })))
         }
         _ => unreachable!("verbs are enumerated above"),
     }
+}
+
+/// Kinds whose update (PUT, merge PATCH) creates a missing object, as in kube-apiserver.
+fn creates_on_update(resource: Resource) -> bool {
+    matches!(resource, Resource::Leases | Resource::Events)
 }
 
 fn log_change(what: &str, resource: Resource, object: &Value) {
@@ -418,7 +470,14 @@ fn list(
         "kind": format!("{}List", resource.kind()),
         "apiVersion": resource.api_version(),
         "metadata": metadata,
-        "items": items,
+        // Items carry no kind and apiVersion, as from kube-apiserver (the list says them).
+        "items": items.into_iter().map(|mut item| {
+            if let Some(map) = item.as_object_mut() {
+                map.remove("kind");
+                map.remove("apiVersion");
+            }
+            item
+        }).collect::<Vec<_>>(),
     })))
 }
 
@@ -509,6 +568,11 @@ async fn delete_preconditions(request: Request<Incoming>) -> Result<Precondition
     }
     let options: Value = serde_json::from_slice(&body)
         .map_err(|err| ApiError::bad_request(format!("malformed DeleteOptions: {err}")))?;
+    if !options.is_object() {
+        return Err(ApiError::bad_request(
+            "malformed DeleteOptions: expected an object",
+        ));
+    }
     let field = |name: &str| {
         options["preconditions"][name]
             .as_str()

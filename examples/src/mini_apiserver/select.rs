@@ -165,6 +165,11 @@ fn parse_terms(text: &str, labels: bool) -> Result<Vec<Term>, ApiError> {
         } else if let Some((k, v)) = raw.split_once("!=") {
             Term::NotEquals(k.trim().to_owned(), v.trim().to_owned())
         } else if let Some((k, v)) = raw.split_once("==").or_else(|| raw.split_once('=')) {
+            if v.contains('=') {
+                return Err(ApiError::bad_request(format!(
+                    "unable to parse requirement {raw:?}"
+                )));
+            }
             Term::Equals(k.trim().to_owned(), v.trim().to_owned())
         } else if raw.contains(' ') || raw.contains('(') {
             return Err(ApiError::bad_request(format!(

@@ -621,11 +621,10 @@ fn normalize(
                     .as_object()
                     .is_some_and(|m| m.values().all(Value::is_string)))
         {
-            return Err(ApiError::invalid(
-                resource.kind(),
-                "",
-                format!("metadata.{field}: values must be strings"),
-            ));
+            // A decoding error in kube-apiserver (the field is a map of strings): 400.
+            return Err(ApiError::bad_request(format!(
+                "metadata.{field}: values must be strings"
+            )));
         }
     }
     let name = metadata
@@ -636,7 +635,20 @@ fn normalize(
     match resource {
         Resource::Secrets => normalize_secret(&mut object, &name)?,
         Resource::ConfigMaps => normalize_config_map(&object, &name)?,
-        _ => {}
+        Resource::Events => {
+            // The fields kube-apiserver always writes out (Go zero values).
+            for (key, empty) in [
+                ("eventTime", Value::Null),
+                ("firstTimestamp", Value::Null),
+                ("lastTimestamp", Value::Null),
+                ("reportingComponent", json!("")),
+                ("reportingInstance", json!("")),
+                ("source", json!({})),
+            ] {
+                object.entry(key).or_insert(empty);
+            }
+        }
+        Resource::Leases => {}
     }
     Ok(Value::Object(object))
 }
@@ -724,7 +736,13 @@ fn is_config_key(key: &str) -> bool {
 }
 
 fn check_name(resource: Resource, name: &str) -> Result<(), ApiError> {
-    if is_dns_subdomain(name) {
+    // kube-apiserver checks Event names only as path segments.
+    let valid = if resource == Resource::Events {
+        !name.is_empty() && name != "." && name != ".." && !name.contains(['/', '%'])
+    } else {
+        is_dns_subdomain(name)
+    };
+    if valid {
         Ok(())
     } else {
         Err(ApiError::invalid(
