@@ -5,9 +5,9 @@
 //! agreement rate and every difference. Skips with a printed reason when the real apiserver's
 //! assets are missing.
 //!
-//! The figure is reported, not asserted yet (see the report in `examples::mini_apiserver`'s
-//! docs); what is asserted: mini-apiserver never answers 5xx and never drops a connection on
-//! any corpus request.
+//! Asserted: mini-apiserver never answers 5xx and never drops a connection on any corpus
+//! request, and agrees on at least 95 % of them (the differences kept on purpose are listed in
+//! `examples::mini_apiserver`'s docs).
 
 use std::time::Duration;
 
@@ -457,9 +457,7 @@ async fn mini_apiserver_answers_the_corpus_as_kube_apiserver_does() {
     for difference in &differences {
         eprintln!("DIFF {difference}");
     }
-    eprintln!(
-        "AGREEMENT: {agree}/{} = {:.1} %",
-        cases.len(),
-        100.0 * agree as f64 / cases.len() as f64
-    );
+    let rate = 100.0 * agree as f64 / cases.len() as f64;
+    eprintln!("AGREEMENT: {agree}/{} = {rate:.1} %", cases.len());
+    assert!(rate >= 95.0, "agreement {rate:.1} % is below 95 %");
 }

@@ -350,7 +350,10 @@ async fn serve_objects(
                 log_change("created", resource, &object);
                 return Ok(json_response(StatusCode::CREATED, &object));
             }
-            if resource == Resource::Leases && meta_str(&body, "resourceVersion").is_empty() {
+            if resource == Resource::Leases
+                && meta_str(&body, "resourceVersion").is_empty()
+                && [String::new(), name.to_owned()].contains(&meta_str(&body, "name"))
+            {
                 // Leases allow no unconditional update.
                 return Err(ApiError::invalid(
                     resource.kind(),

@@ -387,7 +387,14 @@ impl Store {
                 })?;
             }
         }
-        let object = normalize(resource, namespace, patched, Some(name))?;
+        // A patched object that does not decode is 422 in kube-apiserver (400 for a request body).
+        let object = normalize(resource, namespace, patched, Some(name)).map_err(|err| {
+            if err.code == 400 {
+                ApiError::invalid(resource.kind(), name, err.message)
+            } else {
+                err
+            }
+        })?;
         // A patch that names a resourceVersion is a precondition, like an update.
         let check = kind != PatchKind::Json
             || object["metadata"]["resourceVersion"] != current["metadata"]["resourceVersion"];
@@ -615,6 +622,13 @@ fn normalize(
         }
     }
     for field in ["labels", "annotations"] {
+        // Empty and null maps are not stored (Go's omitempty in kube-apiserver).
+        if metadata
+            .get(field)
+            .is_some_and(|m| m.is_null() || m.as_object().is_some_and(Map::is_empty))
+        {
+            metadata.remove(field);
+        }
         if let Some(map) = metadata.get(field)
             && !(map.is_null()
                 || map
