@@ -362,8 +362,21 @@ impl Store {
         let Some(current) = inner.objects.get(&key).map(|object| Value::clone(object)) else {
             if kind == PatchKind::Apply {
                 drop(inner);
+                // Indexing a non-object Value mutably panics: check the shape first.
                 let mut body = patch;
-                body["metadata"]["name"] = json!(name);
+                match body.as_object_mut().map(|o| {
+                    o.entry("metadata")
+                        .or_insert_with(|| Value::Object(Map::new()))
+                }) {
+                    Some(Value::Object(metadata)) => {
+                        metadata.insert("name".into(), json!(name));
+                    }
+                    _ => {
+                        return Err(ApiError::bad_request(
+                            "an apply patch must be an object with an object metadata",
+                        ));
+                    }
+                }
                 return self.create(resource, namespace, body);
             }
             return Err(ApiError::not_found(
@@ -1037,6 +1050,23 @@ mod tests {
         assert_eq!(store.changes_since(1).unwrap().len(), 0);
         let err = store.changes_since(50).unwrap_err();
         assert_eq!((err.code, err.reason), (410, "Expired"));
+    }
+
+    #[test]
+    fn an_apply_to_a_missing_object_with_a_non_object_body_is_refused_not_a_panic() {
+        let store = Store::open(None, 100).unwrap();
+        for body in [
+            json!("text"),
+            json!([1]),
+            json!(7),
+            json!({"metadata": "x"}),
+        ] {
+            let err = store
+                .patch(Resource::ConfigMaps, "ns", "a", PatchKind::Apply, body)
+                .unwrap_err();
+            assert_eq!(err.code, 400);
+        }
+        assert!(store.get(Resource::ConfigMaps, "ns", "a").is_err());
     }
 
     #[test]
