@@ -566,7 +566,7 @@ async fn bad_input_is_refused_with_a_status_and_changes_nothing() {
         ("DELETE", collection, json, vec![], 405, "MethodNotAllowed"),
         (
             "GET",
-            "/api/v1/namespaces/ns/secrets?labelSelector=a+in+(b)",
+            "/api/v1/namespaces/ns/secrets?labelSelector=a+in+b",
             json,
             vec![],
             400,

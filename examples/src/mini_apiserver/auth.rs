@@ -91,7 +91,12 @@ impl Tokens {
 
     /// The user for an `Authorization` header value, if it carries a known bearer token.
     pub fn authenticate(&self, authorization: Option<&str>) -> Option<User> {
-        let token = authorization?.strip_prefix("Bearer ")?.trim();
+        // The scheme is case-insensitive (RFC 7235; kube-apiserver lowercases it too).
+        let (scheme, token) = authorization?.trim_start().split_once(' ')?;
+        if !scheme.eq_ignore_ascii_case("bearer") {
+            return None;
+        }
+        let token = token.trim();
         self.by_token.get(token).cloned()
     }
 }
@@ -283,6 +288,10 @@ mod tests {
         assert_eq!(alice.groups, ["system:masters", "ops"]);
         assert!(tokens.authenticate(Some("Bearer nope")).is_none());
         assert!(tokens.authenticate(Some("Basic t0k3n")).is_none());
+        for header in ["bearer t0k3n", "BEARER t0k3n", "Bearer  t0k3n "] {
+            assert_eq!(tokens.authenticate(Some(header)).unwrap().name, "alice");
+        }
+        assert!(tokens.authenticate(Some("Bearert0k3n")).is_none());
         assert!(tokens.authenticate(None).is_none());
         assert_eq!(
             tokens.authenticate(Some("Bearer other")).unwrap().name,

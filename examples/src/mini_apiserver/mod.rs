@@ -5,21 +5,38 @@
 //! reload-lib with SNI certificates, so it can play the kube-apiserver of the recovery flow.
 //!
 //! What it is not: a kube-apiserver. No admission, no RBAC (a small rule file instead, see
-//! [`auth`]), no other resources, no field managers, no `generation`, no finalizers, no
-//! protobuf, no table output.
+//! [`auth`]), no other resources, no field managers, no `generation`, no finalizers,
+//! protobuf only in requests (Secrets, ConfigMaps, Leases; answers are JSON), no table output.
+//!
+//! # Measured against kube-apiserver
+//!
+//! `tests/tests/mini_apiserver_diff.rs` replays a corpus of 309 requests (every verb on every
+//! served kind, good and bad input, selectors, paging) against this server and kube-apiserver
+//! v1.20.2 and prints the agreement of status codes and normalized bodies (298/309 = 96.4 % at
+//! the last run, asserted ≥ 95 %; the test prints every difference). Differences kept on purpose:
+//!
+//! - discovery lists only the served kinds and groups (kube-apiserver lists all of its own), and
+//!   unknown paths get a `Status` 404 instead of the list of root paths;
+//! - a malformed `resourceVersion` is 400 BadRequest (kube-apiserver: 500), and a DELETE body
+//!   that is not a `DeleteOptions` object is 400 (kube-apiserver: 500);
+//! - Event bodies are not validated beyond their metadata (kube-apiserver 1.20 accepts the
+//!   corpus's Events too).
 //!
 //! Modules: [`config`] (flags → settings), [`routes`] (URL → verb and resource, handlers,
 //! discovery), [`store`] (objects, resourceVersion, bounded history), [`watch`] (fan-out),
-//! [`auth`] (token file, client certificates, rules), [`audit`] (`--audit-log`, the requests
+//! [`listener`] (accept loop, connection limits and timeouts), [`auth`] (token file, client
+//! certificates, rules), [`audit`] (`--audit-log`, the requests
 //! as the authorizer sees them), [`status`] (`Status` errors),
-//! [`persist`] (state file, seed dir), [`select`] (label and field selectors), [`resource`]
+//! [`persist`] (state file, seed dir), [`proto`] (protobuf request bodies), [`select`] (label and field selectors), [`resource`]
 //! (the served types), [`metrics`] (open watches and requests at `/metrics`).
 
 pub mod audit;
 pub mod auth;
 pub mod config;
+pub mod listener;
 pub mod metrics;
 pub mod persist;
+pub mod proto;
 pub mod resource;
 pub mod routes;
 pub mod select;
@@ -90,9 +107,10 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         .with_context(|| format!("cannot listen on {}", settings.listen))?;
     println!("listening on {}", listener.local_addr()?);
     tokio::spawn(serve::cancel_on_signal(shutdown.clone()));
-    serve::serve_https(
+    listener::serve(
         listener,
         set.acceptor(),
+        listener::Limits::from_fd_limit(),
         move |conn, request| routes::handle(Arc::clone(&api), conn, request),
         shutdown,
     )

@@ -20,6 +20,7 @@ use serde_json::{Value, json};
 
 use super::audit::{self, AuditLog};
 use super::auth::{Attributes, Authorizer, Tokens, User};
+use super::listener::Conn;
 use super::resource::Resource;
 use super::select::Selector;
 use super::status::ApiError;
@@ -115,11 +116,7 @@ fn parse_route(path: &str) -> Option<Route> {
 }
 
 /// Handles one request; errors become `Status` bodies.
-pub async fn handle(
-    api: Arc<Api>,
-    conn: Arc<ConnInfo>,
-    request: Request<Incoming>,
-) -> Response<Body> {
+pub async fn handle(api: Arc<Api>, conn: Arc<Conn>, request: Request<Incoming>) -> Response<Body> {
     let method = request.method().clone();
     let path = request.uri().path().to_owned();
     match route(&api, &conn, request).await {
@@ -140,7 +137,7 @@ pub async fn handle(
 
 async fn route(
     api: &Api,
-    conn: &ConnInfo,
+    conn: &Conn,
     request: Request<Incoming>,
 ) -> Result<Response<Body>, ApiError> {
     let route = parse_route(request.uri().path())
@@ -148,7 +145,8 @@ async fn route(
     if route == Route::Health {
         return Ok(Response::new(full("ok")));
     }
-    let user = authenticate(api, conn, &request).ok_or_else(ApiError::unauthorized)?;
+    let user = authenticate(api, &conn.info, &request).ok_or_else(ApiError::unauthorized)?;
+    conn.authenticated();
     let query = Query::parse(request.uri().query().unwrap_or(""));
     match route {
         Route::Health => unreachable!("answered above"),
@@ -173,7 +171,14 @@ async fn route(
             resource,
             namespace,
             name,
-        } => objects(api, &user, request, &query, resource, namespace, name).await,
+        } => {
+            let target = Target {
+                resource,
+                namespace,
+                name,
+            };
+            objects(api, conn, &user, request, &query, target).await
+        }
     }
 }
 
@@ -206,16 +211,26 @@ fn user_from_certificate(der: &[u8]) -> Option<User> {
     (!name.is_empty()).then_some(User { name, groups })
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn objects(
-    api: &Api,
-    user: &User,
-    request: Request<Incoming>,
-    query: &Query,
+/// The objects a request is about.
+struct Target {
     resource: Resource,
     namespace: Option<String>,
     name: Option<String>,
+}
+
+async fn objects(
+    api: &Api,
+    conn: &Conn,
+    user: &User,
+    request: Request<Incoming>,
+    query: &Query,
+    target: Target,
 ) -> Result<Response<Body>, ApiError> {
+    let Target {
+        resource,
+        namespace,
+        name,
+    } = target;
     let watching = query.flag("watch");
     let verb = match (request.method(), &name, watching) {
         (&Method::GET, None, true) => "watch",
@@ -250,7 +265,12 @@ async fn objects(
         code: 0,
     });
     let outcome = if api.authorizer.allows(user, &attributes) {
-        serve_objects(api, request, query, resource, verb, namespace, name).await
+        let target = Target {
+            resource,
+            namespace: namespace.clone(),
+            name,
+        };
+        serve_objects(api, conn, request, query, verb, target).await
     } else {
         Err(ApiError::forbidden(format!(
             "User \"{}\" cannot {verb} resource \"{}\" in namespace \"{}\"",
@@ -272,13 +292,17 @@ async fn objects(
 /// An authorized request on objects.
 async fn serve_objects(
     api: &Api,
+    conn: &Conn,
     request: Request<Incoming>,
     query: &Query,
-    resource: Resource,
     verb: &str,
-    namespace: Option<String>,
-    name: Option<String>,
+    target: Target,
 ) -> Result<Response<Body>, ApiError> {
+    let Target {
+        resource,
+        namespace,
+        name,
+    } = target;
     let namespaced = |ns: &Option<String>| {
         ns.clone()
             .ok_or_else(|| ApiError::method_not_allowed(format!("{verb} needs a namespace")))
@@ -290,6 +314,7 @@ async fn serve_objects(
             store,
             watch_request(query, resource, namespace, api)?,
             api.metrics.watch_opened(resource),
+            conn.abort.clone(),
         )),
         "get" => Ok(json_ok(&store.get(
             resource,
@@ -298,15 +323,45 @@ async fn serve_objects(
         )?)),
         "create" => {
             let ns = namespaced(&namespace)?;
-            let body = read_body(request).await?;
+            let body = read_body(request, resource).await?;
             let object = store.create(resource, &ns, body)?;
             log_change("created", resource, &object);
             Ok(json_response(StatusCode::CREATED, &object))
         }
         "update" => {
             let ns = namespaced(&namespace)?;
-            let body = read_body(request).await?;
-            let object = store.update(resource, &ns, name.as_deref().unwrap_or(""), body)?;
+            let body = read_body(request, resource).await?;
+            let name = name.as_deref().unwrap_or("");
+            // Leases and Events are created by an update when missing (kube-apiserver's
+            // AllowCreateOnUpdate for these kinds).
+            if creates_on_update(resource)
+                && store.get(resource, &ns, name).is_err_and(|e| e.code == 404)
+            {
+                let mut body = body;
+                if let Some(metadata) = body
+                    .as_object_mut()
+                    .map(|o| o.entry("metadata").or_insert_with(|| json!({})))
+                    && metadata.is_object()
+                    && metadata.get("name").is_none()
+                {
+                    metadata["name"] = json!(name);
+                }
+                let object = store.create(resource, &ns, body)?;
+                log_change("created", resource, &object);
+                return Ok(json_response(StatusCode::CREATED, &object));
+            }
+            if resource == Resource::Leases
+                && meta_str(&body, "resourceVersion").is_empty()
+                && [String::new(), name.to_owned()].contains(&meta_str(&body, "name"))
+            {
+                // Leases allow no unconditional update.
+                return Err(ApiError::invalid(
+                    resource.kind(),
+                    name,
+                    "metadata.resourceVersion: Invalid value: 0x0: must be specified for an update",
+                ));
+            }
+            let object = store.update(resource, &ns, name, body)?;
             log_change("updated", resource, &object);
             Ok(json_ok(&object))
         }
@@ -330,8 +385,20 @@ async fn serve_objects(
                 "application/apply-patch+yaml" | "application/apply-patch+json" => PatchKind::Apply,
                 other => return Err(ApiError::unsupported_media_type(other)),
             };
-            let body = read_body(request).await?;
-            let object = store.patch(resource, &ns, name.as_deref().unwrap_or(""), kind, body)?;
+            let body = read_body(request, resource).await?;
+            let name = name.as_deref().unwrap_or("");
+            if kind == PatchKind::Merge
+                && creates_on_update(resource)
+                && body.is_object()
+                && store.get(resource, &ns, name).is_err_and(|e| e.code == 404)
+            {
+                let mut object = json!({"metadata": {"name": name}});
+                json_patch::merge(&mut object, &body);
+                let object = store.create(resource, &ns, object)?;
+                log_change("created", resource, &object);
+                return Ok(json_ok(&object));
+            }
+            let object = store.patch(resource, &ns, name, kind, body)?;
             log_change("patched", resource, &object);
             Ok(json_ok(&object))
         }
@@ -341,10 +408,23 @@ async fn serve_objects(
             let object =
                 store.delete(resource, &ns, name.as_deref().unwrap_or(""), &preconditions)?;
             log_change("deleted", resource, &object);
-            Ok(json_ok(&object))
+            // kube-apiserver answers a completed delete of these kinds with a Status.
+            Ok(json_ok(&json!({
+                "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+                "details": {
+                    "name": meta_str(&object, "name"),
+                    "kind": resource.plural(),
+                    "uid": meta_str(&object, "uid"),
+                }
+            })))
         }
         _ => unreachable!("verbs are enumerated above"),
     }
+}
+
+/// Kinds whose update (PUT, merge PATCH) creates a missing object, as in kube-apiserver.
+fn creates_on_update(resource: Resource) -> bool {
+    matches!(resource, Resource::Leases | Resource::Events)
 }
 
 fn log_change(what: &str, resource: Resource, object: &Value) {
@@ -364,7 +444,11 @@ fn list(
     resource: Resource,
     namespace: Option<&str>,
 ) -> Result<Response<Body>, ApiError> {
-    let selector = Selector::parse(query.get("labelSelector"), query.get("fieldSelector"))?;
+    let selector = Selector::parse(
+        resource,
+        query.get("labelSelector"),
+        query.get("fieldSelector"),
+    )?;
     let limit = match query.get("limit") {
         None | Some("0") => None,
         Some(text) => Some(
@@ -389,7 +473,14 @@ fn list(
         "kind": format!("{}List", resource.kind()),
         "apiVersion": resource.api_version(),
         "metadata": metadata,
-        "items": items,
+        // Items carry no kind and apiVersion, as from kube-apiserver (the list says them).
+        "items": items.into_iter().map(|mut item| {
+            if let Some(map) = item.as_object_mut() {
+                map.remove("kind");
+                map.remove("apiVersion");
+            }
+            item
+        }).collect::<Vec<_>>(),
     })))
 }
 
@@ -432,7 +523,11 @@ fn watch_request(
     namespace: Option<String>,
     api: &Api,
 ) -> Result<WatchRequest, ApiError> {
-    let selector = Selector::parse(query.get("labelSelector"), query.get("fieldSelector"))?;
+    let selector = Selector::parse(
+        resource,
+        query.get("labelSelector"),
+        query.get("fieldSelector"),
+    )?;
     let bookmarks = query.flag("allowWatchBookmarks");
     let start = if query.flag("sendInitialEvents") {
         if !bookmarks || query.get("resourceVersionMatch") != Some("NotOlderThan") {
@@ -476,6 +571,11 @@ async fn delete_preconditions(request: Request<Incoming>) -> Result<Precondition
     }
     let options: Value = serde_json::from_slice(&body)
         .map_err(|err| ApiError::bad_request(format!("malformed DeleteOptions: {err}")))?;
+    if !options.is_object() {
+        return Err(ApiError::bad_request(
+            "malformed DeleteOptions: expected an object",
+        ));
+    }
     let field = |name: &str| {
         options["preconditions"][name]
             .as_str()
@@ -491,6 +591,8 @@ async fn delete_preconditions(request: Request<Incoming>) -> Result<Precondition
 /// How much of an oversized body is read and thrown away before answering 413, so that the
 /// client finishes sending and reads the answer instead of a connection reset.
 const DRAIN_LIMIT: usize = 16 * 1024 * 1024;
+/// How long a client may take to send a request body.
+const BODY_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long draining an oversized body may take.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -507,7 +609,11 @@ async fn read_bytes(request: Request<Incoming>) -> Result<bytes::Bytes, ApiError
     }
     let mut body = request.into_body();
     let mut bytes = Vec::new();
-    while let Some(frame) = body.frame().await {
+    let deadline = tokio::time::Instant::now() + BODY_TIMEOUT;
+    while let Some(frame) = tokio::time::timeout_at(deadline, body.frame())
+        .await
+        .map_err(|_| ApiError::new(408, "Timeout", "timed out reading the request body"))?
+    {
         let frame =
             frame.map_err(|err| ApiError::bad_request(format!("cannot read the body: {err}")))?;
         let Ok(data) = frame.into_data() else {
@@ -530,13 +636,35 @@ async fn read_bytes(request: Request<Incoming>) -> Result<bytes::Bytes, ApiError
     Ok(bytes.into())
 }
 
-async fn read_body(request: Request<Incoming>) -> Result<Value, ApiError> {
-    let is_yaml = request
+/// The body of a create, update or patch as JSON: JSON, YAML where the content type says so,
+/// or Kubernetes protobuf (see [`super::proto`]). Creates and updates in any other content type
+/// get 415, as from kube-apiserver (patches check their own types).
+async fn read_body(request: Request<Incoming>, resource: Resource) -> Result<Value, ApiError> {
+    let content_type = request
         .headers()
         .get(http::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|ct| ct.contains("yaml"));
+        .unwrap_or("")
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    let is_patch = request.method() == Method::PATCH;
+    let is_yaml = content_type.contains("yaml");
+    if !is_patch
+        && !is_yaml
+        && !matches!(
+            content_type.as_str(),
+            "" | "application/json" | super::proto::CONTENT_TYPE
+        )
+    {
+        return Err(ApiError::unsupported_media_type(&content_type));
+    }
     let bytes = read_bytes(request).await?;
+    if content_type == super::proto::CONTENT_TYPE {
+        return super::proto::decode(resource, &bytes);
+    }
     if is_yaml && serde_json::from_slice::<Value>(&bytes).is_err() {
         serde_norway::from_slice::<Value>(&bytes)
             .map_err(|err| ApiError::bad_request(format!("malformed YAML: {err}")))
@@ -563,11 +691,21 @@ fn resource_list(group_version: &str) -> Value {
         .into_iter()
         .filter(|r| r.api_version() == group_version)
         .map(|r| {
-            json!({
+            let mut resource = json!({
                 "name": r.plural(), "singularName": r.kind().to_ascii_lowercase(), "namespaced": true,
                 "kind": r.kind(),
                 "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"]
-            })
+            });
+            // As kube-apiserver lists them (`kubectl get cm`, `kubectl get ev`).
+            let short_names: &[&str] = match r {
+                Resource::ConfigMaps => &["cm"],
+                Resource::Events => &["ev"],
+                _ => &[],
+            };
+            if !short_names.is_empty() {
+                resource["shortNames"] = json!(short_names);
+            }
+            resource
         })
         .collect();
     json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": resources})

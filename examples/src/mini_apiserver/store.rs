@@ -19,6 +19,9 @@ use super::status::ApiError;
 /// Changes kept for watches to resume from; older resourceVersions get 410 Expired.
 pub const DEFAULT_HISTORY: usize = 10_000;
 
+/// The most changes [`Store::changes_since`] returns at once.
+pub const CHANGES_PER_READ: usize = 64;
+
 /// What happened to an object.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum ChangeKind {
@@ -50,15 +53,15 @@ pub struct Change {
     pub kind: ChangeKind,
     /// The resource.
     pub resource: Resource,
-    /// The object after the change (its last state, for deletes).
-    pub object: Value,
+    /// The object after the change (its last state, for deletes), shared with the store.
+    pub object: Arc<Value>,
     /// The watch event line (`{"type":…,"object":…}` and a newline), encoded once for all
     /// watchers.
     pub line: Bytes,
 }
 
 impl Change {
-    fn new(rv: u64, kind: ChangeKind, resource: Resource, object: Value) -> Change {
+    fn new(rv: u64, kind: ChangeKind, resource: Resource, object: Arc<Value>) -> Change {
         let line = event_line(kind.event_type(), &object);
         Change {
             rv,
@@ -87,7 +90,8 @@ type Key = (Resource, String, String);
 #[derive(Debug)]
 struct Inner {
     rv: u64,
-    objects: BTreeMap<Key, Value>,
+    /// Shared with history entries and open watches' initial lists, never copied per watcher.
+    objects: BTreeMap<Key, Arc<Value>>,
     history: VecDeque<Arc<Change>>,
     /// Every change with a resourceVersion above this is in `history`.
     floor: u64,
@@ -153,7 +157,7 @@ impl Store {
                     meta_str(&object, "namespace"),
                     meta_str(&object, "name"),
                 );
-                inner.objects.insert(key, object);
+                inner.objects.insert(key, Arc::new(object));
             }
             // Watches resume across the restart from any version the saved tail covers.
             inner.floor = state.history_floor.unwrap_or(state.resource_version);
@@ -174,7 +178,7 @@ impl Store {
                     saved.rv,
                     saved.kind,
                     saved.resource,
-                    saved.object,
+                    Arc::new(saved.object),
                 )));
             }
             while inner.history.len() > inner.capacity {
@@ -210,7 +214,7 @@ impl Store {
         self.lock()
             .objects
             .get(&(resource, namespace.to_owned(), name.to_owned()))
-            .cloned()
+            .map(|object| Value::clone(object))
             .ok_or_else(|| ApiError::not_found(resource.plural(), resource.kind(), name))
     }
 
@@ -225,8 +229,22 @@ impl Store {
         limit: Option<usize>,
         after: Option<&(String, String)>,
     ) -> (Vec<Value>, u64, Option<(String, String)>) {
+        let (items, rv, next) = self.list_shared(resource, namespace, selector, limit, after);
+        (items.iter().map(|o| Value::clone(o)).collect(), rv, next)
+    }
+
+    /// [`Store::list`] without copying the objects (for watches, which may be slow to send
+    /// them: they must not hold a copy of the namespace each).
+    pub fn list_shared(
+        &self,
+        resource: Resource,
+        namespace: Option<&str>,
+        selector: &Selector,
+        limit: Option<usize>,
+        after: Option<&(String, String)>,
+    ) -> (Vec<Arc<Value>>, u64, Option<(String, String)>) {
         let inner = self.lock();
-        let mut items = Vec::new();
+        let mut items: Vec<Arc<Value>> = Vec::new();
         let mut next = None;
         for ((r, ns, name), object) in &inner.objects {
             if *r != resource || namespace.is_some_and(|n| n != ns) || !selector.matches(object) {
@@ -238,10 +256,10 @@ impl Store {
             if limit.is_some_and(|l| items.len() >= l) {
                 next = items
                     .last()
-                    .map(|o: &Value| (meta_str(o, "namespace"), meta_str(o, "name")));
+                    .map(|o| (meta_str(o, "namespace"), meta_str(o, "name")));
                 break;
             }
-            items.push(object.clone());
+            items.push(Arc::clone(object));
         }
         (items, inner.rv, next)
     }
@@ -263,9 +281,12 @@ impl Store {
                 inner.rv
             )));
         }
-        // History is in resourceVersion order: find the tail with a binary search.
+        // History is in resourceVersion order: find the tail with a binary search. At most
+        // CHANGES_PER_READ at a time, so a watcher that is slow to send them does not keep
+        // history alive that the store has already dropped.
         let start = inner.history.partition_point(|c| c.rv <= since);
-        Ok(inner.history.range(start..).cloned().collect())
+        let end = inner.history.len().min(start + CHANGES_PER_READ);
+        Ok(inner.history.range(start..end).cloned().collect())
     }
 
     /// Creates an object (201).
@@ -321,7 +342,7 @@ impl Store {
         let current = inner
             .objects
             .get(&key)
-            .cloned()
+            .map(|object| Value::clone(object))
             .ok_or_else(|| ApiError::not_found(resource.plural(), resource.kind(), name))?;
         let object = normalize(resource, namespace, body, Some(name))?;
         self.replace(&mut inner, key, current, object, true)
@@ -338,11 +359,24 @@ impl Store {
     ) -> Result<Value, ApiError> {
         let mut inner = self.lock();
         let key = (resource, namespace.to_owned(), name.to_owned());
-        let Some(current) = inner.objects.get(&key).cloned() else {
+        let Some(current) = inner.objects.get(&key).map(|object| Value::clone(object)) else {
             if kind == PatchKind::Apply {
                 drop(inner);
+                // Indexing a non-object Value mutably panics: check the shape first.
                 let mut body = patch;
-                body["metadata"]["name"] = json!(name);
+                match body.as_object_mut().map(|o| {
+                    o.entry("metadata")
+                        .or_insert_with(|| Value::Object(Map::new()))
+                }) {
+                    Some(Value::Object(metadata)) => {
+                        metadata.insert("name".into(), json!(name));
+                    }
+                    _ => {
+                        return Err(ApiError::bad_request(
+                            "an apply patch must be an object with an object metadata",
+                        ));
+                    }
+                }
                 return self.create(resource, namespace, body);
             }
             return Err(ApiError::not_found(
@@ -366,7 +400,14 @@ impl Store {
                 })?;
             }
         }
-        let object = normalize(resource, namespace, patched, Some(name))?;
+        // A patched object that does not decode is 422 in kube-apiserver (400 for a request body).
+        let object = normalize(resource, namespace, patched, Some(name)).map_err(|err| {
+            if err.code == 400 {
+                ApiError::invalid(resource.kind(), name, err.message)
+            } else {
+                err
+            }
+        })?;
         // A patch that names a resourceVersion is a precondition, like an update.
         let check = kind != PatchKind::Json
             || object["metadata"]["resourceVersion"] != current["metadata"]["resourceVersion"];
@@ -401,13 +442,8 @@ impl Store {
                 return Err(ApiError::conflict(resource.plural(), resource.kind(), name));
             }
         }
-        let Some(mut object) = inner.objects.remove(&key) else {
-            unreachable!("checked above under the same lock");
-        };
-        inner.rv += 1;
-        object["metadata"]["resourceVersion"] = json!(inner.rv.to_string());
-        self.record(&mut inner, resource, object.clone(), ChangeKind::Deleted);
-        Ok(object)
+        let object = Value::clone(current);
+        self.commit(&mut inner, key, object, ChangeKind::Deleted)
     }
 
     fn replace(
@@ -441,6 +477,10 @@ impl Store {
         self.commit(inner, key, object, ChangeKind::Modified)
     }
 
+    /// Records a change (a new object, a new state, or a deletion) with the next
+    /// resourceVersion, saves the state file, and only then tells watchers. When the state
+    /// cannot be saved, the change is undone and the client gets a 500: an acknowledged write
+    /// is never lost in a restart (issue #18, item 9).
     fn commit(
         &self,
         inner: &mut Inner,
@@ -448,32 +488,60 @@ impl Store {
         mut object: Value,
         kind: ChangeKind,
     ) -> Result<Value, ApiError> {
-        inner.rv += 1;
-        object["metadata"]["resourceVersion"] = json!(inner.rv.to_string());
+        let rv = inner.rv + 1;
+        object["metadata"]["resourceVersion"] = json!(rv.to_string());
         let resource = key.0;
-        inner.objects.insert(key, object.clone());
-        self.record(inner, resource, object.clone(), kind);
-        Ok(object)
-    }
-
-    fn record(&self, inner: &mut Inner, resource: Resource, object: Value, kind: ChangeKind) {
-        let rv = inner.rv;
-        inner
-            .history
-            .push_back(Arc::new(Change::new(rv, kind, resource, object)));
+        let shared = Arc::new(object);
+        let previous = if kind == ChangeKind::Deleted {
+            inner.objects.remove(&key)
+        } else {
+            inner.objects.insert(key.clone(), Arc::clone(&shared))
+        };
+        let (old_rv, old_floor) = (inner.rv, inner.floor);
+        inner.rv = rv;
+        inner.history.push_back(Arc::new(Change::new(
+            rv,
+            kind,
+            resource,
+            Arc::clone(&shared),
+        )));
+        let mut dropped = Vec::new();
         while inner.history.len() > inner.capacity {
-            if let Some(dropped) = inner.history.pop_front() {
-                inner.floor = dropped.rv;
+            if let Some(change) = inner.history.pop_front() {
+                inner.floor = change.rv;
+                dropped.push(change);
             }
         }
-        self.persist(inner);
+        if let Err(err) = self.persist(inner) {
+            inner.rv = old_rv;
+            inner.floor = old_floor;
+            inner.history.pop_back();
+            for change in dropped.into_iter().rev() {
+                inner.history.push_front(change);
+            }
+            match previous {
+                Some(previous) => inner.objects.insert(key, previous),
+                None => inner.objects.remove(&key),
+            };
+            let err: &dyn std::error::Error = err.as_ref();
+            tracing::error!(
+                error = err,
+                "Cannot save the state file; the change is refused"
+            );
+            return Err(ApiError::internal(
+                "the change cannot be saved (state file); nothing was changed",
+            ));
+        }
         self.latest.send_replace(rv);
+        Ok(Value::clone(&shared))
     }
 
     /// Writes the state file (under the store lock, so saves are in order and a watcher never
     /// sees a change that a restart would lose).
-    fn persist(&self, inner: &Inner) {
-        let Some(path) = &self.state_file else { return };
+    fn persist(&self, inner: &Inner) -> anyhow::Result<()> {
+        let Some(path) = &self.state_file else {
+            return Ok(());
+        };
         let keep = inner.history.len().min(PERSISTED_HISTORY);
         let skipped = inner.history.len() - keep;
         let history_floor = match skipped {
@@ -482,7 +550,11 @@ impl Store {
         };
         let state = StateView {
             resource_version: inner.rv,
-            objects: inner.objects.iter().map(|((r, _, _), o)| (*r, o)).collect(),
+            objects: inner
+                .objects
+                .iter()
+                .map(|((r, _, _), o)| (*r, &**o))
+                .collect(),
             history: inner
                 .history
                 .range(skipped..)
@@ -495,10 +567,7 @@ impl Store {
                 .collect(),
             history_floor: Some(history_floor),
         };
-        if let Err(err) = persist::save(path, &state) {
-            let err: &dyn std::error::Error = err.as_ref();
-            tracing::error!(error = err, "Cannot save the state file");
-        }
+        persist::save(path, &state)
     }
 }
 
@@ -566,17 +635,23 @@ fn normalize(
         }
     }
     for field in ["labels", "annotations"] {
+        // Empty and null maps are not stored (Go's omitempty in kube-apiserver).
+        if metadata
+            .get(field)
+            .is_some_and(|m| m.is_null() || m.as_object().is_some_and(Map::is_empty))
+        {
+            metadata.remove(field);
+        }
         if let Some(map) = metadata.get(field)
             && !(map.is_null()
                 || map
                     .as_object()
                     .is_some_and(|m| m.values().all(Value::is_string)))
         {
-            return Err(ApiError::invalid(
-                resource.kind(),
-                "",
-                format!("metadata.{field}: values must be strings"),
-            ));
+            // A decoding error in kube-apiserver (the field is a map of strings): 400.
+            return Err(ApiError::bad_request(format!(
+                "metadata.{field}: values must be strings"
+            )));
         }
     }
     let name = metadata
@@ -587,7 +662,20 @@ fn normalize(
     match resource {
         Resource::Secrets => normalize_secret(&mut object, &name)?,
         Resource::ConfigMaps => normalize_config_map(&object, &name)?,
-        _ => {}
+        Resource::Events => {
+            // The fields kube-apiserver always writes out (Go zero values).
+            for (key, empty) in [
+                ("eventTime", Value::Null),
+                ("firstTimestamp", Value::Null),
+                ("lastTimestamp", Value::Null),
+                ("reportingComponent", json!("")),
+                ("reportingInstance", json!("")),
+                ("source", json!({})),
+            ] {
+                object.entry(key).or_insert(empty);
+            }
+        }
+        Resource::Leases => {}
     }
     Ok(Value::Object(object))
 }
@@ -675,7 +763,13 @@ fn is_config_key(key: &str) -> bool {
 }
 
 fn check_name(resource: Resource, name: &str) -> Result<(), ApiError> {
-    if is_dns_subdomain(name) {
+    // kube-apiserver checks Event names only as path segments.
+    let valid = if resource == Resource::Events {
+        !name.is_empty() && name != "." && name != ".." && !name.contains(['/', '%'])
+    } else {
+        is_dns_subdomain(name)
+    };
+    if valid {
         Ok(())
     } else {
         Err(ApiError::invalid(
@@ -940,11 +1034,13 @@ mod tests {
         drop(store);
         let store = Store::open(Some(path), 10_000).unwrap();
         assert_eq!(store.changes_since(9).unwrap_err().code, 410);
-        assert_eq!(
-            store.changes_since(10).unwrap().len(),
-            PERSISTED_HISTORY,
-            "the saved tail"
-        );
+        let mut replayed = 0;
+        let mut since = 10;
+        while let Some(last) = store.changes_since(since).unwrap().last() {
+            replayed += store.changes_since(since).unwrap().len();
+            since = last.rv;
+        }
+        assert_eq!(replayed, PERSISTED_HISTORY, "the saved tail");
     }
 
     #[test]
@@ -954,6 +1050,23 @@ mod tests {
         assert_eq!(store.changes_since(1).unwrap().len(), 0);
         let err = store.changes_since(50).unwrap_err();
         assert_eq!((err.code, err.reason), (410, "Expired"));
+    }
+
+    #[test]
+    fn an_apply_to_a_missing_object_with_a_non_object_body_is_refused_not_a_panic() {
+        let store = Store::open(None, 100).unwrap();
+        for body in [
+            json!("text"),
+            json!([1]),
+            json!(7),
+            json!({"metadata": "x"}),
+        ] {
+            let err = store
+                .patch(Resource::ConfigMaps, "ns", "a", PatchKind::Apply, body)
+                .unwrap_err();
+            assert_eq!(err.code, 400);
+        }
+        assert!(store.get(Resource::ConfigMaps, "ns", "a").is_err());
     }
 
     #[test]
@@ -989,6 +1102,6 @@ mod tests {
         assert!(change.line.ends_with(b"\n"));
         let event: Value = serde_json::from_slice(&change.line).unwrap();
         assert_eq!(event["type"], "ADDED");
-        assert_eq!(event["object"], change.object);
+        assert_eq!(event["object"], *change.object);
     }
 }

@@ -7,6 +7,13 @@
 //! waits), events are never lost nor repeated, and a watcher that falls behind the bounded
 //! history gets `410 Expired` in-stream and relists, as with kube-apiserver.
 //!
+//! Memory per watch is bounded (issue #18, item 7): the initial objects are shared with the
+//! store (no copy of the namespace per watcher) and encoded one at a time; lines go to the
+//! connection in chunks of at most [`CHUNK`] bytes through a channel of [`BUFFER`] chunks; the
+//! history is read [`super::store::CHANGES_PER_READ`] entries at a time. A client that takes
+//! nothing for [`STALL_TIMEOUT`] while events wait is disconnected (kube-apiserver also closes
+//! watchers that cannot keep up); it re-watches from its last resourceVersion, or relists.
+//!
 //! Semantics, following <https://kubernetes.io/docs/reference/using-api/api-concepts/#semantics-for-watch>:
 //! `resourceVersion` unset or `"0"`: the current objects as `ADDED`, then changes; `"N"`: changes
 //! after N (410 if N left the history, or is newer than this server has ever been);
@@ -30,11 +37,47 @@ use super::metrics::WatchGuard;
 use super::resource::Resource;
 use super::select::Selector;
 use super::status::ApiError;
-use super::store::{Store, event_line, meta_str};
+use super::store::{CHANGES_PER_READ, Store, event_line, meta_str};
 use crate::serve::Body;
 
-/// Lines buffered per watcher before its task waits for the client.
-const BUFFER: usize = 256;
+/// Chunks buffered per watcher before its task waits for the client.
+const BUFFER: usize = 16;
+/// The largest chunk of a watch line handed to the connection at once.
+pub const CHUNK: usize = 16 * 1024;
+/// How long a watcher may take nothing while events wait, before its connection is closed.
+pub const STALL_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// The sending end of one watch stream.
+#[derive(Debug)]
+struct Sink {
+    tx: mpsc::Sender<Bytes>,
+    /// Closes the client's connection.
+    abort: CancellationToken,
+}
+
+impl Sink {
+    /// Sends one line in chunks; `false` when the stream must end (the client left, or took
+    /// nothing for [`STALL_TIMEOUT`]: then its connection is closed).
+    async fn send(&self, line: Bytes) -> bool {
+        let mut offset = 0;
+        while offset < line.len() {
+            let end = line.len().min(offset + CHUNK);
+            match tokio::time::timeout(STALL_TIMEOUT, self.tx.send(line.slice(offset..end))).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => return false,
+                Err(_) => {
+                    tracing::info!(
+                        "Closing a watch whose client has read nothing for {STALL_TIMEOUT:?}"
+                    );
+                    self.abort.cancel();
+                    return false;
+                }
+            }
+            offset = end;
+        }
+        true
+    }
+}
 
 /// Where a watch starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -98,19 +141,26 @@ impl WatchRequest {
 /// relist (kube-runtime treats a non-200 answer to a resumed watch as retryable, not as a
 /// reason to relist).
 /// `open` counts the stream in the metrics while its task runs.
-pub fn respond(store: &Arc<Store>, request: WatchRequest, open: WatchGuard) -> Response<Body> {
+/// `abort` closes the client's connection (used when it stops reading).
+pub fn respond(
+    store: &Arc<Store>,
+    request: WatchRequest,
+    open: WatchGuard,
+    abort: CancellationToken,
+) -> Response<Body> {
     let (tx, rx) = mpsc::channel::<Bytes>(BUFFER);
     let store = Arc::clone(store);
     tokio::spawn(async move {
         let _open = open;
-        if let Err(err) = stream(&store, &request, &tx).await {
+        let sink = Sink { tx, abort };
+        if let Err(err) = stream(&store, &request, &sink).await {
             tracing::debug!(
                 resource = request.resource.plural(),
                 reason = err.reason,
                 message = %err.message,
                 "Watch ended with an error event"
             );
-            let _ = tx.send(event_line("ERROR", &err.to_status())).await;
+            sink.send(event_line("ERROR", &err.to_status())).await;
         }
     });
     let body = StreamBody::new(futures::stream::unfold(rx, |mut rx| async move {
@@ -126,31 +176,26 @@ pub fn respond(store: &Arc<Store>, request: WatchRequest, open: WatchGuard) -> R
 
 /// The watch loop; returns when the client leaves, the timeout passes, or with the error to
 /// send.
-async fn stream(
-    store: &Store,
-    request: &WatchRequest,
-    tx: &mpsc::Sender<Bytes>,
-) -> Result<(), ApiError> {
+async fn stream(store: &Store, request: &WatchRequest, sink: &Sink) -> Result<(), ApiError> {
     // Subscribe before reading anything, so no change between the read and the wait is missed.
     let mut latest = store.subscribe();
     latest.borrow_and_update();
     let mut last = match request.start {
         Start::After(rv) => rv,
         Start::Current | Start::InitialEvents => {
-            let (items, rv, _) = store.list(
+            let (items, rv, _) = store.list_shared(
                 request.resource,
                 request.namespace.as_deref(),
                 &request.selector,
                 None,
                 None,
             );
-            for item in &items {
-                if tx.send(event_line("ADDED", item)).await.is_err() {
+            for item in items {
+                if !sink.send(event_line("ADDED", &item)).await {
                     return Ok(());
                 }
             }
-            if request.start == Start::InitialEvents
-                && tx.send(request.bookmark(rv, true)).await.is_err()
+            if request.start == Start::InitialEvents && !sink.send(request.bookmark(rv, true)).await
             {
                 return Ok(());
             }
@@ -164,23 +209,30 @@ async fn stream(
     );
     bookmark_timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        for change in store.changes_since(last)? {
-            if request.matches(change.resource, &change.object)
-                && tx.send(change.line.clone()).await.is_err()
-            {
-                return Ok(());
+        loop {
+            let page = store.changes_since(last)?;
+            let complete = page.len() < CHANGES_PER_READ;
+            for change in page {
+                if request.matches(change.resource, &change.object)
+                    && !sink.send(change.line.clone()).await
+                {
+                    return Ok(());
+                }
+                last = change.rv;
             }
-            last = change.rv;
+            if complete {
+                break;
+            }
         }
         tokio::select! {
             changed = latest.changed() => if changed.is_err() { return Ok(()) },
             () = tokio::time::sleep_until(deadline) => return Ok(()),
             _ = bookmark_timer.tick(), if request.bookmarks => {
-                if tx.send(request.bookmark(last, false)).await.is_err() {
+                if !sink.send(request.bookmark(last, false)).await {
                     return Ok(());
                 }
             }
-            () = tx.closed() => return Ok(()),
+            () = sink.tx.closed() => return Ok(()),
             () = request.shutdown.cancelled() => return Ok(()),
         }
     }
@@ -225,8 +277,12 @@ mod tests {
         let (tx, rx) = mpsc::channel(BUFFER);
         let store = Arc::clone(store);
         tokio::spawn(async move {
-            if let Err(err) = stream(&store, &request, &tx).await {
-                let _ = tx.send(event_line("ERROR", &err.to_status())).await;
+            let sink = Sink {
+                tx,
+                abort: CancellationToken::new(),
+            };
+            if let Err(err) = stream(&store, &request, &sink).await {
+                sink.send(event_line("ERROR", &err.to_status())).await;
             }
         });
         rx
