@@ -163,22 +163,23 @@ fn handshake_fixture(rt: &Runtime) -> HandshakeFixture {
     }
 }
 
-/// CPU time of the calling thread: unlike wall time, it stops while the thread waits for a core.
+/// CPU time of the calling thread (`/proc/thread-self/schedstat`: nanoseconds on a CPU): unlike
+/// wall time, it stops while the thread waits for a core.
 fn thread_cpu() -> Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID)");
-    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+    let stat = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap();
+    let ns: u64 = stat.split_whitespace().next().unwrap().parse().unwrap();
+    Duration::from_nanos(ns)
 }
 
 /// `n` handshakes through one side; thread CPU time and wall time they took. The runtime is a
 /// current-thread one, so client, server and the duplex run on this thread: its CPU clock is
 /// the whole cost.
-fn timed_handshakes(rt: &Runtime, f: &HandshakeFixture, reloading: bool, n: u32) -> (Duration, Duration) {
+fn timed_handshakes(
+    rt: &Runtime,
+    f: &HandshakeFixture,
+    reloading: bool,
+    n: u32,
+) -> (Duration, Duration) {
     let (cpu0, wall0) = (thread_cpu(), Instant::now());
     for _ in 0..n {
         if reloading {
@@ -205,7 +206,11 @@ fn interleaved_handshakes() {
     let (mut cpu_ratios, mut wall_ratios) = (Vec::new(), Vec::new());
     let (mut cpu_static, mut cpu_reloading) = (Duration::ZERO, Duration::ZERO);
     for round in 0..ROUNDS {
-        let order = if round % 2 == 0 { [false, true] } else { [true, false] };
+        let order = if round % 2 == 0 {
+            [false, true]
+        } else {
+            [true, false]
+        };
         let mut got = [(Duration::ZERO, Duration::ZERO); 2];
         for reloading in order {
             got[usize::from(reloading)] = timed_handshakes(&rt, &f, reloading, K);
@@ -218,7 +223,12 @@ fn interleaved_handshakes() {
     }
     let spread = |v: &mut Vec<f64>| {
         v.sort_by(f64::total_cmp);
-        format!("{:.4} (min {:.4}, max {:.4})", v[v.len() / 2], v[0], v[v.len() - 1])
+        format!(
+            "{:.4} (min {:.4}, max {:.4})",
+            v[v.len() / 2],
+            v[0],
+            v[v.len() - 1]
+        )
     };
     let n = ROUNDS * K;
     println!(
@@ -233,7 +243,9 @@ fn interleaved_handshakes() {
 
 /// `RELOAD_BENCH_ONLY=static:N` or `reloading:N`: the common setup, then N handshakes of one side.
 fn only_one_side(spec: &str) {
-    let (side, n) = spec.split_once(':').expect("RELOAD_BENCH_ONLY=static:N or reloading:N");
+    let (side, n) = spec
+        .split_once(':')
+        .expect("RELOAD_BENCH_ONLY=static:N or reloading:N");
     let n: u32 = n.parse().expect("RELOAD_BENCH_ONLY: N must be a number");
     let reloading = match side {
         "static" => false,

@@ -61,16 +61,29 @@ fn tls_load_counts_handshakes_resumptions_failures_and_serials() {
     let negotiated = &json["negotiated"];
     assert_eq!(negotiated["protocol"]["TLSv1_3"], 40, "{json}");
     assert_eq!(negotiated["group"]["X25519"], 40, "{json}");
-    assert_eq!(negotiated["signature_scheme"]["ECDSA_NISTP256_SHA256"], 40, "{json}");
+    assert_eq!(
+        negotiated["signature_scheme"]["ECDSA_NISTP256_SHA256"], 40,
+        "{json}"
+    );
     assert_eq!(negotiated["alpn"]["none"], 40, "{json}");
-    assert_eq!(negotiated["cipher_suite"].as_object().unwrap().len(), 1, "{json}");
+    assert_eq!(
+        negotiated["cipher_suite"].as_object().unwrap().len(),
+        1,
+        "{json}"
+    );
     assert_eq!(json["tickets_received"], 80, "{json}");
 
     // --groups restricts the offer, --cipher-suites the TLS 1.3 suites.
     let (code, json, stderr) = tls_load(
         &[
             &common[..],
-            &["--requests", "5", "--no-resume", "--groups", "x25519mlkem768,x25519"],
+            &[
+                "--requests",
+                "5",
+                "--no-resume",
+                "--groups",
+                "x25519mlkem768,x25519",
+            ],
             &["--cipher-suites", "tls13_aes_128_gcm_sha256"],
         ]
         .concat(),
@@ -103,9 +116,14 @@ fn tls_load_counts_handshakes_resumptions_failures_and_serials() {
     let no_tickets_addr = no_tickets.addr.to_string();
     let mut args = common.to_vec();
     args[1] = &no_tickets_addr;
-    let (code, json, _) = tls_load(&[&args[..], &["--requests", "5", "--concurrency", "1"]].concat());
+    let (code, json, _) =
+        tls_load(&[&args[..], &["--requests", "5", "--concurrency", "1"]].concat());
     assert_eq!(code, Some(0));
-    assert_eq!((&json["tickets_received"], &json["resumed"]), (&0.into(), &0.into()), "{json}");
+    assert_eq!(
+        (&json["tickets_received"], &json["resumed"]),
+        (&0.into(), &0.into()),
+        "{json}"
+    );
 
     // A name the certificate does not cover: every handshake fails, with the reason, exit 1.
     let (code, json, _) = tls_load(&[

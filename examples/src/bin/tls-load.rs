@@ -27,7 +27,9 @@ use anyhow::Context;
 use clap::Parser;
 use examples::load::{self, Observer, Settings};
 use rustls::SupportedCipherSuite;
-use rustls::client::{ClientSessionMemoryCache, ClientSessionStore, Resumption, WebPkiServerVerifier};
+use rustls::client::{
+    ClientSessionMemoryCache, ClientSessionStore, Resumption, WebPkiServerVerifier,
+};
 use rustls::crypto::SupportedKxGroup;
 use rustls_pki_types::pem::{self, PemObject};
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
@@ -120,7 +122,10 @@ fn parse_suite(text: &str) -> Result<SupportedCipherSuite, String> {
         .find(|s| format!("{:?}", s.suite()).eq_ignore_ascii_case(text))
         .ok_or_else(|| {
             let names: Vec<String> = tls13().map(|s| format!("{:?}", s.suite())).collect();
-            format!("unknown TLS 1.3 cipher suite {text} (known: {})", names.join(", "))
+            format!(
+                "unknown TLS 1.3 cipher suite {text} (known: {})",
+                names.join(", ")
+            )
         })
 }
 
@@ -191,9 +196,8 @@ fn client_config(
         // clap's `requires` makes the two flags come together.
         _ => builder.with_no_client_auth(),
     };
-    let inner = (!flags.no_resume).then(|| {
-        Arc::new(ClientSessionMemoryCache::new(256)) as Arc<dyn ClientSessionStore>
-    });
+    let inner = (!flags.no_resume)
+        .then(|| Arc::new(ClientSessionMemoryCache::new(256)) as Arc<dyn ClientSessionStore>);
     // `Resumption::store` keeps TLS 1.2 resumption on, like the default; with `--no-resume` the
     // store forgets everything, so there is nothing to resume either way.
     config.resumption = Resumption::store(observer.store(inner));
@@ -264,7 +268,11 @@ fn main() -> ExitCode {
             if flags.groups.is_empty() {
                 "rustls defaults".to_owned()
             } else {
-                let names: Vec<String> = flags.groups.iter().map(|g| format!("{:?}", g.name())).collect();
+                let names: Vec<String> = flags
+                    .groups
+                    .iter()
+                    .map(|g| format!("{:?}", g.name()))
+                    .collect();
                 names.join(",")
             },
         )
@@ -304,7 +312,10 @@ mod tests {
 
     #[test]
     fn groups_and_suites_are_found_by_rustls_name() {
-        assert_eq!(format!("{:?}", parse_group("x25519").unwrap().name()), "X25519");
+        assert_eq!(
+            format!("{:?}", parse_group("x25519").unwrap().name()),
+            "X25519"
+        );
         let hybrid = parse_group("X25519MLKEM768").unwrap().name();
         assert_eq!(format!("{hybrid:?}"), "X25519MLKEM768");
         assert!(parse_group("x448").unwrap_err().contains("secp256r1"));

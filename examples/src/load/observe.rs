@@ -155,14 +155,21 @@ impl ClientSessionStore for CountingStore {
         }
     }
 
-    fn insert_tls13_ticket(&self, server_name: ServerName<'static>, value: Tls13ClientSessionValue) {
+    fn insert_tls13_ticket(
+        &self,
+        server_name: ServerName<'static>,
+        value: Tls13ClientSessionValue,
+    ) {
         self.observer.tickets.fetch_add(1, Ordering::Relaxed);
         if let Some(inner) = &self.inner {
             inner.insert_tls13_ticket(server_name, value);
         }
     }
 
-    fn take_tls13_ticket(&self, server_name: &ServerName<'static>) -> Option<Tls13ClientSessionValue> {
+    fn take_tls13_ticket(
+        &self,
+        server_name: &ServerName<'static>,
+    ) -> Option<Tls13ClientSessionValue> {
         self.inner.as_ref()?.take_tls13_ticket(server_name)
     }
 }

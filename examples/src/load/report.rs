@@ -206,14 +206,21 @@ impl Summary {
             out,
             "  (handshake: connect + TLS; request: through the whole response)"
         )?;
-        writeln!(out, "negotiated (successful handshakes; signature schemes: full ones):")?;
+        writeln!(
+            out,
+            "negotiated (successful handshakes; signature schemes: full ones):"
+        )?;
         for (category, values) in &self.negotiated {
             let values: Vec<String> = values.iter().map(|(v, n)| format!("{v} x{n}")).collect();
             writeln!(out, "  {category:<17} {}", values.join(", "))?;
         }
         if let Some(tickets) = self.tickets {
             let per = tickets as f64 / self.handshakes.max(1) as f64;
-            writeln!(out, "  {:<17} {tickets} ({per:.2} per handshake)", "session tickets")?;
+            writeln!(
+                out,
+                "  {:<17} {tickets} ({per:.2} per handshake)",
+                "session tickets"
+            )?;
         }
         writeln!(out, "serials seen in full handshakes:")?;
         for (serial, n) in &self.serials {
