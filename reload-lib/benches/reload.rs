@@ -2,7 +2,15 @@
 //!
 //! - `handshake/{static,reloading}`: a full TLS 1.3 ECDSA P-256 handshake over an in-memory
 //!   duplex, through a plain tokio-rustls acceptor on a fixed `ServerConfig` versus the reloading
-//!   `Acceptor`. The ratio is the overhead of reloadability.
+//!   `Acceptor`. Criterion measures the two one after the other (seconds apart), so on a shared
+//!   machine their ratio carries whatever the load did in between: use the interleaved figure.
+//! - Interleaved handshakes (printed before criterion runs): rounds of K static and K reloading
+//!   handshakes, the order swapped every round, timed by the thread's CPU clock (time the thread
+//!   was descheduled does not count); the reloading/static ratio per round, its median and
+//!   spread. This is the overhead of reloadability. `RELOAD_BENCH_ONLY=static:N` (or
+//!   `reloading:N`) runs only N handshakes of one side after the common setup and exits, for
+//!   instruction counts: `valgrind --tool=callgrind` of `static:N` vs `reloading:N` differ by
+//!   exactly the reloading side's extra instructions (client + server).
 //! - `reload/{ecdsa-p256,rsa-2048}`: one reload pass that publishes (read both files, parse,
 //!   check the key, build the config, swap), driven through `ServingSet::reload`.
 //! - Before criterion runs, percentile figures (criterion reports means): reload cost p50/p99,
@@ -115,6 +123,30 @@ fn start_polled(rt: &Runtime, bundle: &Path) -> ServingSet {
 
 fn handshakes(c: &mut Criterion) {
     let rt = Runtime::new().unwrap();
+    let f = handshake_fixture(&rt);
+    let (reloading, fixed, client) = (&f.reloading, &f.fixed, &f.client);
+    let mut group = c.benchmark_group("handshake");
+    // One after the other: for the ratio, see `interleaved_handshakes`.
+    group.bench_function("static", |b| {
+        b.iter(|| rt.block_on(handshake(client, |s| fixed.accept(s))))
+    });
+    group.bench_function("reloading", |b| {
+        b.iter(|| rt.block_on(handshake(client, |s| reloading.accept(s))))
+    });
+    group.finish();
+}
+
+/// Everything both handshake measurements need: a started set and its acceptor, the static
+/// acceptor on the same pair, a client that trusts it.
+struct HandshakeFixture {
+    _dir: tempfile::TempDir,
+    _set: ServingSet,
+    reloading: reload_lib::Acceptor,
+    fixed: tokio_rustls::TlsAcceptor,
+    client: Arc<rustls::ClientConfig>,
+}
+
+fn handshake_fixture(rt: &Runtime) -> HandshakeFixture {
     let dir = tempfile::tempdir().unwrap();
     let pair = pair(false);
     let bundle = dir.path().join("credential.pem");
@@ -122,18 +154,110 @@ fn handshakes(c: &mut Criterion) {
     let set = rt
         .block_on(ServingSet::builder(CertKeyPaths::bundle(&bundle)).start())
         .unwrap();
-    let reloading = set.acceptor();
-    let fixed = static_acceptor(&pair);
-    let client = client_for(&pair);
-    let mut group = c.benchmark_group("handshake");
-    // Interleaved in one run so machine noise hits both alike.
-    group.bench_function("static", |b| {
-        b.iter(|| rt.block_on(handshake(&client, |s| fixed.accept(s))))
-    });
-    group.bench_function("reloading", |b| {
-        b.iter(|| rt.block_on(handshake(&client, |s| reloading.accept(s))))
-    });
-    group.finish();
+    HandshakeFixture {
+        reloading: set.acceptor(),
+        fixed: static_acceptor(&pair),
+        client: client_for(&pair),
+        _set: set,
+        _dir: dir,
+    }
+}
+
+/// CPU time of the calling thread (`/proc/thread-self/schedstat`: nanoseconds on a CPU): unlike
+/// wall time, it stops while the thread waits for a core.
+fn thread_cpu() -> Duration {
+    let stat = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap();
+    let ns: u64 = stat.split_whitespace().next().unwrap().parse().unwrap();
+    Duration::from_nanos(ns)
+}
+
+/// `n` handshakes through one side; thread CPU time and wall time they took. The runtime is a
+/// current-thread one, so client, server and the duplex run on this thread: its CPU clock is
+/// the whole cost.
+fn timed_handshakes(
+    rt: &Runtime,
+    f: &HandshakeFixture,
+    reloading: bool,
+    n: u32,
+) -> (Duration, Duration) {
+    let (cpu0, wall0) = (thread_cpu(), Instant::now());
+    for _ in 0..n {
+        if reloading {
+            rt.block_on(handshake(&f.client, |s| f.reloading.accept(s)));
+        } else {
+            rt.block_on(handshake(&f.client, |s| f.fixed.accept(s)));
+        }
+    }
+    (thread_cpu() - cpu0, wall0.elapsed())
+}
+
+/// Rounds of `K` handshakes per side, alternating which side goes first, and the per-round
+/// reloading/static ratio: both sides see the same machine within a fraction of a second.
+fn interleaved_handshakes() {
+    const ROUNDS: u32 = 40;
+    const K: u32 = 50;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let f = handshake_fixture(&rt);
+    timed_handshakes(&rt, &f, false, K);
+    timed_handshakes(&rt, &f, true, K);
+    let (mut cpu_ratios, mut wall_ratios) = (Vec::new(), Vec::new());
+    let (mut cpu_static, mut cpu_reloading) = (Duration::ZERO, Duration::ZERO);
+    for round in 0..ROUNDS {
+        let order = if round % 2 == 0 {
+            [false, true]
+        } else {
+            [true, false]
+        };
+        let mut got = [(Duration::ZERO, Duration::ZERO); 2];
+        for reloading in order {
+            got[usize::from(reloading)] = timed_handshakes(&rt, &f, reloading, K);
+        }
+        let [(s_cpu, s_wall), (r_cpu, r_wall)] = got;
+        cpu_ratios.push(r_cpu.as_secs_f64() / s_cpu.as_secs_f64());
+        wall_ratios.push(r_wall.as_secs_f64() / s_wall.as_secs_f64());
+        cpu_static += s_cpu;
+        cpu_reloading += r_cpu;
+    }
+    let spread = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        format!(
+            "{:.4} (min {:.4}, max {:.4})",
+            v[v.len() / 2],
+            v[0],
+            v[v.len() - 1]
+        )
+    };
+    let n = ROUNDS * K;
+    println!(
+        "interleaved handshake/reloading vs handshake/static, {ROUNDS} rounds x {K} per side: \
+         thread CPU per handshake {:?} vs {:?}, ratio per round median {}; wall ratio median {}",
+        cpu_reloading / n,
+        cpu_static / n,
+        spread(&mut cpu_ratios),
+        spread(&mut wall_ratios)
+    );
+}
+
+/// `RELOAD_BENCH_ONLY=static:N` or `reloading:N`: the common setup, then N handshakes of one side.
+fn only_one_side(spec: &str) {
+    let (side, n) = spec
+        .split_once(':')
+        .expect("RELOAD_BENCH_ONLY=static:N or reloading:N");
+    let n: u32 = n.parse().expect("RELOAD_BENCH_ONLY: N must be a number");
+    let reloading = match side {
+        "static" => false,
+        "reloading" => true,
+        _ => panic!("RELOAD_BENCH_ONLY: side must be static or reloading"),
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let f = handshake_fixture(&rt);
+    timed_handshakes(&rt, &f, reloading, n);
 }
 
 fn reloads(c: &mut Criterion) {
@@ -229,8 +353,13 @@ fn percentiles() {
 criterion_group!(benches, handshakes, reloads);
 
 fn main() {
+    if let Ok(spec) = std::env::var("RELOAD_BENCH_ONLY") {
+        only_one_side(&spec);
+        return;
+    }
     // `cargo test --benches` / `--no-run` smoke runs pass `--bench` only when benchmarking.
     if std::env::args().any(|a| a == "--bench") {
+        interleaved_handshakes();
         percentiles();
     }
     benches();

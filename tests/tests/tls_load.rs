@@ -54,6 +54,44 @@ fn tls_load_counts_handshakes_resumptions_failures_and_serials() {
     assert_eq!(json["failures"], 0);
     assert_eq!(json["serials"][&serial], 40, "{json}");
     assert!(json["p99_us"].as_u64().unwrap() >= json["p50_us"].as_u64().unwrap());
+    // What was negotiated, every handshake alike: the workspace builds rustls without
+    // `prefer-post-quantum`, so its defaults on both sides pick X25519; the server's signature
+    // is checked by the verifier, which counts it; rustls sends 2 (stateful) tickets per full
+    // handshake by default.
+    let negotiated = &json["negotiated"];
+    assert_eq!(negotiated["protocol"]["TLSv1_3"], 40, "{json}");
+    assert_eq!(negotiated["group"]["X25519"], 40, "{json}");
+    assert_eq!(
+        negotiated["signature_scheme"]["ECDSA_NISTP256_SHA256"], 40,
+        "{json}"
+    );
+    assert_eq!(negotiated["alpn"]["none"], 40, "{json}");
+    assert_eq!(
+        negotiated["cipher_suite"].as_object().unwrap().len(),
+        1,
+        "{json}"
+    );
+    assert_eq!(json["tickets_received"], 80, "{json}");
+
+    // --groups restricts the offer, --cipher-suites the TLS 1.3 suites.
+    let (code, json, stderr) = tls_load(
+        &[
+            &common[..],
+            &[
+                "--requests",
+                "5",
+                "--no-resume",
+                "--groups",
+                "x25519mlkem768,x25519",
+            ],
+            &["--cipher-suites", "tls13_aes_128_gcm_sha256"],
+        ]
+        .concat(),
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(json["negotiated"]["group"]["X25519MLKEM768"], 5, "{json}");
+    let suite = &json["negotiated"]["cipher_suite"]["TLS13_AES_128_GCM_SHA256"];
+    assert_eq!(suite, 5, "{json}");
 
     // With resumption, one worker: only the first handshake is full.
     let (code, json, _) =
@@ -62,6 +100,30 @@ fn tls_load_counts_handshakes_resumptions_failures_and_serials() {
     assert_eq!(json["handshakes"], 10);
     assert_eq!(json["resumed"], 9, "{json}");
     assert_eq!(json["serials"][&serial], 1);
+    assert_eq!(
+        json["negotiated"]["signature_scheme"]["ECDSA_NISTP256_SHA256"], 1,
+        "only the full handshake is signed: {json}"
+    );
+
+    // A server told to send no TLS 1.3 tickets: none arrive, so nothing resumes.
+    let mut command = Command::new(bin("https-server"));
+    command
+        .args(["--listen", "127.0.0.1:0", "--tls13-tickets", "0", "--cert"])
+        .arg(tmp.path().join("tls.crt"))
+        .arg("--key")
+        .arg(tmp.path().join("tls.key"));
+    let no_tickets = Server::start(command);
+    let no_tickets_addr = no_tickets.addr.to_string();
+    let mut args = common.to_vec();
+    args[1] = &no_tickets_addr;
+    let (code, json, _) =
+        tls_load(&[&args[..], &["--requests", "5", "--concurrency", "1"]].concat());
+    assert_eq!(code, Some(0));
+    assert_eq!(
+        (&json["tickets_received"], &json["resumed"]),
+        (&0.into(), &0.into()),
+        "{json}"
+    );
 
     // A name the certificate does not cover: every handshake fails, with the reason, exit 1.
     let (code, json, _) = tls_load(&[

@@ -63,6 +63,12 @@ struct Flags {
     /// entries are not supported in this mode).
     #[arg(long = "static")]
     static_config: bool,
+    /// TLS 1.3 session tickets sent after each full handshake (rustls' `send_tls13_tickets`;
+    /// default rustls' 2). They are stateful (the session cache holds the session), so 0 means
+    /// no TLS 1.3 resumption and no cache insert per handshake: a benchmark setting, to match a
+    /// peer configured without tickets.
+    #[arg(long, value_name = "N")]
+    tls13_tickets: Option<usize>,
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -153,6 +159,9 @@ async fn serving_set(
             (flags.resync_secs > 0).then(|| std::time::Duration::from_secs(flags.resync_secs)),
         )
         .metrics(registry);
+    if let Some(tickets) = flags.tls13_tickets {
+        builder = builder.configure(move |config| config.send_tls13_tickets = tickets);
+    }
     for entry in &flags.sni {
         let (name, pair) = entry
             .split_once('=')
@@ -235,6 +244,9 @@ fn static_acceptor(flags: &Flags) -> anyhow::Result<tokio_rustls::TlsAcceptor> {
     })?;
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     config.session_storage = rustls::server::ServerSessionMemoryCache::new(1024);
+    if let Some(tickets) = flags.tls13_tickets {
+        config.send_tls13_tickets = tickets;
+    }
     Ok(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
 }
 

@@ -9,6 +9,12 @@
 //! that last figure is how rotation tests see which certificate was served. `--json` prints the
 //! same figures as one JSON object. Exit status: 0 when every attempt succeeded, 1 when any
 //! failed, 2 on bad flags or unreadable files. The engine lives in `examples::load`.
+//!
+//! For peer comparisons it also reports what every handshake negotiated (protocol version,
+//! cipher suite, key exchange group, ALPN, the signature scheme of the server's
+//! CertificateVerify) and how many TLS 1.3 session tickets the server sent; `--groups` and
+//! `--cipher-suites` restrict what is offered, so servers with different defaults can be made to
+//! negotiate the same handshake.
 
 use std::io::{self, Write};
 use std::net::SocketAddr;
@@ -19,8 +25,12 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
-use examples::load::{self, Settings};
-use rustls::client::Resumption;
+use examples::load::{self, Observer, Settings};
+use rustls::SupportedCipherSuite;
+use rustls::client::{
+    ClientSessionMemoryCache, ClientSessionStore, Resumption, WebPkiServerVerifier,
+};
+use rustls::crypto::SupportedKxGroup;
 use rustls_pki_types::pem::{self, PemObject};
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
@@ -58,6 +68,18 @@ struct Flags {
     /// Disable session resumption: every handshake is a full one.
     #[arg(long)]
     no_resume: bool,
+    /// Key exchange groups to offer, most preferred first, comma-separated (rustls names,
+    /// case-insensitive: x25519, secp256r1, secp384r1, x25519mlkem768, secp256r1mlkem768,
+    /// mlkem768, mlkem1024). Default: the provider's defaults as built here (X25519, secp256r1,
+    /// secp384r1, X25519MLKEM768: rustls without `prefer-post-quantum`). A peer comparison
+    /// offers only groups every server supports.
+    #[arg(long, value_name = "GROUP,...", value_delimiter = ',', value_parser = parse_group)]
+    groups: Vec<&'static dyn SupportedKxGroup>,
+    /// TLS 1.3 cipher suites to offer, most preferred first, comma-separated (rustls names,
+    /// case-insensitive, e.g. tls13_aes_128_gcm_sha256). Default: rustls' defaults; TLS 1.2
+    /// suites stay offered either way.
+    #[arg(long, value_name = "SUITE,...", value_delimiter = ',', value_parser = parse_suite)]
+    cipher_suites: Vec<SupportedCipherSuite>,
     /// Time limit of one attempt (connect, handshake and request) in milliseconds; an attempt
     /// over it is a "timeout" failure.
     #[arg(long, value_name = "MS", default_value_t = 5000,
@@ -79,24 +101,59 @@ fn parse_secs(text: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(secs))
 }
 
+/// One of the aws-lc-rs provider's key exchange groups, by its rustls name.
+fn parse_group(text: &str) -> Result<&'static dyn SupportedKxGroup, String> {
+    let all = rustls::crypto::aws_lc_rs::ALL_KX_GROUPS;
+    all.iter()
+        .copied()
+        .find(|g| format!("{:?}", g.name()).eq_ignore_ascii_case(text))
+        .ok_or_else(|| {
+            let names: Vec<String> = all.iter().map(|g| format!("{:?}", g.name())).collect();
+            format!("unknown group {text} (known: {})", names.join(", "))
+        })
+}
+
+/// One of the aws-lc-rs provider's TLS 1.3 cipher suites, by its rustls name.
+fn parse_suite(text: &str) -> Result<SupportedCipherSuite, String> {
+    let all = rustls::crypto::aws_lc_rs::ALL_CIPHER_SUITES;
+    let tls13 = || all.iter().filter(|s| s.tls13().is_some());
+    tls13()
+        .copied()
+        .find(|s| format!("{:?}", s.suite()).eq_ignore_ascii_case(text))
+        .ok_or_else(|| {
+            let names: Vec<String> = tls13().map(|s| format!("{:?}", s.suite())).collect();
+            format!(
+                "unknown TLS 1.3 cipher suite {text} (known: {})",
+                names.join(", ")
+            )
+        })
+}
+
 /// Reads the files and builds the settings before the first connection, so a bad file is one
 /// configuration error (exit 2) rather than one failure per attempt.
 fn settings(flags: &Flags) -> anyhow::Result<Settings> {
+    let observer = Arc::new(Observer::default());
     let settings = Settings::new(
         flags.connect,
         &flags.server_name,
-        client_config(flags)?,
+        client_config(flags, &observer)?,
         flags.concurrency,
         flags.duration,
     )?;
     Ok(settings
         .requests(flags.requests)
-        .timeout(Duration::from_millis(flags.timeout_ms)))
+        .timeout(Duration::from_millis(flags.timeout_ms))
+        .observer(observer))
 }
 
-/// The client config: the CA bundle as the only roots, an optional client identity, and
-/// rustls' default in-memory session store unless `--no-resume`.
-fn client_config(flags: &Flags) -> anyhow::Result<Arc<rustls::ClientConfig>> {
+/// The client config: the CA bundle as the only roots (checked by rustls' WebPKI verifier, which
+/// `observer` wraps to count signature schemes), an optional client identity, the offered groups
+/// and suites, and rustls' default in-memory session store unless `--no-resume` (wrapped to count
+/// the tickets received either way).
+fn client_config(
+    flags: &Flags,
+    observer: &Arc<Observer>,
+) -> anyhow::Result<Arc<rustls::ClientConfig>> {
     let mut roots = rustls::RootCertStore::empty();
     let what = "CA bundle";
     for cert in read_certs(&flags.ca, what)? {
@@ -104,10 +161,25 @@ fn client_config(flags: &Flags) -> anyhow::Result<Arc<rustls::ClientConfig>> {
             .add(cert)
             .with_context(|| format!("bad certificate in {what} {}", flags.ca.display()))?;
     }
-    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let mut provider = rustls::crypto::aws_lc_rs::default_provider();
+    if !flags.groups.is_empty() {
+        provider.kx_groups.clone_from(&flags.groups);
+    }
+    if !flags.cipher_suites.is_empty() {
+        provider.cipher_suites.retain(|s| s.tls13().is_none());
+        provider
+            .cipher_suites
+            .splice(0..0, flags.cipher_suites.iter().copied());
+    }
+    let provider = Arc::new(provider);
+    let webpki =
+        WebPkiServerVerifier::builder_with_provider(Arc::new(roots), Arc::clone(&provider))
+            .build()
+            .context("cannot build the certificate verifier")?;
     let builder = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()?
-        .with_root_certificates(roots);
+        .dangerous()
+        .with_custom_certificate_verifier(observer.verifier(webpki));
     let mut config = match (&flags.cert, &flags.key) {
         (Some(cert), Some(key)) => {
             let chain = read_certs(cert, "client certificate")?;
@@ -124,9 +196,11 @@ fn client_config(flags: &Flags) -> anyhow::Result<Arc<rustls::ClientConfig>> {
         // clap's `requires` makes the two flags come together.
         _ => builder.with_no_client_auth(),
     };
-    if flags.no_resume {
-        config.resumption = Resumption::disabled();
-    }
+    let inner = (!flags.no_resume)
+        .then(|| Arc::new(ClientSessionMemoryCache::new(256)) as Arc<dyn ClientSessionStore>);
+    // `Resumption::store` keeps TLS 1.2 resumption on, like the default; with `--no-resume` the
+    // store forgets everything, so there is nothing to resume either way.
+    config.resumption = Resumption::store(observer.store(inner));
     Ok(Arc::new(config))
 }
 
@@ -186,11 +260,21 @@ fn main() -> ExitCode {
     } else {
         writeln!(
             out,
-            "target:     {} (server name {}), {} workers, resumption {}",
+            "target:     {} (server name {}), {} workers, resumption {}, groups offered {}",
             flags.connect,
             flags.server_name,
             flags.concurrency,
             if flags.no_resume { "off" } else { "on" },
+            if flags.groups.is_empty() {
+                "rustls defaults".to_owned()
+            } else {
+                let names: Vec<String> = flags
+                    .groups
+                    .iter()
+                    .map(|g| format!("{:?}", g.name()))
+                    .collect();
+                names.join(",")
+            },
         )
         .and_then(|()| summary.write_text(&mut out))
     };
@@ -224,5 +308,19 @@ mod tests {
         for bad in ["0", "-1", "nan", "inf", "1e30", "x"] {
             assert!(parse_secs(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn groups_and_suites_are_found_by_rustls_name() {
+        assert_eq!(
+            format!("{:?}", parse_group("x25519").unwrap().name()),
+            "X25519"
+        );
+        let hybrid = parse_group("X25519MLKEM768").unwrap().name();
+        assert_eq!(format!("{hybrid:?}"), "X25519MLKEM768");
+        assert!(parse_group("x448").unwrap_err().contains("secp256r1"));
+        let suite = parse_suite("tls13_aes_128_gcm_sha256").unwrap().suite();
+        assert_eq!(format!("{suite:?}"), "TLS13_AES_128_GCM_SHA256");
+        assert!(parse_suite("TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256").is_err());
     }
 }

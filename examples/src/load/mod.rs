@@ -4,6 +4,7 @@
 //! The binary turns flags into [`Settings`] (reading files, building the rustls config) and calls
 //! [`run`]; this module does no file I/O and never exits the process.
 
+mod observe;
 mod report;
 mod worker;
 
@@ -17,6 +18,7 @@ use rustls_pki_types::ServerName;
 use tokio::time::Instant;
 use tokio_rustls::TlsConnector;
 
+pub use observe::{CountingStore, CountingVerifier, Observer};
 pub use report::Summary;
 
 /// Everything a run needs, resolved before the first connection: a bad file or name is one
@@ -32,6 +34,8 @@ pub struct Settings {
     duration: Duration,
     requests: Option<u64>,
     timeout: Duration,
+    /// Where the config's verifier and session store count signature schemes and tickets.
+    observer: Option<Arc<Observer>>,
 }
 
 impl Settings {
@@ -63,6 +67,7 @@ impl Settings {
             duration,
             requests: None,
             timeout: Duration::from_secs(5),
+            observer: None,
         })
     }
 
@@ -71,6 +76,14 @@ impl Settings {
     #[must_use]
     pub fn requests(mut self, requests: Option<u64>) -> Settings {
         self.requests = requests;
+        self
+    }
+
+    /// The observer whose [`Observer::verifier`] and [`Observer::store`] the client config
+    /// uses: the summary then reports signature schemes and tickets received.
+    #[must_use]
+    pub fn observer(mut self, observer: Arc<Observer>) -> Settings {
+        self.observer = Some(observer);
         self
     }
 
@@ -109,5 +122,9 @@ pub async fn run(settings: Arc<Settings>) -> anyhow::Result<Summary> {
     for worker in workers {
         tally.merge(worker.await.context("a worker panicked")?);
     }
-    Ok(Summary::new(tally, started.elapsed()))
+    Ok(Summary::new(
+        tally,
+        started.elapsed(),
+        settings.observer.as_deref(),
+    ))
 }

@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::io::{self, Write};
 use std::time::Duration;
 
+use super::observe::Observer;
 use super::worker::Seen;
 
 /// What one worker saw; each worker owns its tally, so recording takes no lock.
@@ -18,6 +19,9 @@ pub(super) struct Tally {
     resumed: u64,
     failures: BTreeMap<String, u64>,
     serials: BTreeMap<String, u64>,
+    /// Successful handshakes by what they negotiated: category (`protocol`, `cipher_suite`,
+    /// `group`, `alpn`) → value → count.
+    negotiated: BTreeMap<&'static str, BTreeMap<String, u64>>,
 }
 
 impl Tally {
@@ -27,6 +31,20 @@ impl Tally {
         self.resumed += u64::from(seen.resumed);
         if let Some(serial) = seen.serial {
             *self.serials.entry(serial).or_default() += 1;
+        }
+        let n = seen.negotiated;
+        for (category, value) in [
+            ("protocol", n.protocol),
+            ("cipher_suite", n.cipher_suite),
+            ("group", n.group),
+            ("alpn", n.alpn),
+        ] {
+            *self
+                .negotiated
+                .entry(category)
+                .or_default()
+                .entry(value)
+                .or_default() += 1;
         }
     }
 
@@ -43,6 +61,12 @@ impl Tally {
         }
         for (serial, n) in other.serials {
             *self.serials.entry(serial).or_default() += n;
+        }
+        for (category, values) in other.negotiated {
+            let mine = self.negotiated.entry(category).or_default();
+            for (value, n) in values {
+                *mine.entry(value).or_default() += n;
+            }
         }
     }
 }
@@ -93,12 +117,19 @@ pub struct Summary {
     handshake: Percentiles,
     request: Percentiles,
     serials: BTreeMap<String, u64>,
+    negotiated: BTreeMap<&'static str, BTreeMap<String, u64>>,
+    /// TLS 1.3 session tickets received, when the config counted them.
+    tickets: Option<u64>,
     elapsed: Duration,
 }
 
 impl Summary {
-    pub(super) fn new(tally: Tally, elapsed: Duration) -> Summary {
+    pub(super) fn new(tally: Tally, elapsed: Duration, observer: Option<&Observer>) -> Summary {
         let handshakes = tally.handshake_us.len() as u64;
+        let mut negotiated = tally.negotiated;
+        if let Some(observer) = observer {
+            negotiated.insert("signature_scheme", observer.signature_schemes());
+        }
         Summary {
             handshakes,
             resumed: tally.resumed,
@@ -108,6 +139,8 @@ impl Summary {
             handshake: Percentiles::of(tally.handshake_us),
             request: Percentiles::of(tally.request_us),
             serials: tally.serials,
+            negotiated,
+            tickets: observer.map(Observer::tickets),
             elapsed,
         }
     }
@@ -134,6 +167,8 @@ impl Summary {
             "request_p99_us": self.request.p99,
             "request_max_us": self.request.max,
             "serials": self.serials,
+            "negotiated": self.negotiated,
+            "tickets_received": self.tickets,
             "duration_secs": (self.elapsed.as_secs_f64() * 1000.0).round() / 1000.0,
         });
         writeln!(out, "{json}")
@@ -171,6 +206,22 @@ impl Summary {
             out,
             "  (handshake: connect + TLS; request: through the whole response)"
         )?;
+        writeln!(
+            out,
+            "negotiated (successful handshakes; signature schemes: full ones):"
+        )?;
+        for (category, values) in &self.negotiated {
+            let values: Vec<String> = values.iter().map(|(v, n)| format!("{v} x{n}")).collect();
+            writeln!(out, "  {category:<17} {}", values.join(", "))?;
+        }
+        if let Some(tickets) = self.tickets {
+            let per = tickets as f64 / self.handshakes.max(1) as f64;
+            writeln!(
+                out,
+                "  {:<17} {tickets} ({per:.2} per handshake)",
+                "session tickets"
+            )?;
+        }
         writeln!(out, "serials seen in full handshakes:")?;
         for (serial, n) in &self.serials {
             writeln!(out, "  {n:>8}  {serial}")?;
@@ -182,6 +233,7 @@ impl Summary {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::load::worker::Negotiated;
 
     fn seen(us: u32, resumed: bool, serial: Option<&str>) -> Seen {
         Seen {
@@ -189,6 +241,12 @@ mod tests {
             request_us: us + 1,
             resumed,
             serial: serial.map(str::to_owned),
+            negotiated: Negotiated {
+                protocol: "TLSv1_3".to_owned(),
+                cipher_suite: "TLS13_AES_256_GCM_SHA384".to_owned(),
+                group: if resumed { "X25519" } else { "secp256r1" }.to_owned(),
+                alpn: "none".to_owned(),
+            },
         }
     }
 
@@ -212,7 +270,7 @@ mod tests {
         b.fail("timeout".to_owned());
         b.fail("http: status 503".to_owned());
         a.merge(b);
-        let summary = Summary::new(a, Duration::from_secs(2));
+        let summary = Summary::new(a, Duration::from_secs(2), None);
         let mut out = Vec::new();
         summary.write_json(&mut out).unwrap();
         let json: serde_json::Value = serde_json::from_slice(&out).unwrap();
@@ -229,5 +287,9 @@ mod tests {
         );
         assert_eq!(json["request_max_us"], 31);
         assert_eq!(json["duration_secs"], 2.0);
+        assert_eq!(json["negotiated"]["protocol"]["TLSv1_3"], 3);
+        assert_eq!(json["negotiated"]["group"]["secp256r1"], 2);
+        assert_eq!(json["negotiated"]["group"]["X25519"], 1);
+        assert!(json["tickets_received"].is_null());
     }
 }

@@ -51,6 +51,35 @@ pub(super) struct Seen {
     /// The leaf's serial, for full handshakes only: on resumption rustls reports the chain of the
     /// original session, which says nothing about what the server serves now.
     pub(super) serial: Option<String>,
+    /// What the handshake negotiated, as rustls names it.
+    pub(super) negotiated: Negotiated,
+}
+
+/// The handshake parameters `ClientConnection` reports, named as rustls' `Debug` prints them
+/// (`TLSv1_3`, `TLS13_AES_256_GCM_SHA384`, `X25519`); `none` where nothing was negotiated.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) struct Negotiated {
+    pub(super) protocol: String,
+    pub(super) cipher_suite: String,
+    pub(super) group: String,
+    pub(super) alpn: String,
+}
+
+impl Negotiated {
+    fn of(conn: &rustls::ClientConnection) -> Negotiated {
+        fn name(value: Option<impl std::fmt::Debug>) -> String {
+            value.map_or_else(|| "none".to_owned(), |v| format!("{v:?}"))
+        }
+        Negotiated {
+            protocol: name(conn.protocol_version()),
+            cipher_suite: name(conn.negotiated_cipher_suite().map(|s| s.suite())),
+            group: name(conn.negotiated_key_exchange_group().map(|g| g.name())),
+            alpn: conn.alpn_protocol().map_or_else(
+                || "none".to_owned(),
+                |p| String::from_utf8_lossy(p).into_owned(),
+            ),
+        }
+    }
 }
 
 /// One attempt: connect, handshake, `GET /`, the whole response, status 200. The error is the
@@ -72,6 +101,7 @@ async fn attempt(settings: &Settings) -> Result<Seen, String> {
     let handshake_us = micros(start.elapsed());
     let (_, conn) = tls.get_ref();
     let resumed = conn.handshake_kind() == Some(HandshakeKind::Resumed);
+    let negotiated = Negotiated::of(conn);
     let serial = match conn.peer_certificates().and_then(|chain| chain.first()) {
         Some(leaf) if !resumed => Some(leaf_serial(leaf)),
         _ => None,
@@ -93,6 +123,7 @@ async fn attempt(settings: &Settings) -> Result<Seen, String> {
         request_us: micros(start.elapsed()),
         resumed,
         serial,
+        negotiated,
     })
 }
 

@@ -9,7 +9,7 @@
 //!
 //! Memory per watch is bounded (issue #18, item 7): the initial objects are shared with the
 //! store (no copy of the namespace per watcher) and encoded one at a time; lines go to the
-//! connection in chunks of at most [`CHUNK`] bytes through a channel of [`BUFFER`] chunks; the
+//! connection in chunks of at most [`CHUNK`] bytes through a channel of `BUFFER` chunks; the
 //! history is read [`super::store::CHANGES_PER_READ`] entries at a time. A client that takes
 //! nothing for [`STALL_TIMEOUT`] while events wait is disconnected (kube-apiserver also closes
 //! watchers that cannot keep up); it re-watches from its last resourceVersion, or relists.
