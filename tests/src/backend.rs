@@ -336,7 +336,7 @@ impl TestApi {
 /// `scenario::mini` and `scenario::real` (the real one prints `SKIP: <reason>` and passes when
 /// no real kube-apiserver is available). Both run on a two-worker multi-thread runtime.
 ///
-/// ```ignore
+/// ```text
 /// async fn syncs_a_secret(backend: Backend) { ... }
 /// e2e::both_backends!(syncs_a_secret);
 /// ```
