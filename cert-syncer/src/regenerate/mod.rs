@@ -67,11 +67,13 @@ pub async fn run(args: RegenerateArgs) -> anyhow::Result<()> {
     let now = || fixed_now.unwrap_or_else(unix_now);
 
     if args.once {
+        let (now, apiserver_now) = clocks(&client, &rotation, now()).await;
         let report = Pass {
             client: &client,
             rotation: &rotation,
             mode: args.mode,
-            now: now(),
+            now,
+            apiserver_now,
             events: &events,
         }
         .run()
@@ -195,11 +197,13 @@ pub async fn run(args: RegenerateArgs) -> anyhow::Result<()> {
                 return Err(anyhow::anyhow!("lost leadership: {reason}; exiting so the kubelet restarts us as a candidate"));
             }
         }
+        let (pass_now, apiserver_now) = clocks(&client, &rotation, now()).await;
         let report = Pass {
             client: &client,
             rotation: &rotation,
             mode: args.mode,
-            now: now(),
+            now: pass_now,
+            apiserver_now,
             events: &events,
         }
         .run()
@@ -212,7 +216,7 @@ pub async fn run(args: RegenerateArgs) -> anyhow::Result<()> {
             retry = Duration::from_secs(1);
             sleep_for = report
                 .next_deadline
-                .map(|at| Duration::from_secs((at - now()).max(0) as u64 + 1))
+                .map(|at| Duration::from_secs((at - pass_now).max(0) as u64 + 1))
                 .unwrap_or(MAX_SLEEP)
                 .min(MAX_SLEEP);
             tracing::debug!(next = ?sleep_for, "pass complete");
@@ -231,6 +235,35 @@ pub async fn run(args: RegenerateArgs) -> anyhow::Result<()> {
     }
     drop(connection);
     Ok(())
+}
+
+/// The time one pass decides at, and the apiserver's clock it was checked against: the local
+/// clock (`local`), but never later than the apiserver's (see `decide::trusted_now`). A local
+/// clock ahead of the apiserver's by more than the backdate margin is logged: expiry is then
+/// judged at the apiserver's time, so a jump forward destroys nothing still valid there.
+async fn clocks(
+    client: &kube::Client,
+    rotation: &config::Rotation,
+    local: i64,
+) -> (i64, Option<i64>) {
+    let secret = rotation
+        .objects()
+        .find(|(kind, _)| *kind == ObjectKind::Secret);
+    let apiserver = match secret {
+        Some((_, object)) => pass::apiserver_time(client, object).await,
+        None => None,
+    };
+    if let Some(at) = apiserver
+        && local - at > rotation.backdate.as_secs() as i64
+    {
+        tracing::warn!(
+            local = %pki::rfc3339(local),
+            apiserver = %pki::rfc3339(at),
+            ahead_seconds = local - at,
+            "the local clock is ahead of the apiserver's: expiry and generation use the apiserver's time"
+        );
+    }
+    (decide::trusted_now(local, apiserver), apiserver)
 }
 
 async fn follow<K>(
