@@ -8,6 +8,14 @@
 //! - this module: the loop. A pass runs at start, whenever a declared object changes (one
 //!   watch per object), and when the next expiry (or rotation point) is reached: a timer aligned
 //!   to the data, not a polling period. Failed passes are retried with backoff.
+//!
+//! Clock skew: each pass also reads the apiserver's clock (the `Date` of one GET) and decides at
+//! `min(local, apiserver)` (`clocks`), so a local clock that jumped ahead expires, prunes and
+//! replaces nothing still valid at the apiserver's time. A persistence rule (act on an expiry only
+//! once it has been seen for N seconds) was not chosen: a jump persists as well, and `--once`
+//! or a restart forget what was seen. A local clock behind the apiserver's is refused by
+//! `decide::clock_check`; certificates in the future by both clocks were written while a clock
+//! was ahead and are regenerated (`decide::not_yet_valid`) rather than blocking every pass.
 
 pub mod config;
 mod decide;
