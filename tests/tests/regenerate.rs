@@ -41,6 +41,8 @@ both_backends!(
     three_replicas_racing_write_each_object_exactly_once_and_settle,
     garbage_under_fresh_annotations_is_regenerated_and_a_clock_set_back_is_refused,
     with_leader_election_one_replica_acts_and_a_standby_takes_over_when_it_dies,
+    a_local_clock_three_years_ahead_replaces_nothing_still_valid_at_the_apiservers_time,
+    a_signer_written_while_the_clock_was_ahead_is_regenerated_once_the_clock_is_fixed,
 );
 
 fn days(n: i64) -> time::Duration {
@@ -151,6 +153,10 @@ fn run_once(api: &impl ApiEndpoint, config: &Path, extra: &[&str]) -> (bool, Str
     (output.status.success(), stderr)
 }
 
+async fn bundle_has(f: &Fixture, pem: &str) -> bool {
+    f.bundle().await.contains(&der_of(pem))
+}
+
 fn der_of(pem: &str) -> CertificateDer<'static> {
     CertificateDer::from_pem_slice(pem.as_bytes()).unwrap()
 }
@@ -256,13 +262,21 @@ async fn an_expired_signer_is_replaced_the_bundle_keeps_valid_old_cas_and_leaves
         "valid for 200 days"
     );
 
+    // The leaf found at the start of the pass was issued by the expired CA: the CA stays until
+    // that leaf is re-issued (this pass), and goes in the next pass.
     let bundle = f.bundle().await;
-    assert_eq!(bundle.len(), 2, "the expired CA is pruned");
+    assert_eq!(bundle.len(), 3, "the expired CA is kept one more pass");
+    assert!(bundle.contains(&der_of(&expired.pem)));
     assert!(
         bundle.contains(&der_of(&older_valid.pem)),
         "a valid old CA is kept"
     );
     assert!(bundle.contains(&der_of(&signer)), "the new CA is added");
+    let (ok, log) = f.once(&[]);
+    assert!(ok, "{log}");
+    let bundle = f.bundle().await;
+    assert_eq!(bundle.len(), 2, "the expired CA is pruned");
+    assert!(!bundle.contains(&der_of(&expired.pem)));
 
     let leaf = f.pem_of("serving-cert", "tls.crt").await;
     chains_to(&leaf, &bundle).unwrap();
@@ -390,11 +404,16 @@ async fn three_replicas_racing_write_each_object_exactly_once_and_settle(backend
     assert_eq!(
         writes,
         BTreeMap::from([
-            ("serving-ca".to_owned(), 1),
+            ("serving-ca".to_owned(), 2),
             ("serving-cert".to_owned(), 1),
             ("serving-signer".to_owned(), 1),
         ]),
-        "exactly one write per object"
+        "exactly one write per object and change: the bundle gains the new CA, then (once the \
+         leaf no longer chains to it) loses the expired one"
+    );
+    assert!(
+        !bundle_has(&f, &expired.pem).await,
+        "the expired CA is pruned"
     );
     let bundle = f.bundle().await;
     chains_to(&f.pem_of("serving-cert", "tls.crt").await, &bundle).unwrap();
@@ -557,4 +576,69 @@ async fn with_leader_election_one_replica_acts_and_a_standby_takes_over_when_it_
         &f.bundle().await,
     )
     .unwrap();
+}
+
+/// `--now` three years ahead stands for a local clock that jumped: the apiserver's `Date` says
+/// otherwise, so the valid signer, its CA in the bundle and the leaf are all kept.
+async fn a_local_clock_three_years_ahead_replaces_nothing_still_valid_at_the_apiservers_time(
+    backend: Backend,
+) {
+    let f = fixture(backend).await;
+    let now = OffsetDateTime::now_utc();
+    let mut ca = Ca::with_validity(now - days(10), now + days(150));
+    f.seed(&mut ca, &[], (now - days(1), now + days(50))).await;
+    let before = f.versions().await;
+    let ahead = (now + days(3 * 365)).unix_timestamp().to_string();
+    let (ok, log) = f.once(&["--now", &ahead]);
+    assert!(ok, "{log}");
+    assert_eq!(f.versions().await, before, "nothing written: {log}");
+    assert_eq!(f.bundle().await, vec![der_of(&ca.pem)]);
+    assert!(log.contains("ahead of the apiserver"), "says why: {log}");
+}
+
+/// A signer and leaf that a regenerate wrote while its clock was three years ahead (notBefore
+/// in the future, not-before annotation matching): with the clock right again, they are not
+/// valid now by either clock, so they are regenerated instead of refusing every pass.
+async fn a_signer_written_while_the_clock_was_ahead_is_regenerated_once_the_clock_is_fixed(
+    backend: Backend,
+) {
+    let f = fixture(backend).await;
+    let now = OffsetDateTime::now_utc();
+    let ahead = now + days(3 * 365);
+    let mut ca = Ca::with_validity(ahead - time::Duration::minutes(5), ahead + days(200));
+    f.seed(
+        &mut ca,
+        &[],
+        (ahead - time::Duration::minutes(5), ahead + days(100)),
+    )
+    .await;
+    for name in ["serving-signer", "serving-cert"] {
+        let mut secret = f.secrets.get(name).await.unwrap();
+        let (not_before, _) = validity_of(&f.pem_of(name, "tls.crt").await);
+        let at = OffsetDateTime::from_unix_timestamp(not_before)
+            .unwrap()
+            .format(&time::format_description::well_known::Rfc3339)
+            .unwrap();
+        secret.metadata.annotations = Some(BTreeMap::from([(
+            "auth.openshift.io/certificate-not-before".to_owned(),
+            at,
+        )]));
+        f.secrets
+            .replace(name, &PostParams::default(), &secret)
+            .await
+            .unwrap();
+    }
+    let (ok, log) = f.once(&[]);
+    assert!(ok, "not refused: {log}");
+    assert!(log.contains("not valid before"), "{log}");
+    let signer = f.pem_of("serving-signer", "tls.crt").await;
+    assert_ne!(der_of(&signer), der_of(&ca.pem), "the signer is replaced");
+    let bundle = f.bundle().await;
+    assert!(bundle.contains(&der_of(&signer)));
+    chains_to(&f.pem_of("serving-cert", "tls.crt").await, &bundle).unwrap();
+    // Settled: a second pass writes nothing.
+    let before = f.versions().await;
+    let (ok, log) = f.once(&[]);
+    assert!(ok, "{log}");
+    assert_eq!(f.versions().await, before);
 }

@@ -41,6 +41,11 @@ pub enum Reason {
     },
     IdentityChanged,
     ChainBroken(String),
+    /// Written by a regenerate whose clock was ahead: not valid now, by our clock and the
+    /// apiserver's alike.
+    NotYetValid {
+        not_before: i64,
+    },
 }
 
 impl fmt::Display for Reason {
@@ -70,6 +75,11 @@ impl fmt::Display for Reason {
             ),
             Reason::IdentityChanged => write!(f, "client user or groups changed"),
             Reason::ChainBroken(why) => write!(f, "does not chain to the CA bundle: {why}"),
+            Reason::NotYetValid { not_before } => write!(
+                f,
+                "not valid before {} (written while a clock was ahead)",
+                super::pki::rfc3339(*not_before)
+            ),
         }
     }
 }
@@ -87,6 +97,7 @@ impl Reason {
             Reason::HostnamesChanged { .. } => "hostnames",
             Reason::IdentityChanged => "identity",
             Reason::ChainBroken(_) => "chain",
+            Reason::NotYetValid { .. } => "not-yet-valid",
         }
     }
 }
@@ -189,11 +200,18 @@ pub fn target(
 
 /// The bundle's content after this pass: every CA already in it that has not expired, plus the
 /// current signers; deduplicated, ordered by DER bytes so every replica computes the same text.
-pub fn bundle(existing: &[Cert], signers: &[&Cert], now: i64) -> Vec<Cert> {
+///
+/// An expired CA is still kept while a managed certificate in `in_use` (the targets as read at
+/// the start of the pass) was issued by it: this pass re-issues that certificate, and the next
+/// pass prunes the CA. "Expired" is only as good as the clock, so trust is never removed from
+/// under a certificate that is still being served.
+pub fn bundle(existing: &[Cert], signers: &[&Cert], in_use: &[&Cert], now: i64) -> Vec<Cert> {
     let mut certs: Vec<Cert> = existing
         .iter()
         .chain(signers.iter().copied())
-        .filter(|c| !c.is_expired_at(now))
+        .filter(|c| {
+            !c.is_expired_at(now) || in_use.iter().any(|leaf| super::pki::issued_by(leaf, c))
+        })
         .cloned()
         .collect();
     certs.sort_by(|a, b| a.der.as_ref().cmp(b.der.as_ref()));
@@ -201,25 +219,65 @@ pub fn bundle(existing: &[Cert], signers: &[&Cert], now: i64) -> Vec<Cert> {
     certs
 }
 
+/// The time decisions use: the local clock, but never later than the apiserver's (the `Date`
+/// of one of its answers in this pass). A local clock that jumped ahead therefore expires
+/// nothing that is still valid at the apiserver's time; a local clock that is behind stays the
+/// earlier of the two and is caught by [`clock_check`]. Without an answer, the local clock.
+pub fn trusted_now(local: i64, apiserver: Option<i64>) -> i64 {
+    apiserver.map_or(local, |at| local.min(at))
+}
+
+/// Whether a certificate starts later than `now` plus the backdate margin: valid at neither
+/// clock (`now` is [`trusted_now`]). [`clock_check`] has already refused the pass if only the
+/// local clock thinks so, so what is left was written by a regenerate whose clock was ahead.
+pub fn not_yet_valid(found: &Found, margin: std::time::Duration, now: i64) -> Option<Reason> {
+    match found {
+        Some(Ok(pair)) if pair.cert().not_before > now + margin.as_secs() as i64 => {
+            Some(Reason::NotYetValid {
+                not_before: pair.cert().not_before,
+            })
+        }
+        _ => None,
+    }
+}
+
 /// Refuses when the local clock is clearly behind: earlier than a certificate's notBefore by
 /// more than the backdate margin (our own certificates start `backdate` in the past, so a
-/// correct clock never sees that). Returns the offending object and its notBefore.
+/// correct clock never sees that), while the apiserver's clock is not. Returns the offending
+/// object and its notBefore.
+///
+/// A certificate that starts in the future by the apiserver's clock too is no evidence against
+/// ours: it was written by a clock that was ahead, is valid at neither, and is regenerated
+/// ([`not_yet_valid`]) instead of blocking every pass until its notBefore comes. Without an
+/// apiserver time (`None`), any such certificate refuses, as before.
 pub fn clock_check<'a>(
     seen: impl IntoIterator<Item = (&'a str, &'a Cert)>,
     margin: std::time::Duration,
     now: i64,
+    apiserver: Option<i64>,
 ) -> Result<(), String> {
-    let newest = seen.into_iter().max_by_key(|(_, cert)| cert.not_before);
+    let margin_secs = margin.as_secs() as i64;
+    let newest = seen
+        .into_iter()
+        .filter(|(_, cert)| apiserver.is_none_or(|at| cert.not_before <= at + margin_secs))
+        .max_by_key(|(_, cert)| cert.not_before);
     if let Some((object, cert)) = newest
-        && now + (margin.as_secs() as i64) < cert.not_before
+        && now + margin_secs < cert.not_before
     {
         return Err(format!(
             "the local clock ({}) is {}s earlier than the notBefore ({}) of {object}, more than \
-             the {}s margin: refusing to regenerate anything until the clock is fixed",
+             the {}s margin{}: refusing to regenerate anything until the clock is fixed",
             super::pki::rfc3339(now),
             cert.not_before - now,
             super::pki::rfc3339(cert.not_before),
-            margin.as_secs()
+            margin.as_secs(),
+            match apiserver {
+                Some(at) => format!(
+                    ", while the apiserver's clock ({}) is not",
+                    super::pki::rfc3339(at)
+                ),
+                None => String::new(),
+            }
         ));
     }
     Ok(())
@@ -454,11 +512,12 @@ mod tests {
             expired.cert().clone(),
             new.cert().clone(),
         ];
-        let result = bundle(&existing, &[new.cert()], now);
+        let result = bundle(&existing, &[new.cert()], &[], now);
         assert_eq!(result.len(), 2);
         let again = bundle(
             &[new.cert().clone(), old.cert().clone()],
             &[new.cert()],
+            &[],
             now,
         );
         let der = |v: &[Cert]| v.iter().map(|c| c.der.to_vec()).collect::<Vec<_>>();
@@ -475,9 +534,9 @@ mod tests {
         let pair = ca(now);
         let seen = [("secret ns/signer", pair.cert())];
         let margin = Duration::from_secs(300);
-        assert!(clock_check(seen, margin, now).is_ok());
-        assert!(clock_check(seen, margin, now - 299).is_ok());
-        let err = clock_check(seen, margin, now - DAY).unwrap_err();
+        assert!(clock_check(seen, margin, now, None).is_ok());
+        assert!(clock_check(seen, margin, now - 299, None).is_ok());
+        let err = clock_check(seen, margin, now - DAY, None).unwrap_err();
         assert!(
             err.contains("secret ns/signer") && err.contains("refusing"),
             "{err}"
@@ -502,5 +561,96 @@ mod tests {
                 cert.not_before + 50 * DAY + 1
             ]
         );
+    }
+
+    const YEAR: i64 = 365 * DAY;
+
+    #[test]
+    fn a_local_clock_three_years_ahead_expires_nothing_still_valid_at_the_apiservers_time() {
+        let real = 1_800_000_000;
+        let ahead = real + 3 * YEAR;
+        let config = signer_config();
+        let pair = ca(real - 10 * DAY);
+        let cert = pair.cert().clone();
+        let found = Some(Ok(pair));
+        // The local clock alone would call it expired and prune it from the bundle.
+        assert!(matches!(
+            signer(&found, &config, Mode::ExpiredOnly, ahead),
+            Some(Reason::Expired { .. })
+        ));
+        assert!(bundle(std::slice::from_ref(&cert), &[], &[], ahead).is_empty());
+        // Checked against the apiserver's clock, nothing is expired and nothing is pruned.
+        let now = trusted_now(ahead, Some(real));
+        assert_eq!(now, real);
+        assert_eq!(signer(&found, &config, Mode::ExpiredOnly, now), None);
+        assert_eq!(bundle(std::slice::from_ref(&cert), &[], &[], now).len(), 1);
+        // A local clock behind the apiserver's stays the earlier one (the clock check's job).
+        assert_eq!(trusted_now(real - DAY, Some(real)), real - DAY);
+        assert_eq!(trusted_now(ahead, None), ahead);
+    }
+
+    #[test]
+    fn an_expired_ca_a_managed_leaf_was_issued_by_stays_in_the_bundle_until_it_is_reissued() {
+        let now = 1_800_000_000;
+        let expired = ca(now - 150 * DAY);
+        let valid = ca(now - DAY);
+        let issue = |signer: &KeyPairPem| {
+            pki::new_leaf(
+                signer,
+                &serving_target().identity,
+                now - 150 * DAY,
+                Duration::ZERO,
+                Duration::from_secs(100 * DAY as u64),
+            )
+            .unwrap()
+        };
+        let old_leaf = issue(&expired);
+        let existing = [expired.cert().clone(), valid.cert().clone()];
+        let kept = bundle(&existing, &[valid.cert()], &[old_leaf.cert()], now);
+        assert_eq!(kept.len(), 2, "the old leaf still chains to the expired CA");
+        assert!(kept.iter().any(|c| c.der == expired.cert().der));
+        // Once the leaf is re-issued by the current signer, the expired CA goes.
+        let new_leaf = issue(&valid);
+        let pruned = bundle(&existing, &[valid.cert()], &[new_leaf.cert()], now);
+        assert_eq!(pruned.len(), 1);
+        assert_eq!(pruned[0].der, valid.cert().der);
+        // A leaf of another CA with the same name does not keep it: the signature decides.
+        let twin = ca(now - 150 * DAY);
+        let twin_leaf = issue(&twin);
+        assert!(pki::issued_by(twin_leaf.cert(), twin.cert()));
+        assert!(!pki::issued_by(twin_leaf.cert(), expired.cert()));
+        assert_eq!(
+            bundle(&existing, &[valid.cert()], &[twin_leaf.cert()], now).len(),
+            1
+        );
+    }
+
+    #[test]
+    fn a_certificate_in_the_future_by_both_clocks_is_regenerated_not_proof_of_a_wrong_clock() {
+        let real = 1_800_000_000;
+        let margin = Duration::from_secs(300);
+        // Written by a regenerate whose clock was three years ahead.
+        let from_the_future = ca(real + 3 * YEAR);
+        let cert = from_the_future.cert().clone();
+        let seen = [("secret ns/signer", &cert)];
+        let found = Some(Ok(from_the_future));
+        // Without the apiserver's clock: refused, as before (cannot tell the two apart).
+        assert!(clock_check(seen, margin, real, None).is_err());
+        // The apiserver agrees with the local clock: the certificate is what is wrong.
+        assert!(clock_check(seen, margin, real, Some(real)).is_ok());
+        assert!(matches!(
+            not_yet_valid(&found, margin, real),
+            Some(Reason::NotYetValid { .. })
+        ));
+        // A local clock behind the apiserver's is still refused: our own fresh certificate
+        // is valid at the apiserver's time, so nothing valid is replaced.
+        let fresh = ca(real);
+        let seen = [("secret ns/signer", fresh.cert())];
+        let err = clock_check(seen, margin, real - DAY, Some(real)).unwrap_err();
+        assert!(
+            err.contains("apiserver") && err.contains("refusing"),
+            "{err}"
+        );
+        assert_eq!(not_yet_valid(&Some(Ok(fresh)), margin, real), None);
     }
 }

@@ -8,6 +8,14 @@
 //! - this module: the loop. A pass runs at start, whenever a declared object changes (one
 //!   watch per object), and when the next expiry (or rotation point) is reached: a timer aligned
 //!   to the data, not a polling period. Failed passes are retried with backoff.
+//!
+//! Clock skew: each pass also reads the apiserver's clock (the `Date` of one GET) and decides at
+//! `min(local, apiserver)` (`clocks`), so a local clock that jumped ahead expires, prunes and
+//! replaces nothing still valid at the apiserver's time. A persistence rule (act on an expiry only
+//! once it has been seen for N seconds) was not chosen: a jump persists as well, and `--once`
+//! or a restart forget what was seen. A local clock behind the apiserver's is refused by
+//! `decide::clock_check`; certificates in the future by both clocks were written while a clock
+//! was ahead and are regenerated (`decide::not_yet_valid`) rather than blocking every pass.
 
 pub mod config;
 mod decide;
@@ -67,11 +75,13 @@ pub async fn run(args: RegenerateArgs) -> anyhow::Result<()> {
     let now = || fixed_now.unwrap_or_else(unix_now);
 
     if args.once {
+        let (now, apiserver_now) = clocks(&client, &rotation, now()).await;
         let report = Pass {
             client: &client,
             rotation: &rotation,
             mode: args.mode,
-            now: now(),
+            now,
+            apiserver_now,
             events: &events,
         }
         .run()
@@ -195,11 +205,13 @@ pub async fn run(args: RegenerateArgs) -> anyhow::Result<()> {
                 return Err(anyhow::anyhow!("lost leadership: {reason}; exiting so the kubelet restarts us as a candidate"));
             }
         }
+        let (pass_now, apiserver_now) = clocks(&client, &rotation, now()).await;
         let report = Pass {
             client: &client,
             rotation: &rotation,
             mode: args.mode,
-            now: now(),
+            now: pass_now,
+            apiserver_now,
             events: &events,
         }
         .run()
@@ -212,7 +224,7 @@ pub async fn run(args: RegenerateArgs) -> anyhow::Result<()> {
             retry = Duration::from_secs(1);
             sleep_for = report
                 .next_deadline
-                .map(|at| Duration::from_secs((at - now()).max(0) as u64 + 1))
+                .map(|at| Duration::from_secs((at - pass_now).max(0) as u64 + 1))
                 .unwrap_or(MAX_SLEEP)
                 .min(MAX_SLEEP);
             tracing::debug!(next = ?sleep_for, "pass complete");
@@ -231,6 +243,35 @@ pub async fn run(args: RegenerateArgs) -> anyhow::Result<()> {
     }
     drop(connection);
     Ok(())
+}
+
+/// The time one pass decides at, and the apiserver's clock it was checked against: the local
+/// clock (`local`), but never later than the apiserver's (see `decide::trusted_now`). A local
+/// clock ahead of the apiserver's by more than the backdate margin is logged: expiry is then
+/// judged at the apiserver's time, so a jump forward destroys nothing still valid there.
+async fn clocks(
+    client: &kube::Client,
+    rotation: &config::Rotation,
+    local: i64,
+) -> (i64, Option<i64>) {
+    let secret = rotation
+        .objects()
+        .find(|(kind, _)| *kind == ObjectKind::Secret);
+    let apiserver = match secret {
+        Some((_, object)) => pass::apiserver_time(client, object).await,
+        None => None,
+    };
+    if let Some(at) = apiserver
+        && local - at > rotation.backdate.as_secs() as i64
+    {
+        tracing::warn!(
+            local = %pki::rfc3339(local),
+            apiserver = %pki::rfc3339(at),
+            ahead_seconds = local - at,
+            "the local clock is ahead of the apiserver's: expiry and generation use the apiserver's time"
+        );
+    }
+    (decide::trusted_now(local, apiserver), apiserver)
 }
 
 async fn follow<K>(

@@ -66,7 +66,10 @@ pub struct Pass<'a> {
     pub client: &'a kube::Client,
     pub rotation: &'a Rotation,
     pub mode: Mode,
+    /// The time decisions use: [`decide::trusted_now`] of the local clock and `apiserver_now`.
     pub now: i64,
+    /// The apiserver's clock at the start of the pass ([`apiserver_time`]), if it answered.
+    pub apiserver_now: Option<i64>,
     pub events: &'a EventRecorder,
 }
 
@@ -118,6 +121,7 @@ impl Pass<'_> {
             seen.iter().map(|(object, cert)| (object.as_str(), *cert)),
             rotation.backdate,
             self.now,
+            self.apiserver_now,
         ) {
             tracing::error!("{reason}");
             self.events
@@ -139,7 +143,10 @@ impl Pass<'_> {
                         object,
                         found,
                         &mut report,
-                        |found| decide::signer(found, config, self.mode, self.now),
+                        |found| {
+                            decide::not_yet_valid(found, rotation.backdate, self.now)
+                                .or_else(|| decide::signer(found, config, self.mode, self.now))
+                        },
                         |_| {
                             let cn = format!(
                                 "{}_{}@{}",
@@ -171,6 +178,18 @@ impl Pass<'_> {
             }
         }
 
+        // The managed leaves as read, per signer: a bundle keeps an expired CA one of them
+        // was issued by until it is re-issued (below), see `decide::bundle`.
+        let in_use: Vec<(usize, Cert)> = rotation
+            .targets
+            .iter()
+            .zip(&targets)
+            .filter_map(|(config, read)| match read {
+                Ok((_, Some(Ok(pair)))) => Some((config.signer, pair.cert().clone())),
+                _ => None,
+            })
+            .collect();
+
         // 2. Bundles.
         let mut bundle_contents: Vec<Option<Vec<Cert>>> = Vec::new();
         for (config, read) in rotation.bundles.iter().zip(bundles) {
@@ -198,11 +217,23 @@ impl Pass<'_> {
                 .iter()
                 .filter_map(|i| current_signers[*i].as_ref().map(KeyPairPem::cert))
                 .collect();
+            let leaves: Vec<&Cert> = in_use
+                .iter()
+                .filter(|(signer, _)| config.signers.contains(signer))
+                .map(|(_, cert)| cert)
+                .collect();
             let outcome = match read {
                 Err(err) => Err(err),
                 Ok((object, existing)) => {
-                    self.ensure_bundle(&config.object, object, existing, &signer_certs, &mut report)
-                        .await
+                    self.ensure_bundle(
+                        &config.object,
+                        object,
+                        existing,
+                        &signer_certs,
+                        &leaves,
+                        &mut report,
+                    )
+                    .await
                 }
             };
             match outcome {
@@ -250,11 +281,18 @@ impl Pass<'_> {
                 ));
                 continue;
             }
-            if let Ok((_, Some(Ok(pair)))) = &read
+            // Someone else's certificate from the future is left alone (and reported); our own
+            // got here only if it is in the future by the apiserver's clock too, and is
+            // regenerated as not yet valid.
+            if let Ok((secret, Some(Ok(pair)))) = &read
+                && !secret
+                    .as_ref()
+                    .is_some_and(|secret| written_by_us(secret, pair.cert()))
                 && let Err(reason) = decide::clock_check(
                     [(format!("secret {}", config.object).as_str(), pair.cert())],
                     rotation.backdate,
                     self.now,
+                    None,
                 )
             {
                 report
@@ -272,13 +310,17 @@ impl Pass<'_> {
                         found,
                         &mut report,
                         |found| {
-                            decide::target(
-                                found,
-                                config,
-                                &roots,
-                                signer.cert(),
-                                self.mode,
-                                self.now,
+                            decide::not_yet_valid(found, rotation.backdate, self.now).or_else(
+                                || {
+                                    decide::target(
+                                        found,
+                                        config,
+                                        &roots,
+                                        signer.cert(),
+                                        self.mode,
+                                        self.now,
+                                    )
+                                },
                             )
                         },
                         |_| {
@@ -456,11 +498,12 @@ impl Pass<'_> {
         mut existing: Option<ConfigMap>,
         mut certs: Vec<Cert>,
         signers: &[&Cert],
+        in_use: &[&Cert],
         report: &mut Report,
     ) -> Result<Vec<Cert>, String> {
         let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), &object.namespace);
         for _ in 0..MAX_ATTEMPTS {
-            let desired = decide::bundle(&certs, signers, self.now);
+            let desired = decide::bundle(&certs, signers, in_use, self.now);
             let text = pki::bundle_pem(&desired);
             let current = existing
                 .as_ref()
@@ -532,6 +575,54 @@ impl Pass<'_> {
         }
         Err(format!("still conflicting after {MAX_ATTEMPTS} attempts"))
     }
+}
+
+/// The apiserver's clock: the `Date` of its answer to a GET of `object` (a Secret regenerate
+/// reads anyway, so no permission beyond its own; a 404 has a `Date` too). `None` if it does
+/// not answer or sends no usable `Date`: the caller then falls back to the local clock alone.
+pub async fn apiserver_time(client: &kube::Client, object: &ObjectRef) -> Option<i64> {
+    use http_body_util::BodyExt;
+    let request =
+        kube::core::Request::new(format!("/api/v1/namespaces/{}/secrets", object.namespace))
+            .get(&object.name, &kube::api::GetParams::default())
+            .ok()?;
+    let response = client
+        .send(request.map(kube::client::Body::from))
+        .await
+        .map_err(|err| tracing::warn!(secret = %object, error = %err, "cannot read the apiserver's clock; using the local clock alone"))
+        .ok()?;
+    let date = response.headers().get(http::header::DATE).cloned();
+    // Drain the body so the connection can be reused; its content is not needed.
+    let _ = response.into_body().collect().await;
+    let date = date?;
+    parse_http_date(date.to_str().ok()?)
+}
+
+/// An HTTP `Date` (`Sun, 06 Nov 1994 08:49:37 GMT`, RFC 9110 IMF-fixdate) as Unix seconds.
+fn parse_http_date(text: &str) -> Option<i64> {
+    const MONTHS: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    let [_weekday, day, month, year, clock, "GMT"] =
+        text.split_ascii_whitespace().collect::<Vec<_>>()[..]
+    else {
+        return None;
+    };
+    let month = MONTHS.iter().position(|m| *m == month)? as u8 + 1;
+    let date = time::Date::from_calendar_date(
+        year.parse().ok()?,
+        time::Month::try_from(month).ok()?,
+        day.parse().ok()?,
+    )
+    .ok()?;
+    let mut parts = clock.split(':').map(str::parse::<u8>);
+    let (Some(Ok(hour)), Some(Ok(minute)), Some(Ok(second)), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return None;
+    };
+    let at = time::Time::from_hms(hour, minute, second).ok()?;
+    Some(date.with_time(at).assume_utc().unix_timestamp())
 }
 
 /// Whether a regenerate wrote this Secret: its not-before annotation is the certificate's.
@@ -615,4 +706,20 @@ fn identity_of(cert: &Cert) -> Option<Identity> {
     (!cert.is_ca && !cert.hostnames.is_empty()).then(|| Identity::Serving {
         hostnames: cert.hostnames.clone(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_http_date;
+
+    #[test]
+    fn http_dates_parse_and_anything_else_is_none() {
+        assert_eq!(
+            parse_http_date("Sun, 06 Nov 1994 08:49:37 GMT"),
+            Some(784_111_777)
+        );
+        assert_eq!(parse_http_date("Sun, 06 Nov 1994 08:49:37 CET"), None);
+        assert_eq!(parse_http_date("Sunday, 06-Nov-94 08:49:37 GMT"), None);
+        assert_eq!(parse_http_date(""), None);
+    }
 }

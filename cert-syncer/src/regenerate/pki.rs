@@ -292,6 +292,21 @@ fn ca_chains_to(ca: &Cert, anchors: &[Cert]) -> Result<(), ChainError> {
     Err(ChainError::Invalid(last))
 }
 
+/// Whether `cert` was issued by `ca`: the issuer name is the CA's subject and the signature
+/// verifies with the CA's key (names alone are not proof).
+pub fn issued_by(cert: &Cert, ca: &Cert) -> bool {
+    if cert.info.issuer != ca.info.subject {
+        return false;
+    }
+    let (Ok((_, cert)), Ok((_, ca))) = (
+        x509_parser::parse_x509_certificate(&cert.der),
+        x509_parser::parse_x509_certificate(&ca.der),
+    ) else {
+        return false;
+    };
+    cert.verify_signature(Some(ca.public_key())).is_ok()
+}
+
 /// Parses a CA bundle; blocks that are not certificates are reported and skipped.
 pub fn parse_bundle(pem: &[u8]) -> (Vec<Cert>, Vec<String>) {
     let mut certs = Vec::new();
