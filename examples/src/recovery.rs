@@ -442,7 +442,7 @@ pub fn run(options: &Options) -> anyhow::Result<Recovered> {
                 marks.mark_once("regenerate: expired signer replaced");
             }
             if line.contains("CA bundle updated") && line.contains("localhost-serving-ca") {
-                marks.mark_once("regenerate: CA bundle updated (expired CA pruned, new CA added)");
+                marks.mark_once("regenerate: CA bundle updated (new CA added; the expired one is pruned once no managed certificate chains to it)");
             }
             if line.contains("regenerated") && line.contains("localhost-serving-cert-certkey") {
                 marks.mark_once("regenerate: serving certificate re-issued");
