@@ -1,6 +1,7 @@
 //! How many reload passes one rotation costs, per writer style (issue 19 item 4), counted through
-//! `Status::passes`. Alone in its test binary: it measures passes, which other sets' events do
-//! not disturb, but it wants the crate's runtime thread to itself for honest timing.
+//! `Status::passes`. The counts depend on timing (whether a writer's next step is already queued
+//! when the watcher reads), so only bounds that hold under load are asserted; the figures are
+//! printed (`--no-capture`).
 
 mod common;
 
@@ -73,8 +74,37 @@ async fn passes_per_rotation_by_writer() {
             passes,
             failed,
         ));
+        if writer == Writer::Kubelet {
+            // Five events per swap (the next revision directory, `..data_tmp` created and
+            // moved, `..data`, the old revision deleted); only `..data` is on the files' path.
+            // Before the watcher told them apart: 3.1 to 3.9 passes per rotation.
+            assert!(
+                passes * 4 <= ROTATIONS * 5,
+                "kubelet swap: {passes} passes for {ROTATIONS} rotations"
+            );
+        }
         drop(set);
     }
+    // Both files staged first, then renamed back to back (cert-syncer's style).
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = PairDir::new(tmp.path(), Writer::Rename, &pairs[0]);
+    let set = ServingSet::builder(dir.paths()).start().await.unwrap();
+    let (cert, key) = (dir.cert(), dir.key());
+    let staged = |i: u64| {
+        let pair = &pairs[(i % 2) as usize];
+        let (cert_tmp, key_tmp) = (
+            cert.with_extension("crt.new"),
+            key.with_extension("key.new"),
+        );
+        std::fs::write(&cert_tmp, &pair.cert_pem).unwrap();
+        std::fs::write(&key_tmp, &pair.key_pem).unwrap();
+        std::fs::rename(&cert_tmp, &cert).unwrap();
+        std::fs::rename(&key_tmp, &key).unwrap();
+    };
+    let (passes, failed) = passes_for(&set, staged).await;
+    report.push(("staged, then cert rename + key rename", passes, failed));
+    drop(set);
+
     for (writer, passes, failed) in &report {
         println!(
             "{writer}: {passes} passes ({failed} rejected) for {ROTATIONS} rotations = {:.2} per rotation",
