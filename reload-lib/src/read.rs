@@ -1,8 +1,9 @@
 //! Reading material files safely: regular files only (a FIFO, a device such as `/dev/zero`, a
 //! directory or a socket at a watched path is refused without blocking), at most a configured
 //! size (a huge file is refused before it is read), and never any of the content in an error.
-//! Reads run on the blocking pool of the crate's runtime, under the set's read timeout (see
-//! `reload`), so nothing here can stall an async worker.
+//! Reads run on the crate's own runtime thread (the start-up pass on its blocking pool), watched
+//! for the set's read timeout (see `reload` and `runtime`), so nothing here can stall the
+//! caller's async workers.
 
 use std::io::Read as _;
 use std::os::unix::fs::{FileTypeExt as _, OpenOptionsExt as _};

@@ -9,6 +9,17 @@
 //! A pass re-reads what the watcher marked (a file, or a directory for `..data` swaps), not the
 //! whole set; explicit reloads, resyncs, polls and queue overflows mark everything. The material
 //! compares content per source, so only sources whose bytes changed are parsed again.
+//!
+//! Where a pass runs: inline on the crate's own runtime thread (see `runtime`), never on the
+//! caller's async workers, and never on tokio's blocking pool. The files are opened
+//! non-blocking and only regular files within the size cap are read (see `read`), so a FIFO, a
+//! device or a huge file is refused without blocking; the remaining risk, a hung filesystem, is
+//! covered by a watchdog that reports the stuck pass after the read timeout. Measured (see
+//! BENCHMARKS.md, "Reload pass after the hardening"): sending each pass to the blocking pool and
+//! back under `tokio::time::timeout` cost two thread hand-offs per pass, which made a pass and a
+//! `reload()` round trip markedly slower than reading inline; the watchdog costs an uncontended
+//! lock per pass. Only the start-up pass, which runs before the set has a task, goes to the
+//! blocking pool under the timeout, so `start()` fails with `ReadTimeout` instead of hanging.
 
 use std::ops::Index;
 use std::sync::Arc;
@@ -271,6 +282,10 @@ pub struct Status {
     /// The most recent failure, cleared when the files again hold what is served or something
     /// newer is published without any source being rejected.
     pub last_error: Option<Arc<Error>>,
+    /// Reload passes run (start-up included), whether they published, were rejected or found
+    /// the files unchanged: watch events, retries, resyncs, polls and explicit reloads. Updated
+    /// without waking subscribers; with `reloads_ok` it shows how many passes a rotation cost.
+    pub passes: u64,
     /// When the last snapshot was published, seconds since the Unix epoch.
     pub last_success_unix: i64,
     /// How long the pass that built the current snapshot took: reading, parsing, checking,
@@ -425,6 +440,7 @@ where
         reloads_ok: 1,
         reloads_failed: 0,
         last_error: None,
+        passes: 1,
         last_success_unix: now,
         last_reload_duration: started.elapsed(),
         last_reload_sources_read: pass.sources_read,
@@ -434,9 +450,10 @@ where
     let current = Arc::new(ArcSwap::from_pointee(first));
     let (commands, command_rx) = mpsc::channel(8);
     let (alive, _) = tokio::sync::watch::channel(());
+    let on_stuck = stuck_reporter(status_tx.clone(), name.clone(), timing.read_timeout);
     let task = Task {
-        material: Some(material),
-        pending: None,
+        material,
+        on_stuck,
         current: Arc::clone(&current),
         status: status_tx,
         changes: Arc::clone(&changes),
@@ -460,14 +477,10 @@ where
     })
 }
 
-/// A pass running on the blocking pool; it hands the material back when it ends.
-type PendingPass<M> = tokio::task::JoinHandle<(M, Pass<<M as Material>::Snapshot>)>;
-
 struct Task<M: Material> {
-    /// `None` while a pass runs (or hangs) on the blocking pool with it.
-    material: Option<M>,
-    /// A pass that outlived the read timeout: collected before the next one starts.
-    pending: Option<PendingPass<M>>,
+    material: M,
+    /// Reports a pass of this set that outlives the read timeout (see `runtime::watchdog`).
+    on_stuck: crate::runtime::OnStuck,
     current: Arc<ArcSwap<M::Snapshot>>,
     status: tokio::sync::watch::Sender<Status>,
     changes: Arc<Changes>,
@@ -503,18 +516,18 @@ impl<M: Material> Task<M> {
                         if let Some(subscription) = &self.subscription {
                             subscription.repair();
                         }
-                        let outcome = self.attempt(Dirty::all()).await;
+                        let outcome = self.attempt(Dirty::all());
                         let _ = reply.send(outcome);
                     }
                 },
                 () = self.changes.notified() => {
                     // A fresh event restarts the retry schedule.
                     self.retry_delay = None;
-                    let _ = self.attempt(Dirty::default()).await;
+                    let _ = self.attempt(Dirty::default());
                 }
                 () = sleep_until(retry_at), if retry_at.is_some() => {
                     // The material re-reads the sources it rejected.
-                    let _ = self.attempt(Dirty::default()).await;
+                    let _ = self.attempt(Dirty::default());
                 }
                 () = sleep_until(next_resync), if next_resync.is_some() => {
                     tracing::trace!(set = %self.name, "periodic resync");
@@ -523,7 +536,7 @@ impl<M: Material> Task<M> {
                     if let Some(subscription) = &self.subscription {
                         subscription.repair();
                     }
-                    let _ = self.attempt(Dirty::all()).await;
+                    let _ = self.attempt(Dirty::all());
                     next_resync = self.resync_interval().map(|d| Instant::now() + d);
                 }
             }
@@ -541,52 +554,28 @@ impl<M: Material> Task<M> {
     /// One reload pass over what `dirty` and the watcher marked. Publishes what changed and
     /// passed the checks; on a rejection keeps the rejected source's last good material and
     /// schedules a retry.
-    async fn attempt(&mut self, mut dirty: Dirty) -> Result<bool> {
-        if let Some(pending) = self.pending.take() {
-            if !pending.is_finished() {
-                self.pending = Some(pending);
-                return self.rejected(Error::ReadTimeout {
-                    set: self.name.clone(),
-                    timeout: self.timing.read_timeout,
-                });
-            }
-            // The hung pass ended: publish what it found, then read again (what it read is old).
-            let (material, pass) = pending
-                .await
-                .unwrap_or_else(|panicked| std::panic::resume_unwind(panicked.into_panic()));
-            self.material = Some(material);
-            let _ = self.finish(pass, unix_now(), std::time::Instant::now());
-            dirty = Dirty::all();
-        }
+    fn attempt(&mut self, mut dirty: Dirty) -> Result<bool> {
+        let span = tracing::debug_span!("reload", set = %self.name);
+        let _entered = span.enter();
         // Take the marks before reading: a change after this point wakes another pass.
         dirty.merge(self.changes.take());
         let now = unix_now();
         let started = std::time::Instant::now();
         let current = self.current.load_full();
-        let mut material = self
-            .material
-            .take()
-            .expect("only one pass at a time, and a hung one is pending");
-        let span = tracing::debug_span!("reload", set = %self.name);
-        let mut pass = tokio::task::spawn_blocking(move || {
-            let _entered = span.enter();
-            let pass = material.load(Some(&current), dirty, now);
-            (material, pass)
-        });
-        match tokio::time::timeout(self.timing.read_timeout, &mut pass).await {
-            Ok(Ok((material, pass))) => {
-                self.material = Some(material);
-                self.finish(pass, now, started)
-            }
-            Ok(Err(panicked)) => std::panic::resume_unwind(panicked.into_panic()),
-            Err(_elapsed) => {
-                self.pending = Some(pass);
-                self.rejected(Error::ReadTimeout {
-                    set: self.name.clone(),
-                    timeout: self.timing.read_timeout,
-                })
-            }
+        // Inline on the crate's runtime thread, watched for a hung filesystem (module docs).
+        let watch =
+            crate::runtime::watchdog::watch(self.timing.read_timeout, Arc::clone(&self.on_stuck));
+        let pass = self.material.load(Some(&current), dirty, now);
+        if watch.finish() {
+            // Reported as stuck: what it read may be long outdated.
+            self.changes.mark_all();
         }
+        // Counted silently: a pass that changes nothing must not wake subscribers.
+        self.status.send_if_modified(|status| {
+            status.passes += 1;
+            false
+        });
+        self.finish(pass, now, started)
     }
 
     /// Publishes what a pass built and records its outcome.
@@ -664,6 +653,28 @@ impl<M: Material> Task<M> {
         self.warned = None;
         self.retry_delay = None;
     }
+}
+
+/// What the watchdog does when a pass outlives the read timeout: the same as a rejection (the
+/// last good material keeps serving, the error is in `Status`), from the watchdog's thread. The
+/// pass publishes its outcome normally if it ever ends.
+fn stuck_reporter(
+    status: tokio::sync::watch::Sender<Status>,
+    set: String,
+    timeout: Duration,
+) -> crate::runtime::OnStuck {
+    Arc::new(move || {
+        let err = Error::ReadTimeout {
+            set: set.clone(),
+            timeout,
+        };
+        tracing::warn!(set = %set, error = &err as &dyn std::error::Error, "reload pass stuck; keeping the last good material");
+        let err = Arc::new(err);
+        status.send_modify(|status| {
+            status.reloads_failed += 1;
+            status.last_error = Some(err);
+        });
+    })
 }
 
 async fn sleep_until(deadline: Option<Instant>) {

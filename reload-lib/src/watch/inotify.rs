@@ -62,6 +62,8 @@ struct State {
     triggers: HashMap<PathBuf, HashSet<PathBuf>>,
     /// Target of a symlinked file → the files of interest (`dir/name`) that point to it.
     aliases: HashMap<PathBuf, HashSet<PathBuf>>,
+    /// Subscribers marked by events read so far, woken once the queue is drained (see `run`).
+    to_wake: Vec<Arc<Changes>>,
 }
 
 #[derive(Debug)]
@@ -116,6 +118,7 @@ impl Watcher {
                 by_wd: HashMap::new(),
                 triggers: HashMap::new(),
                 aliases: HashMap::new(),
+                to_wake: Vec::new(),
             }),
         });
         let reader = Arc::clone(&watcher);
@@ -200,11 +203,31 @@ impl Watcher {
         self.lock().by_wd.len()
     }
 
+    /// Reads events until the queue is empty, marking what they name, and only then wakes the
+    /// subscribers: a writer's steps that are already queued together (a rotation's renames, the
+    /// kubelet's `..data` sequence) cost one reload pass, not one each. It never waits for events
+    /// that are not yet queued, so a lone event wakes at once.
     fn run(&self, mut inotify: Inotify) {
         let mut buffer = vec![0u8; 64 * 1024];
+        // Whether events were handled whose subscribers are not woken yet.
+        let mut draining = false;
         loop {
-            let events = match inotify.read_events_blocking(&mut buffer) {
+            let read = if draining {
+                inotify.read_events(&mut buffer)
+            } else {
+                inotify.read_events_blocking(&mut buffer)
+            };
+            let events = match read {
                 Ok(events) => events,
+                Err(err) if err.kind() == io::ErrorKind::WouldBlock => {
+                    // The queue is empty: wake everyone marked since the blocking read.
+                    draining = false;
+                    let woken = std::mem::take(&mut self.lock().to_wake);
+                    for changes in woken {
+                        changes.wake();
+                    }
+                    continue;
+                }
                 Err(err) if err.kind() == io::ErrorKind::Interrupted => continue,
                 Err(err) => {
                     // Without the reader nothing would ever wake: every reloader polls from now.
@@ -216,6 +239,7 @@ impl Watcher {
                     return;
                 }
             };
+            draining = true;
             let mut state = self.lock();
             for event in events {
                 if event.mask.contains(EventMask::Q_OVERFLOW) {
@@ -510,8 +534,8 @@ impl State {
                 if let Some(dirs) = self.triggers.get(&entry) {
                     repair.extend(dirs.iter().cloned());
                 }
-                if let Some(files) = self.aliases.get(&entry) {
-                    for file in files.clone() {
+                if let Some(files) = self.aliases.get(&entry).cloned() {
+                    for file in files {
                         self.wake_file(&file);
                     }
                 }
@@ -535,25 +559,40 @@ impl State {
         }
     }
 
-    /// Marks and wakes the subscribers of `dir` that care about `name`. Names starting with `..`
-    /// are the kubelet's `..data` machinery and concern every file of the directory; `None` means
-    /// the directory itself.
-    fn wake_for(&self, dir: &Path, name: Option<&OsStr>) {
-        let whole_dir = name.is_none_or(|n| n.as_encoded_bytes().starts_with(b".."));
+    /// Marks the subscribers of `dir` that care about `name` (woken once the queue is drained).
+    /// Names starting with `..` are the kubelet's `..data` machinery and concern every file of
+    /// the directory that resolves through them; `None` means the directory itself.
+    fn wake_for(&mut self, dir: &Path, name: Option<&OsStr>) {
+        let dotted = name.is_some_and(|n| n.as_encoded_bytes().starts_with(b".."));
         for subscriber in self.subscribers.values() {
             let Some(names) = subscriber.dirs.get(dir) else {
                 continue;
             };
             match name {
-                _ if whole_dir => subscriber.changes.mark_dir(dir),
+                None => subscriber.changes.mark_dir(dir),
+                // Only an entry some file resolves through: the kubelet's swap also creates the
+                // next revision directory and `..data_tmp` and deletes the old revision, and a
+                // pass for each of those would find nothing changed.
+                Some(name)
+                    if dotted && names.iter().any(|file| resolves_through(dir, file, name)) =>
+                {
+                    subscriber.changes.mark_dir(dir)
+                }
                 Some(name) if names.contains(name) => subscriber.changes.mark_file(dir.join(name)),
-                _ => {}
+                _ => continue,
+            }
+            if !self
+                .to_wake
+                .iter()
+                .any(|c| Arc::ptr_eq(c, &subscriber.changes))
+            {
+                self.to_wake.push(Arc::clone(&subscriber.changes));
             }
         }
     }
 
     /// Wakes the subscribers of the file of interest `file` (`dir/name`).
-    fn wake_file(&self, file: &Path) {
+    fn wake_file(&mut self, file: &Path) {
         if let (Some(dir), Some(name)) = (file.parent(), file.file_name()) {
             self.wake_for(dir, Some(name));
         }
@@ -564,6 +603,29 @@ impl State {
             subscriber.changes.mark_all();
         }
     }
+}
+
+/// Whether `dir/file` resolves through the entry `dir/name`, following the relative symlinks it
+/// meets in `dir` (`tls.crt -> ..data/tls.crt`, `..data -> ..2026_01_01`). True when unsure (a
+/// link missing mid-swap, an absolute target, a chain too long), so no change is ever missed.
+fn resolves_through(dir: &Path, file: &OsStr, name: &OsStr) -> bool {
+    let mut entry = file.to_owned();
+    for _ in 0..8 {
+        if entry == name {
+            return true;
+        }
+        let target = match std::fs::read_link(dir.join(&entry)) {
+            Ok(target) => target,
+            // A regular file or directory: the resolution ends here, away from `name`.
+            Err(err) if err.kind() == io::ErrorKind::InvalidInput => return false,
+            Err(_) => return true,
+        };
+        match target.components().next() {
+            Some(std::path::Component::Normal(first)) => entry = first.to_owned(),
+            _ => return true,
+        }
+    }
+    true
 }
 
 fn is_missing(err: &io::Error) -> bool {

@@ -126,21 +126,24 @@ impl Changes {
         std::mem::take(&mut *self.lock())
     }
 
+    /// Marks `file`; the watcher [`wake`](Self::wake)s once its queue is drained.
     fn mark_file(&self, file: PathBuf) {
         let mut dirty = self.lock();
         if !dirty.all {
             dirty.files.insert(file);
         }
-        drop(dirty);
-        self.wake.notify_one();
     }
 
+    /// Marks `dir`; the watcher [`wake`](Self::wake)s once its queue is drained.
     fn mark_dir(&self, dir: &Path) {
         let mut dirty = self.lock();
         if !dirty.all && !dirty.dirs.contains(dir) {
             dirty.dirs.insert(dir.to_owned());
         }
-        drop(dirty);
+    }
+
+    /// Wakes the reloader for what was marked.
+    fn wake(&self) {
         self.wake.notify_one();
     }
 
