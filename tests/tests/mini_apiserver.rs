@@ -724,38 +724,95 @@ async fn client_certificates_authenticate_their_cn_and_organizations() {
         "stranger",
         &e2e::CertSpec::client("cert-regeneration-controller").organization("regenerators"),
     );
+    let expired = pki.issue(
+        &mut client_ca,
+        "expired",
+        &e2e::CertSpec::client("cert-regeneration-controller")
+            .organization("regenerators")
+            .expired(1),
+    );
     std::fs::write(
         pki.path().join("rules.csv"),
-        "group:regenerators,*,openshift-kube-apiserver,secrets\n",
+        "group:regenerators,*,openshift-kube-apiserver,secrets\n\
+         user:cert-syncer,get,openshift-kube-apiserver,secrets\n",
     )
     .unwrap();
     let tmp = tempfile::tempdir().unwrap();
+    let audit = tmp.path().join("audit.jsonl");
     let server = ApiServer::start(
         tmp.path(),
         &[
-            "--client-ca",
+            // kube-apiserver's flag name.
+            "--client-ca-file",
             client_ca_path.to_str().unwrap(),
             "--authorization-file",
             pki.path().join("rules.csv").to_str().unwrap(),
+            "--audit-log",
+            audit.to_str().unwrap(),
         ],
     );
-    let with_cert = |files: &e2e::CertFiles| {
+    let with_cert = |files: &e2e::CertFiles, token: Option<&str>| {
         let mut config = server.recovery_config();
         config.auth_info.client_certificate = Some(files.cert.display().to_string());
         config.auth_info.client_key = Some(files.key.display().to_string());
+        config.auth_info.token = token.map(|t| t.to_owned().into());
         kube::Client::try_from(config).unwrap()
     };
-    let secrets: Api<Secret> = Api::namespaced(with_cert(&controller), "openshift-kube-apiserver");
+    let ns = "openshift-kube-apiserver";
+    let forbidden = |err: kube::Error| match err {
+        kube::Error::Api(status) => (status.code, status.reason),
+        other => panic!("not an API error (a dead connection?): {other}"),
+    };
+    // A valid certificate: its CN and O authenticate (the rule for group regenerators).
+    let secrets: Api<Secret> = Api::namespaced(with_cert(&controller, None), ns);
     secrets
         .create(&PostParams::default(), &secret("signer", "v"))
         .await
         .unwrap();
-    // A certificate from another CA fails the handshake: no request is made at all.
-    let untrusted: Api<Secret> = Api::namespaced(with_cert(&stranger), "openshift-kube-apiserver");
-    assert!(!matches!(
-        untrusted.get("signer").await.unwrap_err(),
-        kube::Error::Api(_)
-    ));
+    // A certificate that does not verify never kills the connection (ClientAuth::Request): with
+    // no token the request is a 401 at the HTTP layer, as kube-apiserver answers.
+    for files in [&stranger, &expired] {
+        let rejected: Api<Secret> = Api::namespaced(with_cert(files, None), ns);
+        assert_eq!(forbidden(rejected.get("signer").await.unwrap_err()).0, 401);
+    }
+    // An expired certificate plus a valid token: the token's user (cert-syncer may only get),
+    // never the certificate's (which could create).
+    let by_token: Api<Secret> = Api::namespaced(with_cert(&expired, Some("syncer-token")), ns);
+    by_token.get("signer").await.unwrap();
+    assert_eq!(
+        forbidden(
+            by_token
+                .create(&PostParams::default(), &secret("other", "v"))
+                .await
+                .unwrap_err()
+        )
+        .0,
+        403
+    );
+    let users: Vec<(String, String, u16)> = std::fs::read_to_string(&audit)
+        .unwrap()
+        .lines()
+        .map(|line| {
+            let record: serde_json::Value = serde_json::from_str(line).unwrap();
+            (
+                record["user"].as_str().unwrap().to_owned(),
+                record["verb"].as_str().unwrap().to_owned(),
+                record["code"].as_u64().unwrap() as u16,
+            )
+        })
+        .collect();
+    assert_eq!(
+        users,
+        [
+            (
+                "cert-regeneration-controller".to_owned(),
+                "create".to_owned(),
+                201
+            ),
+            ("cert-syncer".to_owned(), "get".to_owned(), 200),
+            ("cert-syncer".to_owned(), "create".to_owned(), 403),
+        ]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

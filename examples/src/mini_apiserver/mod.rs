@@ -83,7 +83,9 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         builder = builder.sni(&pair.name, CertKeyPaths::new(&pair.cert, &pair.key));
     }
     if let Some(ca) = &settings.client_ca {
-        builder = builder.client_ca(ca, ClientAuth::Optional);
+        // `Request`, not `Optional`: a certificate that does not verify must leave the request
+        // to its token (or a 401), never kill the handshake (kube-apiserver's behaviour).
+        builder = builder.client_ca(ca, ClientAuth::Request);
     }
     let set = builder.start().await?;
     set.reload_on_sighup()?;

@@ -26,7 +26,7 @@ use super::select::Selector;
 use super::status::ApiError;
 use super::store::{PatchKind, Preconditions, Store, meta_str};
 use super::watch::{self, Start, WatchRequest};
-use crate::serve::{Body, ConnInfo, full};
+use crate::serve::{Body, full};
 
 /// Request bodies above this size are refused (the apiserver's own limit is about 3 MiB).
 pub const MAX_BODY: usize = 3 * 1024 * 1024;
@@ -145,7 +145,7 @@ async fn route(
     if route == Route::Health {
         return Ok(Response::new(full("ok")));
     }
-    let user = authenticate(api, &conn.info, &request).ok_or_else(ApiError::unauthorized)?;
+    let user = authenticate(api, conn, &request).ok_or_else(ApiError::unauthorized)?;
     conn.authenticated();
     let query = Query::parse(request.uri().query().unwrap_or(""));
     match route {
@@ -182,21 +182,22 @@ async fn route(
     }
 }
 
-fn authenticate(api: &Api, conn: &ConnInfo, request: &Request<Incoming>) -> Option<User> {
+fn authenticate(api: &Api, conn: &Conn, request: &Request<Incoming>) -> Option<User> {
+    // kube-apiserver's union authenticator: the x509 authenticator first, then the token. A
+    // certificate that did not verify (expired, unknown issuer) is an error of the x509
+    // authenticator only; the request still authenticates with its token.
+    if api.client_cert_auth
+        && let reload_lib::ClientIdentity::Verified(_) = &conn.client_identity
+        && let Some(leaf) = conn.info.peer_certs.first()
+        && let Some(user) = user_from_certificate(leaf)
+    {
+        return Some(user);
+    }
     let header = request
         .headers()
         .get(http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
-    if let Some(user) = api.tokens.authenticate(header) {
-        return Some(user);
-    }
-    // The TLS layer verified the chain against --client-ca before we get here.
-    if api.client_cert_auth
-        && let Some(leaf) = conn.peer_certs.first()
-    {
-        return user_from_certificate(leaf);
-    }
-    None
+    api.tokens.authenticate(header)
 }
 
 /// The user a client certificate names: CN as user, O values as groups (kube-apiserver's rule).
