@@ -1,9 +1,10 @@
 //! HTTP → verbs: path and query parsing, authentication, discovery, CRUD, list and watch.
 //!
-//! Paths: `/api/v1[/namespaces/NS]/{secrets,configmaps,events}[/NAME]` and
-//! `/apis/coordination.k8s.io/v1[/namespaces/NS]/leases[/NAME]`; discovery at `/api`,
-//! `/api/v1`, `/apis`, `/apis/coordination.k8s.io[/v1]`, `/version`; `/healthz`, `/readyz`,
-//! `/livez` without authentication; `/metrics` for any authenticated user (see [`super::metrics`]). Bodies are JSON (YAML accepted where the content type says
+//! Paths: `/api/v1[/watch][/namespaces/NS]/{secrets,configmaps,events}[/NAME]` and
+//! `/apis/coordination.k8s.io/v1[/watch][/namespaces/NS]/leases[/NAME]` (`/watch/`: the legacy
+//! watch paths); discovery at `/api`, `/api/v1`, `/apis`, `/apis/coordination.k8s.io[/v1]`;
+//! `/healthz`, `/readyz`, `/livez` and (for clients without credentials) `/version` without
+//! authentication; `/metrics` for any authenticated user (see [`super::metrics`]). Bodies are JSON (YAML accepted where the content type says
 //! so), at most [`MAX_BODY`] bytes. Lists are served from the newest state: a `continue` token
 //! is a position (namespace, name), so later pages reflect later changes (kube-apiserver keeps
 //! the first page's snapshot instead).
@@ -685,11 +686,18 @@ fn watch_request(
 /// The DeleteOptions body of a delete: its preconditions, and whether it asks for a dry run
 /// (`"dryRun": ["All"]`, which is where kube-rs and client-go put it for deletes).
 async fn delete_options(request: Request<Incoming>) -> Result<(Preconditions, Mode), ApiError> {
-    let body = read_bytes(request).await?;
+    parse_delete_options(&read_bytes(request).await?)
+}
+
+/// [`delete_options`] of the body bytes. Public for the fuzz targets ([`super::fuzz`]).
+///
+/// # Errors
+/// 400 for a body that is not a JSON object, 422 for an unknown `dryRun`.
+pub fn parse_delete_options(body: &[u8]) -> Result<(Preconditions, Mode), ApiError> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok((Preconditions::default(), Mode::Commit));
     }
-    let options: Value = serde_json::from_slice(&body)
+    let options: Value = serde_json::from_slice(body)
         .map_err(|err| ApiError::bad_request(format!("malformed DeleteOptions: {err}")))?;
     if !options.is_object() {
         return Err(ApiError::bad_request(
@@ -795,14 +803,28 @@ async fn read_body(request: Request<Incoming>, resource: Resource) -> Result<Val
         return Err(ApiError::unsupported_media_type(&content_type));
     }
     let bytes = read_bytes(request).await?;
+    decode_body(resource, &content_type, &bytes)
+}
+
+/// A request body as JSON, by its (lower-case, parameter-free) content type: protobuf, YAML
+/// (when it is not JSON) or JSON. Public for the fuzz targets ([`super::fuzz`]).
+///
+/// # Errors
+/// 400 for bytes that do not decode.
+pub fn decode_body(
+    resource: Resource,
+    content_type: &str,
+    bytes: &[u8],
+) -> Result<Value, ApiError> {
+    let is_yaml = content_type.contains("yaml");
     if content_type == super::proto::CONTENT_TYPE {
-        return super::proto::decode(resource, &bytes);
+        return super::proto::decode(resource, bytes);
     }
-    if is_yaml && serde_json::from_slice::<Value>(&bytes).is_err() {
-        serde_norway::from_slice::<Value>(&bytes)
+    if is_yaml && serde_json::from_slice::<Value>(bytes).is_err() {
+        serde_norway::from_slice::<Value>(bytes)
             .map_err(|err| ApiError::bad_request(format!("malformed YAML: {err}")))
     } else {
-        serde_json::from_slice::<Value>(&bytes)
+        serde_json::from_slice::<Value>(bytes)
             .map_err(|err| ApiError::bad_request(format!("malformed JSON: {err}")))
     }
 }
