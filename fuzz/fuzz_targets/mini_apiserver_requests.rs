@@ -46,7 +46,11 @@ fuzz_target!(|data: &[u8]| {
     match create_and_patch(resource, content_type, rest) {
         Ok(created) => {
             assert!(created.is_object());
-            assert!(created["metadata"]["name"].as_str().is_some_and(|n| !n.is_empty()));
+            assert!(
+                created["metadata"]["name"]
+                    .as_str()
+                    .is_some_and(|n| !n.is_empty())
+            );
         }
         Err(err) => assert!((400..500).contains(&err.code), "{content_type}: {err:?}"),
     }
