@@ -563,7 +563,15 @@ async fn bad_input_is_refused_with_a_status_and_changes_nothing() {
             404,
             "NotFound",
         ),
-        ("DELETE", collection, json, vec![], 405, "MethodNotAllowed"),
+        ("PUT", collection, json, vec![], 405, "MethodNotAllowed"),
+        (
+            "DELETE",
+            "/api/v1/namespaces/ns/secrets?dryRun=Some",
+            json,
+            vec![],
+            422,
+            "Invalid",
+        ),
         (
             "GET",
             "/api/v1/namespaces/ns/secrets?labelSelector=a+in+b",
@@ -724,38 +732,95 @@ async fn client_certificates_authenticate_their_cn_and_organizations() {
         "stranger",
         &e2e::CertSpec::client("cert-regeneration-controller").organization("regenerators"),
     );
+    let expired = pki.issue(
+        &mut client_ca,
+        "expired",
+        &e2e::CertSpec::client("cert-regeneration-controller")
+            .organization("regenerators")
+            .expired(1),
+    );
     std::fs::write(
         pki.path().join("rules.csv"),
-        "group:regenerators,*,openshift-kube-apiserver,secrets\n",
+        "group:regenerators,*,openshift-kube-apiserver,secrets\n\
+         user:cert-syncer,get,openshift-kube-apiserver,secrets\n",
     )
     .unwrap();
     let tmp = tempfile::tempdir().unwrap();
+    let audit = tmp.path().join("audit.jsonl");
     let server = ApiServer::start(
         tmp.path(),
         &[
-            "--client-ca",
+            // kube-apiserver's flag name.
+            "--client-ca-file",
             client_ca_path.to_str().unwrap(),
             "--authorization-file",
             pki.path().join("rules.csv").to_str().unwrap(),
+            "--audit-log",
+            audit.to_str().unwrap(),
         ],
     );
-    let with_cert = |files: &e2e::CertFiles| {
+    let with_cert = |files: &e2e::CertFiles, token: Option<&str>| {
         let mut config = server.recovery_config();
         config.auth_info.client_certificate = Some(files.cert.display().to_string());
         config.auth_info.client_key = Some(files.key.display().to_string());
+        config.auth_info.token = token.map(|t| t.to_owned().into());
         kube::Client::try_from(config).unwrap()
     };
-    let secrets: Api<Secret> = Api::namespaced(with_cert(&controller), "openshift-kube-apiserver");
+    let ns = "openshift-kube-apiserver";
+    let forbidden = |err: kube::Error| match err {
+        kube::Error::Api(status) => (status.code, status.reason),
+        other => panic!("not an API error (a dead connection?): {other}"),
+    };
+    // A valid certificate: its CN and O authenticate (the rule for group regenerators).
+    let secrets: Api<Secret> = Api::namespaced(with_cert(&controller, None), ns);
     secrets
         .create(&PostParams::default(), &secret("signer", "v"))
         .await
         .unwrap();
-    // A certificate from another CA fails the handshake: no request is made at all.
-    let untrusted: Api<Secret> = Api::namespaced(with_cert(&stranger), "openshift-kube-apiserver");
-    assert!(!matches!(
-        untrusted.get("signer").await.unwrap_err(),
-        kube::Error::Api(_)
-    ));
+    // A certificate that does not verify never kills the connection (ClientAuth::Request): with
+    // no token the request is a 401 at the HTTP layer, as kube-apiserver answers.
+    for files in [&stranger, &expired] {
+        let rejected: Api<Secret> = Api::namespaced(with_cert(files, None), ns);
+        assert_eq!(forbidden(rejected.get("signer").await.unwrap_err()).0, 401);
+    }
+    // An expired certificate plus a valid token: the token's user (cert-syncer may only get),
+    // never the certificate's (which could create).
+    let by_token: Api<Secret> = Api::namespaced(with_cert(&expired, Some("syncer-token")), ns);
+    by_token.get("signer").await.unwrap();
+    assert_eq!(
+        forbidden(
+            by_token
+                .create(&PostParams::default(), &secret("other", "v"))
+                .await
+                .unwrap_err()
+        )
+        .0,
+        403
+    );
+    let users: Vec<(String, String, u16)> = std::fs::read_to_string(&audit)
+        .unwrap()
+        .lines()
+        .map(|line| {
+            let record: serde_json::Value = serde_json::from_str(line).unwrap();
+            (
+                record["user"].as_str().unwrap().to_owned(),
+                record["verb"].as_str().unwrap().to_owned(),
+                record["code"].as_u64().unwrap() as u16,
+            )
+        })
+        .collect();
+    assert_eq!(
+        users,
+        [
+            (
+                "cert-regeneration-controller".to_owned(),
+                "create".to_owned(),
+                201
+            ),
+            ("cert-syncer".to_owned(), "get".to_owned(), 200),
+            ("cert-syncer".to_owned(), "create".to_owned(), 403),
+        ]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1151,4 +1216,194 @@ fn start_up_errors_name_the_culprit_and_set_the_exit_code() {
     let (code, stderr) = run(&["--state-file", &path("tokens.csv")], "tokens.csv");
     assert_eq!(code, Some(1), "{stderr}");
     assert!(stderr.contains("corrupt state file"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dry_run_writes_are_validated_and_answered_but_change_nothing() {
+    install_crypto_provider();
+    let tmp = tempfile::tempdir().unwrap();
+    let state = tmp.path().join("state.json");
+    let mut server = ApiServer::start(tmp.path(), &["--state-file", state.to_str().unwrap()]);
+    let secrets: Api<Secret> = Api::namespaced(server.recovery_client(), "ns");
+    let created = secrets
+        .create(&PostParams::default(), &secret("kept", "v1"))
+        .await
+        .unwrap();
+    let rv = created.metadata.resource_version.clone().unwrap();
+    let mut events = secrets
+        .watch(&WatchParams::default().disable_bookmarks(), &rv)
+        .await
+        .unwrap()
+        .boxed();
+    let dry_post = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let dry_patch = PatchParams {
+        dry_run: true,
+        ..Default::default()
+    };
+
+    // Each write answers as it would, and is checked as it would be.
+    let would_create = secrets
+        .create(&dry_post, &secret("ghost", "v"))
+        .await
+        .unwrap();
+    assert_eq!(would_create.metadata.name.as_deref(), Some("ghost"));
+    assert!(would_create.metadata.uid.is_some());
+    let duplicate = secrets.create(&dry_post, &secret("kept", "v")).await;
+    assert!(matches!(duplicate, Err(kube::Error::Api(s)) if s.code == 409));
+    let bad_name = secrets.create(&dry_post, &secret("Bad_Name", "v")).await;
+    assert!(matches!(bad_name, Err(kube::Error::Api(s)) if s.code == 422));
+    let mut changed = created.clone();
+    changed.data = secret("kept", "v2").data;
+    let would_replace = secrets.replace("kept", &dry_post, &changed).await.unwrap();
+    assert_eq!(would_replace.data.unwrap()["v"], ByteString(b"v2".to_vec()));
+    let patch = serde_json::json!({"metadata": {"labels": {"dry": "yes"}}});
+    let would_patch = secrets
+        .patch("kept", &dry_patch, &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    assert_eq!(would_patch.metadata.labels.unwrap()["dry"], "yes");
+    let dry_delete = DeleteParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    secrets.delete("kept", &dry_delete).await.unwrap();
+
+    // Nothing changed: the object, the resourceVersion, the watch (the next event it gets is
+    // the real write below), the state file after a restart.
+    let now = secrets.get("kept").await.unwrap();
+    assert_eq!(now.metadata.resource_version.as_deref(), Some(rv.as_str()));
+    assert_eq!(now.data.unwrap()["v"], ByteString(b"v1".to_vec()));
+    assert!(now.metadata.labels.is_none());
+    assert!(secrets.get_opt("ghost").await.unwrap().is_none());
+    secrets
+        .create(&PostParams::default(), &secret("real", "v"))
+        .await
+        .unwrap();
+    let first = tokio::time::timeout(Duration::from_secs(10), events.try_next())
+        .await
+        .expect("an event within 10 s")
+        .unwrap();
+    match first {
+        Some(WatchEvent::Added(object)) => {
+            assert_eq!(object.metadata.name.as_deref(), Some("real"))
+        }
+        other => panic!("the first event must be the real create, got {other:?}"),
+    }
+    server.restart();
+    let secrets: Api<Secret> = Api::namespaced(server.recovery_client(), "ns");
+    assert!(secrets.get_opt("ghost").await.unwrap().is_none());
+    assert_eq!(
+        secrets.get("kept").await.unwrap().metadata.resource_version,
+        Some(rv)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn version_is_public_legacy_watch_paths_and_deletecollection_work() {
+    install_crypto_provider();
+    let tmp = tempfile::tempdir().unwrap();
+    let server = ApiServer::start(tmp.path(), &[]);
+    let client = server.recovery_client();
+
+    // /version without credentials (kube-apiserver's system:public-info-viewer); a bad token
+    // is still a 401 there, and anything else needs credentials.
+    let anonymous = kube::Client::try_from(server.recovery_config()).unwrap();
+    assert_eq!(anonymous.apiserver_version().await.unwrap().major, "1");
+    assert!(
+        server
+            .client_with_token("not-a-token")
+            .apiserver_version()
+            .await
+            .is_err()
+    );
+    assert!(anonymous.list_api_groups().await.is_err());
+
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), "legacy");
+    let rv = config_maps
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    for (name, tier) in [("a", "x"), ("b", "x"), ("c", "y")] {
+        let cm = ConfigMap {
+            metadata: kube::api::ObjectMeta {
+                name: Some(name.to_owned()),
+                labels: Some(BTreeMap::from([("tier".to_owned(), tier.to_owned())])),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        config_maps
+            .create(&PostParams::default(), &cm)
+            .await
+            .unwrap();
+    }
+    // The legacy watch paths: a collection, and one object (its name becomes a field selector).
+    let watched = |path: String| {
+        let client = client.clone();
+        async move {
+            let request = http::Request::get(path).body(Vec::new()).unwrap();
+            let text = client.request_text(request).await.unwrap();
+            text.lines()
+                .map(|line| {
+                    let event: serde_json::Value = serde_json::from_str(line).unwrap();
+                    format!(
+                        "{} {}",
+                        event["type"].as_str().unwrap(),
+                        event["object"]["metadata"]["name"].as_str().unwrap()
+                    )
+                })
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(
+        watched(format!(
+            "/api/v1/watch/namespaces/legacy/configmaps?resourceVersion={rv}&timeoutSeconds=1"
+        ))
+        .await,
+        ["ADDED a", "ADDED b", "ADDED c"]
+    );
+    assert_eq!(
+        watched(format!(
+            "/api/v1/watch/namespaces/legacy/configmaps/b?resourceVersion={rv}&timeoutSeconds=1"
+        ))
+        .await,
+        ["ADDED b"]
+    );
+
+    // deletecollection with a label selector (dry run first: nothing goes), through kube-rs.
+    let dry = DeleteParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let by_tier = ListParams::default().labels("tier=x");
+    let names = |list: kube::core::ObjectList<ConfigMap>| -> Vec<String> {
+        let mut names: Vec<String> = list
+            .items
+            .into_iter()
+            .filter_map(|cm| cm.metadata.name)
+            .collect();
+        names.sort();
+        names
+    };
+    let would = config_maps.delete_collection(&dry, &by_tier).await.unwrap();
+    assert_eq!(names(would.left().expect("a list")), ["a", "b"]);
+    assert_eq!(
+        names(config_maps.list(&ListParams::default()).await.unwrap()),
+        ["a", "b", "c"]
+    );
+    let gone = config_maps
+        .delete_collection(&DeleteParams::default(), &by_tier)
+        .await
+        .unwrap();
+    assert_eq!(names(gone.left().expect("a list")), ["a", "b"]);
+    assert_eq!(
+        names(config_maps.list(&ListParams::default()).await.unwrap()),
+        ["c"]
+    );
 }

@@ -259,6 +259,76 @@ fn corpus() -> Vec<Case> {
             merge,
             json!({"metadata": {"labels": {"bad": 7}}}),
         ));
+        // dryRun=All: validated and answered, nothing stored (the GETs after each show it).
+        cases.push(case(
+            "POST",
+            format!("{collection}?dryRun=All"),
+            json,
+            object("dry", json!({"dry": "run"})),
+        ));
+        cases.push(case("GET", format!("{collection}/dry"), json, Value::Null));
+        cases.push(case(
+            "POST",
+            format!("{collection}?dryRun=All"),
+            json,
+            object("Bad_Name", json!({})),
+        ));
+        cases.push(case(
+            "POST",
+            format!("{collection}?dryRun=o0"),
+            json,
+            object("dry", json!({})),
+        ));
+        cases.push(case(
+            "POST",
+            format!("{collection}?dryRun=All"),
+            json,
+            object("o0", json!({})),
+        ));
+        cases.push(case(
+            "PUT",
+            format!("{collection}/o1?dryRun=All"),
+            json,
+            object("o1", json!({"dry": "put"})),
+        ));
+        cases.push(case(
+            "PATCH",
+            format!("{collection}/o2?dryRun=All"),
+            merge,
+            json!({"metadata": {"labels": {"dry": "patch"}}}),
+        ));
+        cases.push(case(
+            "PATCH",
+            format!("{collection}/o2?dryRun=All"),
+            merge,
+            json!({"metadata": {"labels": {"bad": 7}}}),
+        ));
+        cases.push(case(
+            "DELETE",
+            format!("{collection}/o5?dryRun=All"),
+            json,
+            Value::Null,
+        ));
+        cases.push(case(
+            "DELETE",
+            format!("{collection}/o5"),
+            json,
+            json!({"kind": "DeleteOptions", "apiVersion": "v1", "dryRun": ["All"]}),
+        ));
+        cases.push(case(
+            "DELETE",
+            format!("{collection}/missing?dryRun=All"),
+            json,
+            Value::Null,
+        ));
+        for name in ["o1", "o2", "o5"] {
+            cases.push(case(
+                "GET",
+                format!("{collection}/{name}"),
+                json,
+                Value::Null,
+            ));
+        }
         // Deletes: precondition mismatch, good, gone, collection.
         cases.push(case(
             "DELETE",
@@ -301,6 +371,29 @@ fn corpus() -> Vec<Case> {
             json,
             Value::Null,
         ));
+        // Legacy watch paths (a 1 s watch from now: no events, the stream just ends).
+        for path in [
+            format!("{prefix}/watch/namespaces/{NS}/{plural}?timeoutSeconds=1"),
+            format!("{prefix}/watch/namespaces/{NS}/{plural}/o0?timeoutSeconds=1"),
+        ] {
+            cases.push(case("GET", path, json, Value::Null));
+        }
+        // deletecollection: dry run, by label, the rest; the list after each.
+        for query in [
+            "?labelSelector=app%3Ddiff&dryRun=All",
+            "?labelSelector=n%3D5",
+            "?labelSelector=n+in+(0,1)",
+            "",
+            "",
+        ] {
+            cases.push(case(
+                "DELETE",
+                format!("{collection}{query}"),
+                json,
+                Value::Null,
+            ));
+            cases.push(case("GET", collection.clone(), json, Value::Null));
+        }
     }
     cases
 }

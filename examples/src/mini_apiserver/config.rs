@@ -41,8 +41,10 @@ pub struct Flags {
     #[arg(long, value_delimiter = ',')]
     pub read_only_user: Vec<String>,
     /// CA bundle for client certificates: a verified certificate authenticates its CN as user
-    /// (and its O values as groups).
-    #[arg(long)]
+    /// (and its O values as groups). A certificate that does not verify (expired, unknown
+    /// issuer) does not end the connection: the request falls back to its bearer token, else
+    /// 401, as in kube-apiserver. `--client-ca-file` (kube-apiserver's name) works too.
+    #[arg(long, alias = "client-ca-file")]
     pub client_ca: Option<PathBuf>,
     /// Save the objects (and the newest watch history) here after every change, and load them at
     /// start (atomic writes, mode 0600).

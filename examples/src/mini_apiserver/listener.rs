@@ -84,6 +84,9 @@ fn soft_fd_limit() -> Option<usize> {
 pub struct Conn {
     /// Address, SNI name and client certificates.
     pub info: ConnInfo,
+    /// What the client certificate proved (checked against the client CA in force for this
+    /// handshake); only `Verified` authenticates.
+    pub client_identity: reload_lib::ClientIdentity,
     /// Cancel to close the connection at once (a watcher that stopped reading).
     pub abort: CancellationToken,
     id: u64,
@@ -187,15 +190,15 @@ where
             let _slot = slot;
             let deadline = tokio::time::Instant::now() + AUTH_DEADLINE;
             let accepted = tokio::select! {
-                accepted = tokio::time::timeout(HANDSHAKE_TIMEOUT, tls.accept(tcp)) => accepted,
+                accepted = tokio::time::timeout(HANDSHAKE_TIMEOUT, tls.accept_with_identity(tcp)) => accepted,
                 () = abort.cancelled() => {
                     tracing::debug!(%remote, "connection closed during the handshake to make room");
                     pending.remove(id);
                     return;
                 }
             };
-            let tls_stream = match accepted {
-                Ok(Ok(stream)) => stream,
+            let (tls_stream, client_identity) = match accepted {
+                Ok(Ok(accepted)) => accepted,
                 Ok(Err(err)) => {
                     tracing::debug!(%remote, error = %err, "TLS handshake failed");
                     pending.remove(id);
@@ -217,6 +220,7 @@ where
                         .map(|certs| certs.iter().map(|c| c.clone().into_owned()).collect())
                         .unwrap_or_default(),
                 },
+                client_identity,
                 abort: abort.clone(),
                 id,
                 pending: Arc::clone(&pending),

@@ -1,9 +1,10 @@
 //! HTTP → verbs: path and query parsing, authentication, discovery, CRUD, list and watch.
 //!
-//! Paths: `/api/v1[/namespaces/NS]/{secrets,configmaps,events}[/NAME]` and
-//! `/apis/coordination.k8s.io/v1[/namespaces/NS]/leases[/NAME]`; discovery at `/api`,
-//! `/api/v1`, `/apis`, `/apis/coordination.k8s.io[/v1]`, `/version`; `/healthz`, `/readyz`,
-//! `/livez` without authentication; `/metrics` for any authenticated user (see [`super::metrics`]). Bodies are JSON (YAML accepted where the content type says
+//! Paths: `/api/v1[/watch][/namespaces/NS]/{secrets,configmaps,events}[/NAME]` and
+//! `/apis/coordination.k8s.io/v1[/watch][/namespaces/NS]/leases[/NAME]` (`/watch/`: the legacy
+//! watch paths); discovery at `/api`, `/api/v1`, `/apis`, `/apis/coordination.k8s.io[/v1]`;
+//! `/healthz`, `/readyz`, `/livez` and (for clients without credentials) `/version` without
+//! authentication; `/metrics` for any authenticated user (see [`super::metrics`]). Bodies are JSON (YAML accepted where the content type says
 //! so), at most [`MAX_BODY`] bytes. Lists are served from the newest state: a `continue` token
 //! is a position (namespace, name), so later pages reflect later changes (kube-apiserver keeps
 //! the first page's snapshot instead).
@@ -24,9 +25,9 @@ use super::listener::Conn;
 use super::resource::Resource;
 use super::select::Selector;
 use super::status::ApiError;
-use super::store::{PatchKind, Preconditions, Store, meta_str};
+use super::store::{Mode, PatchKind, Preconditions, Store, meta_str};
 use super::watch::{self, Start, WatchRequest};
-use crate::serve::{Body, ConnInfo, full};
+use crate::serve::{Body, full};
 
 /// Request bodies above this size are refused (the apiserver's own limit is about 3 MiB).
 pub const MAX_BODY: usize = 3 * 1024 * 1024;
@@ -67,6 +68,9 @@ enum Route {
         resource: Resource,
         namespace: Option<String>,
         name: Option<String>,
+        /// A legacy `/watch/` path (`/api/v1/watch/namespaces/NS/secrets[/NAME]`): a watch
+        /// whatever the query says.
+        watch_path: bool,
     },
 }
 
@@ -77,24 +81,22 @@ fn parse_route(path: &str) -> Option<Route> {
         .filter(|p| !p.is_empty())
         .collect();
     let objects = |group: &str, rest: &[&str]| -> Option<Route> {
-        match rest {
-            ["namespaces", ns, plural] => Some(Route::Objects {
-                resource: Resource::from_plural(group, plural)?,
-                namespace: Some((*ns).to_owned()),
-                name: None,
-            }),
-            ["namespaces", ns, plural, name] => Some(Route::Objects {
-                resource: Resource::from_plural(group, plural)?,
-                namespace: Some((*ns).to_owned()),
-                name: Some((*name).to_owned()),
-            }),
-            [plural] => Some(Route::Objects {
-                resource: Resource::from_plural(group, plural)?,
-                namespace: None,
-                name: None,
-            }),
-            _ => None,
-        }
+        let (watch_path, rest) = match rest {
+            ["watch", rest @ ..] => (true, rest),
+            rest => (false, rest),
+        };
+        let (namespace, plural, name) = match rest {
+            ["namespaces", ns, plural] => (Some(*ns), *plural, None),
+            ["namespaces", ns, plural, name] => (Some(*ns), *plural, Some(*name)),
+            [plural] => (None, *plural, None),
+            _ => return None,
+        };
+        Some(Route::Objects {
+            resource: Resource::from_plural(group, plural)?,
+            namespace: namespace.map(str::to_owned),
+            name: name.map(str::to_owned),
+            watch_path,
+        })
     };
     match parts.as_slice() {
         ["version"] => Some(Route::Version),
@@ -145,17 +147,24 @@ async fn route(
     if route == Route::Health {
         return Ok(Response::new(full("ok")));
     }
-    let user = authenticate(api, &conn.info, &request).ok_or_else(ApiError::unauthorized)?;
+    // kube-apiserver lets anonymous clients read `/version` (system:public-info-viewer); a
+    // client that presented credentials that fail gets its 401 all the same.
+    if route == Route::Version
+        && !request.headers().contains_key(http::header::AUTHORIZATION)
+        && !matches!(
+            conn.client_identity,
+            reload_lib::ClientIdentity::Rejected { .. }
+        )
+    {
+        return Ok(version());
+    }
+    let user = authenticate(api, conn, &request).ok_or_else(ApiError::unauthorized)?;
     conn.authenticated();
     let query = Query::parse(request.uri().query().unwrap_or(""));
     match route {
         Route::Health => unreachable!("answered above"),
         Route::Metrics => Ok(Response::new(full(api.metrics.encode()))),
-        Route::Version => Ok(json_ok(&json!({
-            "major": "1", "minor": "33", "gitVersion": "v1.33.0-mini-apiserver",
-            "platform": "linux/amd64", "goVersion": "n/a", "compiler": "rustc",
-            "gitCommit": "", "gitTreeState": "clean", "buildDate": ""
-        }))),
+        Route::Version => Ok(version()),
         Route::CoreVersions => Ok(json_ok(&json!({
             "kind": "APIVersions", "versions": ["v1"],
             "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1"}]
@@ -171,32 +180,43 @@ async fn route(
             resource,
             namespace,
             name,
+            watch_path,
         } => {
             let target = Target {
                 resource,
                 namespace,
                 name,
+                watch_path,
             };
             objects(api, conn, &user, request, &query, target).await
         }
     }
 }
 
-fn authenticate(api: &Api, conn: &ConnInfo, request: &Request<Incoming>) -> Option<User> {
+fn version() -> Response<Body> {
+    json_ok(&json!({
+        "major": "1", "minor": "33", "gitVersion": "v1.33.0-mini-apiserver",
+        "platform": "linux/amd64", "goVersion": "n/a", "compiler": "rustc",
+        "gitCommit": "", "gitTreeState": "clean", "buildDate": ""
+    }))
+}
+
+fn authenticate(api: &Api, conn: &Conn, request: &Request<Incoming>) -> Option<User> {
+    // kube-apiserver's union authenticator: the x509 authenticator first, then the token. A
+    // certificate that did not verify (expired, unknown issuer) is an error of the x509
+    // authenticator only; the request still authenticates with its token.
+    if api.client_cert_auth
+        && let reload_lib::ClientIdentity::Verified(_) = &conn.client_identity
+        && let Some(leaf) = conn.info.peer_certs.first()
+        && let Some(user) = user_from_certificate(leaf)
+    {
+        return Some(user);
+    }
     let header = request
         .headers()
         .get(http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
-    if let Some(user) = api.tokens.authenticate(header) {
-        return Some(user);
-    }
-    // The TLS layer verified the chain against --client-ca before we get here.
-    if api.client_cert_auth
-        && let Some(leaf) = conn.peer_certs.first()
-    {
-        return user_from_certificate(leaf);
-    }
-    None
+    api.tokens.authenticate(header)
 }
 
 /// The user a client certificate names: CN as user, O values as groups (kube-apiserver's rule).
@@ -216,6 +236,7 @@ struct Target {
     resource: Resource,
     namespace: Option<String>,
     name: Option<String>,
+    watch_path: bool,
 }
 
 async fn objects(
@@ -230,11 +251,13 @@ async fn objects(
         resource,
         namespace,
         name,
+        watch_path,
     } = target;
-    let watching = query.flag("watch");
+    let watching = watch_path || query.flag("watch");
     let verb = match (request.method(), &name, watching) {
-        (&Method::GET, None, true) => "watch",
+        (&Method::GET, _, true) => "watch",
         (&Method::GET, None, false) => "list",
+        (&Method::DELETE, None, _) => "deletecollection",
         (&Method::GET, Some(_), _) => "get",
         (&Method::POST, None, _) => "create",
         (&Method::PUT, Some(_), _) => "update",
@@ -259,7 +282,9 @@ async fn objects(
         resource: resource.plural().to_owned(),
         namespace: namespace.clone(),
         name: match verb {
-            "list" | "watch" => audit::name_from_field_selector(query.get("fieldSelector")),
+            "list" | "watch" if name.is_none() => {
+                audit::name_from_field_selector(query.get("fieldSelector"))
+            }
             _ => name.clone(),
         },
         code: 0,
@@ -269,6 +294,7 @@ async fn objects(
             resource,
             namespace: namespace.clone(),
             name,
+            watch_path,
         };
         serve_objects(api, conn, request, query, verb, target).await
     } else {
@@ -302,17 +328,19 @@ async fn serve_objects(
         resource,
         namespace,
         name,
+        watch_path: _,
     } = target;
     let namespaced = |ns: &Option<String>| {
         ns.clone()
             .ok_or_else(|| ApiError::method_not_allowed(format!("{verb} needs a namespace")))
     };
     let store = &api.store;
+    let mode = write_mode(query, verb)?;
     match verb {
         "list" => list(store, query, resource, namespace.as_deref()),
         "watch" => Ok(watch::respond(
             store,
-            watch_request(query, resource, namespace, api)?,
+            watch_request(query, resource, namespace, name.as_deref(), api)?,
             api.metrics.watch_opened(resource),
             conn.abort.clone(),
         )),
@@ -324,8 +352,8 @@ async fn serve_objects(
         "create" => {
             let ns = namespaced(&namespace)?;
             let body = read_body(request, resource).await?;
-            let object = store.create(resource, &ns, body)?;
-            log_change("created", resource, &object);
+            let object = store.create_in(mode, resource, &ns, body)?;
+            log_change(mode, "created", resource, &object);
             Ok(json_response(StatusCode::CREATED, &object))
         }
         "update" => {
@@ -346,8 +374,8 @@ async fn serve_objects(
                 {
                     metadata["name"] = json!(name);
                 }
-                let object = store.create(resource, &ns, body)?;
-                log_change("created", resource, &object);
+                let object = store.create_in(mode, resource, &ns, body)?;
+                log_change(mode, "created", resource, &object);
                 return Ok(json_response(StatusCode::CREATED, &object));
             }
             if resource == Resource::Leases
@@ -361,8 +389,8 @@ async fn serve_objects(
                     "metadata.resourceVersion: Invalid value: 0x0: must be specified for an update",
                 ));
             }
-            let object = store.update(resource, &ns, name, body)?;
-            log_change("updated", resource, &object);
+            let object = store.update_in(mode, resource, &ns, name, body)?;
+            log_change(mode, "updated", resource, &object);
             Ok(json_ok(&object))
         }
         "patch" => {
@@ -394,20 +422,30 @@ async fn serve_objects(
             {
                 let mut object = json!({"metadata": {"name": name}});
                 json_patch::merge(&mut object, &body);
-                let object = store.create(resource, &ns, object)?;
-                log_change("created", resource, &object);
+                let object = store.create_in(mode, resource, &ns, object)?;
+                log_change(mode, "created", resource, &object);
                 return Ok(json_ok(&object));
             }
-            let object = store.patch(resource, &ns, name, kind, body)?;
-            log_change("patched", resource, &object);
+            let object = store.patch_in(mode, resource, &ns, name, kind, body)?;
+            log_change(mode, "patched", resource, &object);
             Ok(json_ok(&object))
         }
         "delete" => {
             let ns = namespaced(&namespace)?;
-            let preconditions = delete_preconditions(request).await?;
-            let object =
-                store.delete(resource, &ns, name.as_deref().unwrap_or(""), &preconditions)?;
-            log_change("deleted", resource, &object);
+            let (preconditions, body_mode) = delete_options(request).await?;
+            let mode = if body_mode == Mode::DryRun {
+                Mode::DryRun
+            } else {
+                mode
+            };
+            let object = store.delete_in(
+                mode,
+                resource,
+                &ns,
+                name.as_deref().unwrap_or(""),
+                &preconditions,
+            )?;
+            log_change(mode, "deleted", resource, &object);
             // kube-apiserver answers a completed delete of these kinds with a Status.
             Ok(json_ok(&json!({
                 "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
@@ -418,6 +456,16 @@ async fn serve_objects(
                 }
             })))
         }
+        "deletecollection" => {
+            let ns = namespaced(&namespace)?;
+            let (preconditions, body_mode) = delete_options(request).await?;
+            let mode = if body_mode == Mode::DryRun {
+                Mode::DryRun
+            } else {
+                mode
+            };
+            delete_collection(store, query, mode, resource, &ns, &preconditions)
+        }
         _ => unreachable!("verbs are enumerated above"),
     }
 }
@@ -427,7 +475,32 @@ fn creates_on_update(resource: Resource) -> bool {
     matches!(resource, Resource::Leases | Resource::Events)
 }
 
-fn log_change(what: &str, resource: Resource, object: &Value) {
+/// `?dryRun=All` (the only value kube-apiserver knows; any other makes the request's options
+/// invalid: 422, as kube-apiserver answers). Reads ignore it.
+fn write_mode(query: &Query, verb: &str) -> Result<Mode, ApiError> {
+    let options = match verb {
+        "create" => "CreateOptions.meta.k8s.io",
+        "update" => "UpdateOptions.meta.k8s.io",
+        "patch" => "PatchOptions.meta.k8s.io",
+        "delete" | "deletecollection" => "DeleteOptions.meta.k8s.io",
+        _ => return Ok(Mode::Commit),
+    };
+    match query.get("dryRun") {
+        None | Some("") => Ok(Mode::Commit),
+        Some("All") => Ok(Mode::DryRun),
+        Some(other) => Err(ApiError::invalid(
+            options,
+            "",
+            format!("dryRun: Unsupported value: []string{{{other:?}}}: supported values: \"All\""),
+        )),
+    }
+}
+
+fn log_change(mode: Mode, what: &str, resource: Resource, object: &Value) {
+    if mode == Mode::DryRun {
+        tracing::debug!(kind = resource.kind(), name = %meta_str(object, "name"), "dry run: {what}");
+        return;
+    }
     // Names and versions only: data may be Secret material.
     tracing::info!(
         kind = resource.kind(),
@@ -484,6 +557,48 @@ fn list(
     })))
 }
 
+/// DELETE on a collection: deletes the objects the label and field selectors match (all of
+/// them without selectors) and answers the list of deleted objects, as kube-apiserver does.
+fn delete_collection(
+    store: &Store,
+    query: &Query,
+    mode: Mode,
+    resource: Resource,
+    namespace: &str,
+    preconditions: &Preconditions,
+) -> Result<Response<Body>, ApiError> {
+    let selector = Selector::parse(
+        resource,
+        query.get("labelSelector"),
+        query.get("fieldSelector"),
+    )?;
+    let (matching, _, _) = store.list(resource, Some(namespace), &selector, None, None);
+    let mut deleted = Vec::with_capacity(matching.len());
+    for object in matching {
+        let name = meta_str(&object, "name");
+        match store.delete_in(mode, resource, namespace, &name, preconditions) {
+            Ok(mut object) => {
+                log_change(mode, "deleted", resource, &object);
+                // Items carry no kind and apiVersion, as in a list.
+                if let Some(map) = object.as_object_mut() {
+                    map.remove("kind");
+                    map.remove("apiVersion");
+                }
+                deleted.push(object);
+            }
+            // Deleted meanwhile by another request: not ours to report.
+            Err(err) if err.code == 404 => {}
+            Err(err) => return Err(err),
+        }
+    }
+    Ok(json_ok(&json!({
+        "kind": format!("{}List", resource.kind()),
+        "apiVersion": resource.api_version(),
+        "metadata": { "resourceVersion": store.resource_version().to_string() },
+        "items": deleted,
+    })))
+}
+
 fn decode_continue(token: &str) -> Option<(String, String)> {
     let text = String::from_utf8(URL_SAFE_NO_PAD.decode(token).ok()?).ok()?;
     let (ns, name) = text.split_once('/')?;
@@ -521,13 +636,17 @@ fn watch_request(
     query: &Query,
     resource: Resource,
     namespace: Option<String>,
+    name: Option<&str>,
     api: &Api,
 ) -> Result<WatchRequest, ApiError> {
-    let selector = Selector::parse(
-        resource,
-        query.get("labelSelector"),
-        query.get("fieldSelector"),
-    )?;
+    // A watch on a named path watches that object: kube-apiserver adds `metadata.name=NAME` to
+    // the field selector.
+    let fields = match (name, query.get("fieldSelector").filter(|f| !f.is_empty())) {
+        (None, fields) => fields.map(str::to_owned),
+        (Some(name), None) => Some(format!("metadata.name={name}")),
+        (Some(name), Some(fields)) => Some(format!("{fields},metadata.name={name}")),
+    };
+    let selector = Selector::parse(resource, query.get("labelSelector"), fields.as_deref())?;
     let bookmarks = query.flag("allowWatchBookmarks");
     let start = if query.flag("sendInitialEvents") {
         if !bookmarks || query.get("resourceVersionMatch") != Some("NotOlderThan") {
@@ -564,12 +683,21 @@ fn watch_request(
 }
 
 /// `DeleteOptions.preconditions` from a DELETE body (an empty body means none).
-async fn delete_preconditions(request: Request<Incoming>) -> Result<Preconditions, ApiError> {
-    let body = read_bytes(request).await?;
+/// The DeleteOptions body of a delete: its preconditions, and whether it asks for a dry run
+/// (`"dryRun": ["All"]`, which is where kube-rs and client-go put it for deletes).
+async fn delete_options(request: Request<Incoming>) -> Result<(Preconditions, Mode), ApiError> {
+    parse_delete_options(&read_bytes(request).await?)
+}
+
+/// [`delete_options`] of the body bytes. Public for the fuzz targets ([`super::fuzz`]).
+///
+/// # Errors
+/// 400 for a body that is not a JSON object, 422 for an unknown `dryRun`.
+pub fn parse_delete_options(body: &[u8]) -> Result<(Preconditions, Mode), ApiError> {
     if body.iter().all(u8::is_ascii_whitespace) {
-        return Ok(Preconditions::default());
+        return Ok((Preconditions::default(), Mode::Commit));
     }
-    let options: Value = serde_json::from_slice(&body)
+    let options: Value = serde_json::from_slice(body)
         .map_err(|err| ApiError::bad_request(format!("malformed DeleteOptions: {err}")))?;
     if !options.is_object() {
         return Err(ApiError::bad_request(
@@ -582,10 +710,23 @@ async fn delete_preconditions(request: Request<Incoming>) -> Result<Precondition
             .filter(|v| !v.is_empty())
             .map(str::to_owned)
     };
-    Ok(Preconditions {
+    let mode = match &options["dryRun"] {
+        Value::Null => Mode::Commit,
+        Value::Array(values) if values.is_empty() => Mode::Commit,
+        Value::Array(values) if values.iter().all(|v| v == "All") => Mode::DryRun,
+        other => {
+            return Err(ApiError::invalid(
+                "DeleteOptions.meta.k8s.io",
+                "",
+                format!("dryRun: Unsupported value: {other}: supported values: \"All\""),
+            ));
+        }
+    };
+    let preconditions = Preconditions {
         resource_version: field("resourceVersion"),
         uid: field("uid"),
-    })
+    };
+    Ok((preconditions, mode))
 }
 
 /// How much of an oversized body is read and thrown away before answering 413, so that the
@@ -662,14 +803,28 @@ async fn read_body(request: Request<Incoming>, resource: Resource) -> Result<Val
         return Err(ApiError::unsupported_media_type(&content_type));
     }
     let bytes = read_bytes(request).await?;
+    decode_body(resource, &content_type, &bytes)
+}
+
+/// A request body as JSON, by its (lower-case, parameter-free) content type: protobuf, YAML
+/// (when it is not JSON) or JSON. Public for the fuzz targets ([`super::fuzz`]).
+///
+/// # Errors
+/// 400 for bytes that do not decode.
+pub fn decode_body(
+    resource: Resource,
+    content_type: &str,
+    bytes: &[u8],
+) -> Result<Value, ApiError> {
+    let is_yaml = content_type.contains("yaml");
     if content_type == super::proto::CONTENT_TYPE {
-        return super::proto::decode(resource, &bytes);
+        return super::proto::decode(resource, bytes);
     }
-    if is_yaml && serde_json::from_slice::<Value>(&bytes).is_err() {
-        serde_norway::from_slice::<Value>(&bytes)
+    if is_yaml && serde_json::from_slice::<Value>(bytes).is_err() {
+        serde_norway::from_slice::<Value>(bytes)
             .map_err(|err| ApiError::bad_request(format!("malformed YAML: {err}")))
     } else {
-        serde_json::from_slice::<Value>(&bytes)
+        serde_json::from_slice::<Value>(bytes)
             .map_err(|err| ApiError::bad_request(format!("malformed JSON: {err}")))
     }
 }
@@ -694,7 +849,7 @@ fn resource_list(group_version: &str) -> Value {
             let mut resource = json!({
                 "name": r.plural(), "singularName": r.kind().to_ascii_lowercase(), "namespaced": true,
                 "kind": r.kind(),
-                "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"]
+                "verbs": ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
             });
             // As kube-apiserver lists them (`kubectl get cm`, `kubectl get ev`).
             let short_names: &[&str] = match r {
@@ -782,7 +937,8 @@ mod tests {
             Some(Route::Objects {
                 resource: Resource::Secrets,
                 namespace: Some("ns".into()),
-                name: Some("a".into())
+                name: Some("a".into()),
+                watch_path: false,
             })
         );
         assert_eq!(
@@ -790,7 +946,8 @@ mod tests {
             Some(Route::Objects {
                 resource: Resource::Leases,
                 namespace: Some("ns".into()),
-                name: None
+                name: None,
+                watch_path: false,
             })
         );
         assert_eq!(
@@ -798,9 +955,20 @@ mod tests {
             Some(Route::Objects {
                 resource: Resource::ConfigMaps,
                 namespace: None,
-                name: None
+                name: None,
+                watch_path: false,
             })
         );
+        assert_eq!(
+            parse_route("/api/v1/watch/namespaces/ns/secrets/a"),
+            Some(Route::Objects {
+                resource: Resource::Secrets,
+                namespace: Some("ns".into()),
+                name: Some("a".into()),
+                watch_path: true,
+            })
+        );
+        assert_eq!(parse_route("/api/v1/watch"), None);
         assert_eq!(parse_route("/api/v1/namespaces/ns/pods"), None);
         assert_eq!(
             parse_route("/apis/coordination.k8s.io/v1/namespaces/ns/secrets"),
@@ -825,7 +993,8 @@ mod tests {
     fn watch_parameters_choose_where_the_stream_starts() {
         let api = api();
         let start = |query: &str| {
-            watch_request(&Query::parse(query), Resource::Secrets, None, &api).map(|w| w.start)
+            watch_request(&Query::parse(query), Resource::Secrets, None, None, &api)
+                .map(|w| w.start)
         };
         assert_eq!(start("watch=1").unwrap(), Start::Current);
         assert_eq!(start("watch=1&resourceVersion=0").unwrap(), Start::Current);

@@ -109,6 +109,17 @@ pub struct Store {
     state_file: Option<PathBuf>,
 }
 
+/// Whether a write is stored or only checked (`?dryRun=All`): a dry run validates and answers
+/// as the write would, but changes nothing, bumps no resourceVersion, saves nothing and sends
+/// no watch event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Store the change.
+    Commit,
+    /// Only validate and answer.
+    DryRun,
+}
+
 /// How a PATCH body is applied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PatchKind {
@@ -296,6 +307,17 @@ impl Store {
         namespace: &str,
         body: Value,
     ) -> Result<Value, ApiError> {
+        self.create_in(Mode::Commit, resource, namespace, body)
+    }
+
+    /// [`Store::create`], or with [`Mode::DryRun`] only its validation and answer.
+    pub fn create_in(
+        &self,
+        mode: Mode,
+        resource: Resource,
+        namespace: &str,
+        body: Value,
+    ) -> Result<Value, ApiError> {
         let mut inner = self.lock();
         let mut object = normalize(resource, namespace, body, None)?;
         let name = match meta_str_opt(&object, "name") {
@@ -326,12 +348,31 @@ impl Store {
         let uid = uid(inner.next_uid);
         object["metadata"]["uid"] = json!(uid);
         object["metadata"]["creationTimestamp"] = json!(now_rfc3339());
+        if mode == Mode::DryRun {
+            // Never stored, so it has no resourceVersion (as kube-apiserver answers).
+            if let Some(metadata) = object["metadata"].as_object_mut() {
+                metadata.remove("resourceVersion");
+            }
+            return Ok(object);
+        }
         self.commit(&mut inner, key, object, ChangeKind::Added)
     }
 
     /// Replaces an object (PUT); a stale `metadata.resourceVersion` is a 409 Conflict.
     pub fn update(
         &self,
+        resource: Resource,
+        namespace: &str,
+        name: &str,
+        body: Value,
+    ) -> Result<Value, ApiError> {
+        self.update_in(Mode::Commit, resource, namespace, name, body)
+    }
+
+    /// [`Store::update`], or with [`Mode::DryRun`] only its validation and answer.
+    pub fn update_in(
+        &self,
+        mode: Mode,
         resource: Resource,
         namespace: &str,
         name: &str,
@@ -345,12 +386,25 @@ impl Store {
             .map(|object| Value::clone(object))
             .ok_or_else(|| ApiError::not_found(resource.plural(), resource.kind(), name))?;
         let object = normalize(resource, namespace, body, Some(name))?;
-        self.replace(&mut inner, key, current, object, true)
+        self.replace(mode, &mut inner, key, current, object, true)
     }
 
     /// Patches an object; `Apply` creates it when absent.
     pub fn patch(
         &self,
+        resource: Resource,
+        namespace: &str,
+        name: &str,
+        kind: PatchKind,
+        patch: Value,
+    ) -> Result<Value, ApiError> {
+        self.patch_in(Mode::Commit, resource, namespace, name, kind, patch)
+    }
+
+    /// [`Store::patch`], or with [`Mode::DryRun`] only its validation and answer.
+    pub fn patch_in(
+        &self,
+        mode: Mode,
         resource: Resource,
         namespace: &str,
         name: &str,
@@ -377,7 +431,7 @@ impl Store {
                         ));
                     }
                 }
-                return self.create(resource, namespace, body);
+                return self.create_in(mode, resource, namespace, body);
             }
             return Err(ApiError::not_found(
                 resource.plural(),
@@ -411,13 +465,25 @@ impl Store {
         // A patch that names a resourceVersion is a precondition, like an update.
         let check = kind != PatchKind::Json
             || object["metadata"]["resourceVersion"] != current["metadata"]["resourceVersion"];
-        self.replace(&mut inner, key, current, object, check)
+        self.replace(mode, &mut inner, key, current, object, check)
     }
 
     /// Deletes an object if it meets `preconditions`; returns its last state (with the
     /// resourceVersion of the deletion).
     pub fn delete(
         &self,
+        resource: Resource,
+        namespace: &str,
+        name: &str,
+        preconditions: &Preconditions,
+    ) -> Result<Value, ApiError> {
+        self.delete_in(Mode::Commit, resource, namespace, name, preconditions)
+    }
+
+    /// [`Store::delete`], or with [`Mode::DryRun`] only its checks and answer.
+    pub fn delete_in(
+        &self,
+        mode: Mode,
         resource: Resource,
         namespace: &str,
         name: &str,
@@ -443,11 +509,15 @@ impl Store {
             }
         }
         let object = Value::clone(current);
+        if mode == Mode::DryRun {
+            return Ok(object);
+        }
         self.commit(&mut inner, key, object, ChangeKind::Deleted)
     }
 
     fn replace(
         &self,
+        mode: Mode,
         inner: &mut Inner,
         key: Key,
         current: Value,
@@ -473,6 +543,9 @@ impl Store {
         unchanged["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"].clone();
         if unchanged == current {
             return Ok(current);
+        }
+        if mode == Mode::DryRun {
+            return Ok(unchanged);
         }
         self.commit(inner, key, object, ChangeKind::Modified)
     }
