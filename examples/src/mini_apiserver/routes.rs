@@ -689,7 +689,7 @@ async fn delete_options(request: Request<Incoming>) -> Result<(Preconditions, Mo
     parse_delete_options(&read_bytes(request).await?)
 }
 
-/// [`delete_options`] of the body bytes. Public for the fuzz targets ([`super::fuzz`]).
+/// `delete_options` of the body bytes. Public for the fuzz targets ([`super::fuzz`]).
 ///
 /// # Errors
 /// 400 for a body that is not a JSON object, 422 for an unknown `dryRun`.
