@@ -186,14 +186,7 @@ impl ApiServer {
     /// A kube config that connects like cert-syncer: `https://127.0.0.1:PORT`, SNI
     /// `localhost-recovery`, the recovery CA, no credentials yet.
     pub fn recovery_config(&self) -> kube::Config {
-        let mut config = kube::Config::new(self.url().parse().expect("a valid URL"));
-        config.root_cert = Some(vec![
-            CertificateDer::from_pem_slice(self.recovery_ca.as_bytes())
-                .expect("the recovery CA is PEM")
-                .to_vec(),
-        ]);
-        config.tls_server_name = Some("localhost-recovery".to_owned());
-        config
+        recovery_config(&self.url(), &self.recovery_ca)
     }
 
     /// A kube client that connects like cert-syncer: SNI `localhost-recovery`, the recovery
@@ -225,4 +218,17 @@ impl ApiServer {
         config.auth_info.token = Some(token.to_owned().into());
         kube::Client::try_from(config).expect("a kube client")
     }
+}
+
+/// A kube config that connects like cert-syncer to the apiserver at `url`: SNI
+/// `localhost-recovery`, trusting `recovery_ca` (PEM), no credentials yet. Both backends use it.
+pub fn recovery_config(url: &str, recovery_ca: &str) -> kube::Config {
+    let mut config = kube::Config::new(url.parse().expect("a valid URL"));
+    config.root_cert = Some(vec![
+        CertificateDer::from_pem_slice(recovery_ca.as_bytes())
+            .expect("the recovery CA is PEM")
+            .to_vec(),
+    ]);
+    config.tls_server_name = Some("localhost-recovery".to_owned());
+    config
 }

@@ -24,8 +24,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, ServerName};
+use rustls_pki_types::ServerName;
 
 pub use crate::apiserver::{ADMIN_TOKEN, VIEWER_TOKEN};
 use crate::pki::{Ca, CertSpec, write_atomic, write_files};
@@ -399,14 +398,7 @@ impl RealApiServer {
     /// A kube config that connects like cert-syncer: `https://127.0.0.1:PORT`, SNI
     /// `localhost-recovery`, the recovery CA, no credentials yet.
     pub fn recovery_config(&self) -> kube::Config {
-        let mut config = kube::Config::new(self.url().parse().expect("a valid URL"));
-        config.root_cert = Some(vec![
-            CertificateDer::from_pem_slice(self.recovery_ca.as_bytes())
-                .expect("the recovery CA is PEM")
-                .to_vec(),
-        ]);
-        config.tls_server_name = Some("localhost-recovery".to_owned());
-        config
+        crate::apiserver::recovery_config(&self.url(), &self.recovery_ca)
     }
 
     /// A kube client that connects like cert-syncer, with the token file `dir/token` (admin).
