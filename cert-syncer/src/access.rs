@@ -29,8 +29,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::cli::{Command, ConfigError, InspectArgs, RegenerateArgs, SyncArgs};
-use crate::regenerate::ObjectKind;
+use crate::cli::{Command, InspectArgs, RegenerateArgs, SyncArgs};
+use crate::error::ConfigError;
 use crate::regenerate::config::Rotation;
 
 /// The core API group.
@@ -170,10 +170,7 @@ pub fn sync_access(args: &SyncArgs) -> Result<Vec<Access>, ConfigError> {
 pub fn regenerate_access(args: &RegenerateArgs, rotation: &Rotation) -> Vec<Access> {
     let mut rules = Rules::default();
     for (kind, object) in rotation.objects() {
-        let resource = match kind {
-            ObjectKind::Secret => "secrets",
-            ObjectKind::ConfigMap => "configmaps",
-        };
+        let resource = kind.plural();
         rules.named(
             &object.namespace,
             CORE,

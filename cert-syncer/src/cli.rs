@@ -6,6 +6,9 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+pub use crate::error::ConfigError;
+use crate::time::parse_duration;
+
 /// Keeps a static pod's certificates on disk in step with the apiserver.
 #[derive(Debug, Parser)]
 #[command(name = "cert-syncer", version)]
@@ -220,56 +223,9 @@ pub struct InspectArgs {
     pub now: Option<String>,
 }
 
-/// A configuration error: exit code 2.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct ConfigError(pub String);
-
-/// `250ms`, `30s`, `5m`, `1h`, `7d` or plain seconds.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    if let Some(millis) = text.strip_suffix("ms") {
-        return millis
-            .parse()
-            .map(Duration::from_millis)
-            .map_err(|_| format!("invalid duration {text:?}"));
-    }
-    let (number, unit) = text
-        .find(|c: char| !c.is_ascii_digit())
-        .map_or((text, ""), |i| text.split_at(i));
-    let value: u64 = number
-        .parse()
-        .map_err(|_| format!("invalid duration {text:?}"))?;
-    let unit_seconds: u64 = match unit {
-        "" | "s" => 1,
-        "m" => 60,
-        "h" => 3600,
-        "d" => 86_400,
-        _ => {
-            return Err(format!(
-                "invalid duration unit in {text:?} (use s, m, h or d)"
-            ));
-        }
-    };
-    value
-        .checked_mul(unit_seconds)
-        .map(Duration::from_secs)
-        .ok_or_else(|| format!("duration {text:?} is too long"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn durations_accept_seconds_minutes_and_hours() {
-        assert_eq!(parse_duration("30"), Ok(Duration::from_secs(30)));
-        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
-        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
-        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
-        assert_eq!(parse_duration("7d"), Ok(Duration::from_secs(7 * 86_400)));
-        assert!(parse_duration("5w").is_err());
-        assert!(parse_duration("m").is_err());
-    }
 
     #[test]
     fn the_flags_are_consistent() {

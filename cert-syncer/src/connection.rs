@@ -19,7 +19,8 @@ use kube::client::ConfigExt;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use reload_lib::ClientTls;
 
-use crate::cli::{ConfigError, ConnectionArgs};
+use crate::cli::ConnectionArgs;
+use crate::error::ConfigError;
 
 /// A client and what keeps its reloadable parts alive.
 pub struct Connection {

@@ -18,20 +18,25 @@ pub mod access;
 pub mod cli;
 mod connection;
 mod decode;
+pub mod error;
 mod events;
 mod health;
 mod input_file;
 mod inspect;
+pub mod kind;
 mod leader;
 mod metrics;
+mod names;
+mod pki;
 pub mod regenerate;
 mod shutdown;
 mod sync;
+mod time;
 mod watch;
 
 /// Runs one subcommand until it finishes or is shut down (SIGTERM/SIGINT).
 ///
-/// Errors that come from bad flags or configuration are [`cli::ConfigError`]s (exit code 2 in
+/// Errors that come from bad flags or configuration are [`error::ConfigError`]s (exit code 2 in
 /// the binary); anything else is a runtime failure.
 pub async fn run(command: cli::Command) -> anyhow::Result<()> {
     match command {

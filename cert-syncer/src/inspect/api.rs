@@ -7,10 +7,11 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::Api;
 use kube::api::ListParams;
 
-use super::source::{Entry, Group, ObjectKind, Origin};
+use super::source::{Entry, Group, Origin};
 use crate::cli::ConnectionArgs;
 use crate::connection::{Target, connect};
 use crate::decode::Raw;
+use crate::kind::Kind;
 use crate::sync::mapping::ToFetched;
 
 /// Every Secret, then every ConfigMap of `namespace`, each in name order.
@@ -26,32 +27,20 @@ pub(super) async fn namespace(
     // Raw: one object that does not decode is reported alone, and no response body is logged.
     let secrets: Api<Raw<Secret>> = Api::namespaced(connection.client.clone(), namespace);
     let config_maps: Api<Raw<ConfigMap>> = Api::namespaced(connection.client.clone(), namespace);
-    let mut groups = list(&secrets, ObjectKind::Secret, namespace, &connection.target).await?;
-    groups.extend(
-        list(
-            &config_maps,
-            ObjectKind::ConfigMap,
-            namespace,
-            &connection.target,
-        )
-        .await?,
-    );
+    let mut groups = list(&secrets, Kind::Secret, namespace, &connection.target).await?;
+    groups.extend(list(&config_maps, Kind::ConfigMap, namespace, &connection.target).await?);
     Ok(groups)
 }
 
 async fn list<K>(
     api: &Api<Raw<K>>,
-    kind: ObjectKind,
+    kind: Kind,
     namespace: &str,
     target: &Target,
 ) -> anyhow::Result<Vec<Group>>
 where
     K: kube::Resource<DynamicType = ()> + serde::de::DeserializeOwned + ToFetched,
 {
-    let plural = match kind {
-        ObjectKind::Secret => "Secrets",
-        ObjectKind::ConfigMap => "ConfigMaps",
-    };
     let objects = match api.list(&ListParams::default()).await {
         Ok(list) => list.items,
         Err(err) => {
@@ -59,7 +48,8 @@ where
             return Err(anyhow::Error::new(err)).with_context(|| match reason {
                 Some(reason) => reason,
                 None => format!(
-                    "cannot list {plural} in namespace {namespace} at {}",
+                    "cannot list {}s in namespace {namespace} at {}",
+                    kind.api_kind(),
                     target.server
                 ),
             });

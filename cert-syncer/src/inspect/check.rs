@@ -28,8 +28,9 @@ use super::report::{
     Row, Status, span, time_left,
 };
 use super::source::{Entry, Group, Origin};
-use crate::cli::ConfigError;
-use crate::regenerate::pki::{self, Cert, ChainError};
+use crate::error::ConfigError;
+use crate::pki::{self, Cert, ChainError};
+use crate::time::rfc3339;
 
 /// CA certificates a leaf may chain to.
 #[derive(Debug, Clone)]
@@ -334,8 +335,8 @@ fn certificate_row(
         serial: info.serial.clone(),
         sha256: info.sha256.clone(),
         is_ca: info.is_ca,
-        not_before: pki::rfc3339(info.not_before),
-        not_after: pki::rfc3339(info.not_after),
+        not_before: rfc3339(info.not_before),
+        not_after: rfc3339(info.not_after),
         seconds_left: info.not_after.saturating_sub(now),
         time_left: time_left(now, info.not_before, info.not_after),
     });
@@ -344,14 +345,14 @@ fn certificate_row(
             kind: ProblemKind::Expired,
             message: format!(
                 "expired at {} ({} ago)",
-                pki::rfc3339(info.not_after),
+                rfc3339(info.not_after),
                 span(now - info.not_after)
             ),
         });
     } else if now < info.not_before {
         row.problems.push(Problem {
             kind: ProblemKind::NotYetValid,
-            message: format!("not valid before {}", pki::rfc3339(info.not_before)),
+            message: format!("not valid before {}", rfc3339(info.not_before)),
         });
     }
     row

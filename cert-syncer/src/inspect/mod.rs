@@ -21,8 +21,9 @@ use std::io::Write;
 
 use anyhow::Context;
 
-use crate::cli::{ConfigError, InspectArgs};
-use crate::regenerate::{parse_now, unix_now};
+use crate::cli::InspectArgs;
+use crate::error::ConfigError;
+use crate::time::{parse_now, unix_now};
 
 /// Inspects what the flags name and prints the rows. `Err` when any row has a problem (exit
 /// code 1, one line per problem on stderr), or when nothing could be inspected at all.

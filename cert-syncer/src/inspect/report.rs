@@ -6,7 +6,7 @@ use std::io::Write;
 
 use serde::Serialize;
 
-use super::source::ObjectKind;
+use crate::kind::Kind;
 
 /// One certificate (or one entry that could not be read).
 #[derive(Debug, Serialize)]
@@ -33,7 +33,7 @@ pub(super) struct Row {
 /// An object and key read through the API.
 #[derive(Debug, Serialize)]
 pub(super) struct ObjectRef {
-    pub kind: ObjectKind,
+    pub kind: Kind,
     pub namespace: String,
     pub name: String,
     pub key: String,

@@ -2,6 +2,8 @@
 
 use std::path::PathBuf;
 
+use crate::kind::Kind;
+
 /// Entries that belong together: the files of one directory, or the keys of one object.
 /// Certificates are paired with keys and bundles within a group first.
 #[derive(Debug)]
@@ -19,17 +21,10 @@ pub(super) enum Origin {
     Dir(PathBuf),
     /// A Secret or ConfigMap; the entries are its keys.
     Object {
-        kind: ObjectKind,
+        kind: Kind,
         namespace: String,
         name: String,
     },
-}
-
-/// The kinds of objects read through the API.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-pub(super) enum ObjectKind {
-    Secret,
-    ConfigMap,
 }
 
 /// The entry name of an object that does not decode (its error stands for all its keys).
@@ -51,13 +46,7 @@ impl Origin {
             Origin::Dir(dir) => dir.join(name).display().to_string(),
             Origin::Object {
                 kind, name: object, ..
-            } => {
-                let plural = match kind {
-                    ObjectKind::Secret => "secrets",
-                    ObjectKind::ConfigMap => "configmaps",
-                };
-                format!("{plural}/{object}/{name}")
-            }
+            } => format!("{}/{object}/{name}", kind.plural()),
         }
     }
 }

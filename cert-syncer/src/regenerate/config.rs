@@ -35,7 +35,10 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::cli::ConfigError;
+use crate::error::ConfigError;
+use crate::kind::Kind;
+use crate::names::{is_dns_label, is_dns_subdomain, is_hostname_or_ip};
+use crate::time::parse_duration;
 
 /// A namespaced object name.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -109,17 +112,12 @@ pub struct Rotation {
 
 impl Rotation {
     /// Every object the config manages.
-    pub fn objects(&self) -> impl Iterator<Item = (super::ObjectKind, &ObjectRef)> {
-        use super::ObjectKind;
+    pub fn objects(&self) -> impl Iterator<Item = (Kind, &ObjectRef)> {
         self.signers
             .iter()
-            .map(|s| (ObjectKind::Secret, &s.object))
-            .chain(
-                self.bundles
-                    .iter()
-                    .map(|b| (ObjectKind::ConfigMap, &b.object)),
-            )
-            .chain(self.targets.iter().map(|t| (ObjectKind::Secret, &t.object)))
+            .map(|s| (Kind::Secret, &s.object))
+            .chain(self.bundles.iter().map(|b| (Kind::ConfigMap, &b.object)))
+            .chain(self.targets.iter().map(|t| (Kind::Secret, &t.object)))
     }
 }
 
@@ -210,14 +208,14 @@ pub fn parse(text: &str) -> Result<Rotation, ConfigError> {
         None => None,
     };
     let backdate = match file.backdate.as_deref() {
-        Some(text) => parse_duration(text).map_err(|e| ConfigError(format!("backdate: {e}")))?,
+        Some(text) => config_duration(text).map_err(|e| ConfigError(format!("backdate: {e}")))?,
         None => Duration::from_secs(5 * 60),
     };
     let mut rotation = Rotation {
         backdate,
         ..Rotation::default()
     };
-    let mut seen: BTreeSet<(super::ObjectKind, ObjectRef)> = BTreeSet::new();
+    let mut seen: BTreeSet<(Kind, ObjectRef)> = BTreeSet::new();
     let object = |name: &str, namespace: Option<String>| -> Result<ObjectRef, String> {
         let namespace = namespace
             .or_else(|| default_namespace.clone())
@@ -225,7 +223,7 @@ pub fn parse(text: &str) -> Result<Rotation, ConfigError> {
         if !is_dns_label(&namespace) {
             return Err(format!("namespace {namespace:?} is not a DNS label"));
         }
-        if !crate::sync::is_dns_subdomain(name) {
+        if !is_dns_subdomain(name) {
             return Err(format!("name {name:?} is not a DNS subdomain"));
         }
         Ok(ObjectRef {
@@ -244,10 +242,11 @@ pub fn parse(text: &str) -> Result<Rotation, ConfigError> {
             .and_then(|item| {
                 let object = object(&item.name, item.namespace)?;
                 let validity =
-                    parse_duration(&item.validity).map_err(|e| format!("validity: {e}"))?;
-                let refresh = parse_duration(&item.refresh).map_err(|e| format!("refresh: {e}"))?;
+                    config_duration(&item.validity).map_err(|e| format!("validity: {e}"))?;
+                let refresh =
+                    config_duration(&item.refresh).map_err(|e| format!("refresh: {e}"))?;
                 check_periods(validity, refresh)?;
-                if !seen.insert((super::ObjectKind::Secret, object.clone())) {
+                if !seen.insert((Kind::Secret, object.clone())) {
                     return Err(format!("secret {object} is declared twice"));
                 }
                 Ok(Signer {
@@ -293,7 +292,7 @@ pub fn parse(text: &str) -> Result<Rotation, ConfigError> {
                     .iter()
                     .map(|name| find_signer(name))
                     .collect::<Result<Vec<_>, _>>()?;
-                if !seen.insert((super::ObjectKind::ConfigMap, object.clone())) {
+                if !seen.insert((Kind::ConfigMap, object.clone())) {
                     return Err(format!("configmap {object} is declared twice"));
                 }
                 Ok(Bundle { object, signers })
@@ -351,10 +350,11 @@ pub fn parse(text: &str) -> Result<Rotation, ConfigError> {
                     _ => return Err("exactly one of serving or client is required".to_owned()),
                 };
                 let validity =
-                    parse_duration(&item.validity).map_err(|e| format!("validity: {e}"))?;
-                let refresh = parse_duration(&item.refresh).map_err(|e| format!("refresh: {e}"))?;
+                    config_duration(&item.validity).map_err(|e| format!("validity: {e}"))?;
+                let refresh =
+                    config_duration(&item.refresh).map_err(|e| format!("refresh: {e}"))?;
                 check_periods(validity, refresh)?;
-                if !seen.insert((super::ObjectKind::Secret, object.clone())) {
+                if !seen.insert((Kind::Secret, object.clone())) {
                     return Err(format!("secret {object} is declared twice"));
                 }
                 Ok(Target {
@@ -390,49 +390,16 @@ fn check_periods(validity: Duration, refresh: Duration) -> Result<(), String> {
     Ok(())
 }
 
-/// `90s`, `5m`, `12h`, `30d`, `10y` (365 days), or plain seconds.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let (number, unit) = text
-        .find(|c: char| !c.is_ascii_digit())
-        .map_or((text, ""), |i| text.split_at(i));
-    let value: u64 = number
-        .parse()
-        .map_err(|_| format!("invalid duration {text:?}"))?;
-    let unit_secs = match unit {
-        "" | "s" => 1,
-        "m" => 60,
-        "h" => 3600,
-        "d" => 86_400,
-        "y" => 365 * 86_400,
-        _ => {
-            return Err(format!(
-                "invalid duration unit in {text:?} (use s, m, h, d or y)"
-            ));
+/// A duration of the config ([`parse_duration`]: `90s`, `5m`, `12h`, `30d`, `10y`, ...), at most
+/// 200 years: certificate lifetimes beyond that are typos.
+fn config_duration(text: &str) -> Result<Duration, String> {
+    parse_duration(text).and_then(|duration| {
+        if duration > Duration::from_secs(200 * 365 * 86_400) {
+            Err(format!("duration {:?} is out of range", text.trim()))
+        } else {
+            Ok(duration)
         }
-    };
-    value
-        .checked_mul(unit_secs)
-        .filter(|secs| *secs <= 200 * 365 * 86_400)
-        .map(Duration::from_secs)
-        .ok_or_else(|| format!("duration {text:?} is out of range"))
-}
-
-fn is_dns_label(name: &str) -> bool {
-    crate::sync::is_dns_subdomain(name) && !name.contains('.') && name.len() <= 63
-}
-
-fn is_hostname_or_ip(name: &str) -> bool {
-    name.parse::<std::net::IpAddr>().is_ok()
-        || (!name.is_empty()
-            && name.len() <= 253
-            && name.split('.').all(|label| {
-                !label.is_empty()
-                    && label.len() <= 63
-                    && label
-                        .bytes()
-                        .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'*')
-            }))
+    })
 }
 
 #[cfg(test)]
@@ -542,13 +509,16 @@ targets:
     }
 
     #[test]
-    fn durations_cover_days_and_years() {
-        assert_eq!(parse_duration("30d"), Ok(Duration::from_secs(30 * 86_400)));
+    fn config_durations_stop_at_200_years() {
         assert_eq!(
-            parse_duration("10y"),
+            config_duration("10y"),
             Ok(Duration::from_secs(3650 * 86_400))
         );
-        assert!(parse_duration("99999999999999y").is_err());
-        assert!(parse_duration("5w").is_err());
+        assert!(config_duration("200y").is_ok());
+        assert!(
+            config_duration("201y")
+                .unwrap_err()
+                .contains("out of range")
+        );
     }
 }

@@ -8,7 +8,8 @@
 use std::fmt;
 
 use super::config::{Identity, Signer, Target};
-use super::pki::{Cert, KeyPairPem};
+use crate::pki::{Cert, KeyPairPem};
+use crate::time::rfc3339;
 
 /// When to act.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -55,17 +56,13 @@ impl fmt::Display for Reason {
             Reason::Unusable(why) => write!(f, "unusable: {why}"),
             Reason::NotACa => write!(f, "the certificate is not a CA"),
             Reason::Expired { not_after } => {
-                write!(f, "expired at {}", super::pki::rfc3339(*not_after))
+                write!(f, "expired at {}", rfc3339(*not_after))
             }
             Reason::PastLifetimeFraction { at } => {
-                write!(
-                    f,
-                    "past 80% of its lifetime (since {})",
-                    super::pki::rfc3339(*at)
-                )
+                write!(f, "past 80% of its lifetime (since {})", rfc3339(*at))
             }
             Reason::PastRefresh { at } => {
-                write!(f, "past its refresh time ({})", super::pki::rfc3339(*at))
+                write!(f, "past its refresh time ({})", rfc3339(*at))
             }
             Reason::HostnamesChanged { want, have } => write!(
                 f,
@@ -78,7 +75,7 @@ impl fmt::Display for Reason {
             Reason::NotYetValid { not_before } => write!(
                 f,
                 "not valid before {} (written while a clock was ahead)",
-                super::pki::rfc3339(*not_before)
+                rfc3339(*not_before)
             ),
         }
     }
@@ -178,7 +175,7 @@ pub fn target(
     }
     // A certificate nothing trusts is as good as expired, in either mode. The rotation
     // operator keeps old CAs in the bundle until they expire, so this never fights it.
-    if let Err(why) = super::pki::verify_chain(pair, roots, &config.identity, now) {
+    if let Err(why) = crate::pki::verify_chain(pair, roots, &config.identity, now) {
         return Some(Reason::ChainBroken(why));
     }
     if mode == Mode::ExpiredOnly {
@@ -210,7 +207,7 @@ pub fn bundle(existing: &[Cert], signers: &[&Cert], in_use: &[&Cert], now: i64) 
         .iter()
         .chain(signers.iter().copied())
         .filter(|c| {
-            !c.is_expired_at(now) || in_use.iter().any(|leaf| super::pki::issued_by(leaf, c))
+            !c.is_expired_at(now) || in_use.iter().any(|leaf| crate::pki::issued_by(leaf, c))
         })
         .cloned()
         .collect();
@@ -267,15 +264,12 @@ pub fn clock_check<'a>(
         return Err(format!(
             "the local clock ({}) is {}s earlier than the notBefore ({}) of {object}, more than \
              the {}s margin{}: refusing to regenerate anything until the clock is fixed",
-            super::pki::rfc3339(now),
+            rfc3339(now),
             cert.not_before - now,
-            super::pki::rfc3339(cert.not_before),
+            rfc3339(cert.not_before),
             margin.as_secs(),
             match apiserver {
-                Some(at) => format!(
-                    ", while the apiserver's clock ({}) is not",
-                    super::pki::rfc3339(at)
-                ),
+                Some(at) => format!(", while the apiserver's clock ({}) is not", rfc3339(at)),
                 None => String::new(),
             }
         ));
@@ -300,8 +294,8 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::pki;
     use crate::regenerate::config::ObjectRef;
-    use crate::regenerate::pki;
 
     const DAY: i64 = 86_400;
 

@@ -95,10 +95,6 @@ impl Metrics {
                 .get_or_create(&CertLabels { kind, object })
                 .set(not_after);
         }
-        self.last_pass.set(
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs() as i64),
-        );
+        self.last_pass.set(crate::time::unix_now());
     }
 }

@@ -3,7 +3,7 @@
 //!
 //! - [`config`]: the YAML file of signers, bundles and targets, validated item by item;
 //! - `decide`: pure decisions from parsed certificates and the time;
-//! - `pki`: parsing and generation (rcgen, ECDSA P-256);
+//! - [`crate::pki`] (shared with `inspect`): parsing and generation (rcgen, ECDSA P-256);
 //! - `pass`: one pass in dependency order with optimistic concurrency;
 //! - this module: the loop. A pass runs at start, whenever a declared object changes (one
 //!   watch per object), and when the next expiry (or rotation point) is reached: a timer aligned
@@ -21,7 +21,6 @@ pub mod config;
 mod decide;
 mod metrics;
 mod pass;
-pub(crate) mod pki;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -36,20 +35,15 @@ use tokio_util::sync::CancellationToken;
 
 pub use decide::Mode;
 
-use crate::cli::{ConfigError, RegenerateArgs};
+use crate::cli::RegenerateArgs;
 use crate::decode::Raw;
 use crate::events::EventRecorder;
 use crate::health::Readiness;
+use crate::kind::Kind;
 use crate::leader::{self, Elector};
+use crate::time::{parse_now, rfc3339, unix_now};
 use metrics::Metrics;
 use pass::Pass;
-
-/// The two kinds of managed objects.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum ObjectKind {
-    Secret,
-    ConfigMap,
-}
 
 /// The longest the loop sleeps without a reason (a guard against clock jumps; not a poll:
 /// the pass it triggers normally finds nothing to do).
@@ -167,7 +161,7 @@ pub async fn run(args: RegenerateArgs) -> anyhow::Result<()> {
         let (client, wake, object) = (client.clone(), Arc::clone(&wake), object.clone());
         watches.push(tokio::spawn(async move {
             match kind {
-                ObjectKind::Secret => {
+                Kind::Secret => {
                     let api: Api<Raw<Secret>> = Api::namespaced(client, &object.namespace);
                     follow(
                         crate::watch::watch_object(api, &object.name, watch_timeout),
@@ -176,7 +170,7 @@ pub async fn run(args: RegenerateArgs) -> anyhow::Result<()> {
                     )
                     .await;
                 }
-                ObjectKind::ConfigMap => {
+                Kind::ConfigMap => {
                     let api: Api<Raw<ConfigMap>> = Api::namespaced(client, &object.namespace);
                     follow(
                         crate::watch::watch_object(api, &object.name, watch_timeout),
@@ -254,9 +248,7 @@ async fn clocks(
     rotation: &config::Rotation,
     local: i64,
 ) -> (i64, Option<i64>) {
-    let secret = rotation
-        .objects()
-        .find(|(kind, _)| *kind == ObjectKind::Secret);
+    let secret = rotation.objects().find(|(kind, _)| *kind == Kind::Secret);
     let apiserver = match secret {
         Some((_, object)) => pass::apiserver_time(client, object).await,
         None => None,
@@ -265,8 +257,8 @@ async fn clocks(
         && local - at > rotation.backdate.as_secs() as i64
     {
         tracing::warn!(
-            local = %pki::rfc3339(local),
-            apiserver = %pki::rfc3339(at),
+            local = %rfc3339(local),
+            apiserver = %rfc3339(at),
             ahead_seconds = local - at,
             "the local clock is ahead of the apiserver's: expiry and generation use the apiserver's time"
         );
@@ -338,20 +330,4 @@ fn identity(pod_name: Option<&str>) -> String {
             .unwrap_or_else(|_| "unknown-host".to_owned());
         format!("{host}_{}", std::process::id())
     })
-}
-
-pub(crate) fn unix_now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64)
-}
-
-/// `--now`: RFC 3339 or Unix seconds.
-pub(crate) fn parse_now(text: &str) -> Result<i64, ConfigError> {
-    if let Ok(seconds) = text.parse::<i64>() {
-        return Ok(seconds);
-    }
-    time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339)
-        .map(|t| t.unix_timestamp())
-        .map_err(|err| ConfigError(format!("--now {text:?}: {err}")))
 }

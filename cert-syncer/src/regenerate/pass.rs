@@ -14,9 +14,10 @@ use kube::api::{ObjectMeta, PostParams};
 
 use super::config::{Identity, ObjectRef, Rotation};
 use super::decide::{self, Found, Mode, Reason};
-use super::pki::{self, Cert, KeyPairPem};
 use crate::decode::Raw;
 use crate::events::EventRecorder;
+use crate::pki::{self, Cert, KeyPairPem};
+use crate::time::rfc3339;
 
 /// Secret types regenerate writes `tls.crt`/`tls.key` into. Any other type (a pull secret, a
 /// service-account token) belongs to someone else: adding a private key to it is refused.
@@ -453,7 +454,7 @@ impl Pass<'_> {
             match result {
                 Ok(_) => {
                     let cert = pair.cert();
-                    tracing::info!(secret = %object, kind, %reason, serial = %cert.serial, not_after = %pki::rfc3339(cert.not_after), "regenerated");
+                    tracing::info!(secret = %object, kind, %reason, serial = %cert.serial, not_after = %rfc3339(cert.not_after), "regenerated");
                     self.events
                         .record(
                             if kind == "signer" {
@@ -464,7 +465,7 @@ impl Pass<'_> {
                             &format!("secret/{object}"),
                             format!(
                                 "Regenerated {kind} secret {object} ({reason}); new notAfter {}",
-                                pki::rfc3339(cert.not_after)
+                                rfc3339(cert.not_after)
                             ),
                             false,
                         )
@@ -632,7 +633,7 @@ fn written_by_us(secret: &Secret, cert: &Cert) -> bool {
         .annotations
         .as_ref()
         .and_then(|a| a.get(ANNOTATION_NOT_BEFORE))
-        .is_some_and(|at| *at == pki::rfc3339(cert.not_before))
+        .is_some_and(|at| *at == rfc3339(cert.not_before))
 }
 
 fn is_conflict(err: &kube::Error) -> bool {
@@ -683,14 +684,8 @@ fn secret_with(
         .metadata
         .annotations
         .get_or_insert_with(BTreeMap::new);
-    annotations.insert(
-        ANNOTATION_NOT_AFTER.to_owned(),
-        pki::rfc3339(cert.not_after),
-    );
-    annotations.insert(
-        ANNOTATION_NOT_BEFORE.to_owned(),
-        pki::rfc3339(cert.not_before),
-    );
+    annotations.insert(ANNOTATION_NOT_AFTER.to_owned(), rfc3339(cert.not_after));
+    annotations.insert(ANNOTATION_NOT_BEFORE.to_owned(), rfc3339(cert.not_before));
     annotations.insert(
         ANNOTATION_ISSUER.to_owned(),
         cert.issuer_common_name.clone().unwrap_or_default(),

@@ -3,11 +3,8 @@
 
 use std::path::PathBuf;
 
-use rustls_pki_types::CertificateDer;
-use rustls_pki_types::pem::PemObject;
-
-use super::mapping::Kind;
-use crate::cli::ConfigError;
+use crate::error::ConfigError;
+use crate::kind::Kind;
 
 /// One `--file` mapping.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,17 +48,9 @@ impl FileMapping {
 /// The content must be one or more PEM certificates, all parsable, before it may replace a host
 /// file that other components trust.
 pub fn check_certificates(bytes: &[u8]) -> Result<usize, String> {
-    let certs = CertificateDer::pem_slice_iter(bytes)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|err| format!("malformed PEM: {err}"))?;
-    if certs.is_empty() {
-        return Err("no certificate found".to_owned());
-    }
-    for (index, cert) in certs.iter().enumerate() {
-        reload_lib::CertInfo::from_der(cert)
-            .map_err(|err| format!("certificate {index} cannot be parsed: {err}"))?;
-    }
-    Ok(certs.len())
+    crate::pki::parse_certs(bytes)
+        .map(|certs| certs.len())
+        .map_err(|err| err.to_string())
 }
 
 #[cfg(test)]

@@ -1,53 +1,11 @@
-//! What an object becomes on disk: its kind's directory, file modes, and the payload.
+//! What an object becomes on disk: its keys and bytes, and the payload with its kind's file mode.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use reload_lib::fs::FileContent;
 
-/// The kinds we mirror.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Kind {
-    /// core/v1 Secret: files 0600.
-    Secret,
-    /// core/v1 ConfigMap: files 0644.
-    ConfigMap,
-}
-
-impl Kind {
-    /// The directory under the destination (library-go's layout).
-    pub fn dir(self) -> &'static str {
-        match self {
-            Kind::Secret => "secrets",
-            Kind::ConfigMap => "configmaps",
-        }
-    }
-
-    /// Lowercase singular, for logs, metrics and `--file`.
-    pub fn label(self) -> &'static str {
-        match self {
-            Kind::Secret => "secret",
-            Kind::ConfigMap => "configmap",
-        }
-    }
-
-    /// Mode of the files written for this kind: Secrets hold keys.
-    pub fn mode(self) -> u32 {
-        match self {
-            Kind::Secret => 0o600,
-            Kind::ConfigMap => 0o644,
-        }
-    }
-
-    /// Parses `secret` or `configmap`.
-    pub fn parse(text: &str) -> Option<Kind> {
-        match text {
-            "secret" | "secrets" => Some(Kind::Secret),
-            "configmap" | "configmaps" => Some(Kind::ConfigMap),
-            _ => None,
-        }
-    }
-}
+use crate::kind::Kind;
 
 /// An object as fetched, reduced to what we write.
 #[derive(Clone)]

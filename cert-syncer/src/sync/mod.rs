@@ -29,13 +29,16 @@ use reload_lib::fs::{AtomicDirWriter, WriteOutcome};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::cli::{ConfigError, SyncArgs};
+use crate::cli::SyncArgs;
 use crate::decode::{DecodeError, Raw};
+use crate::error::ConfigError;
 use crate::events::EventRecorder;
 use crate::health::Readiness;
+use crate::kind::Kind;
 use crate::metrics::{KeyLabels, Metrics, ObjectLabels, ResultLabels};
+use crate::names::is_dns_subdomain;
 use files::FileMapping;
-use mapping::{Fetched, Kind, ToFetched};
+use mapping::{Fetched, ToFetched};
 
 /// One object to mirror.
 #[derive(Debug, Clone)]
@@ -170,40 +173,21 @@ pub(crate) struct Followed {
 /// The objects `sync` follows for these flags (the same validation as the run).
 pub(crate) fn followed_objects(args: &SyncArgs) -> Result<Followed, ConfigError> {
     let settings = Settings::from_args(args)?;
-    let plural = |kind: Kind| match kind {
-        Kind::Secret => "secrets",
-        Kind::ConfigMap => "configmaps",
-    };
-    let namespace_wide = [Kind::Secret, Kind::ConfigMap]
+    let namespace_wide = Kind::ALL
         .into_iter()
         .filter(|kind| settings.namespace_wide(*kind))
-        .map(plural)
+        .map(Kind::plural)
         .collect();
     let objects = settings
         .objects
         .into_iter()
-        .map(|object| (plural(object.kind), object.name))
+        .map(|object| (object.kind.plural(), object.name))
         .collect();
     Ok(Followed {
         namespace: settings.namespace,
         objects,
         namespace_wide,
     })
-}
-
-/// DNS-1123 subdomain: what the apiserver accepts as a Secret or ConfigMap name, and therefore
-/// a safe single path component.
-pub(crate) fn is_dns_subdomain(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 253
-        && name.split('.').all(|label| {
-            !label.is_empty()
-                && label
-                    .bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-                && !label.starts_with('-')
-                && !label.ends_with('-')
-        })
 }
 
 /// Shared by the per-object tasks.
@@ -271,7 +255,7 @@ pub async fn run(args: SyncArgs) -> anyhow::Result<()> {
         "starting sync"
     );
     let mut tasks = Vec::new();
-    for kind in [Kind::Secret, Kind::ConfigMap] {
+    for kind in Kind::ALL {
         let objects = context.settings.objects_of(kind);
         if context.settings.namespace_wide(kind) {
             tracing::info!(
@@ -646,9 +630,7 @@ impl Context {
     }
 
     fn synced(&self, object: &ObjectSpec, fetched: &Fetched) {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs() as i64);
+        let now = crate::time::unix_now();
         self.metrics
             .last_sync
             .get_or_create(&ObjectLabels {
@@ -725,19 +707,5 @@ fn watch_error_status(err: &watcher::Error) -> Option<u16> {
         | watcher::Error::WatchFailed(kube::Error::Api(status)) => Some(status.code),
         watcher::Error::WatchError(status) => Some(status.code),
         _ => None,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn object_names_must_be_dns_subdomains() {
-        assert!(is_dns_subdomain("serving-cert"));
-        assert!(is_dns_subdomain("a.b-c"));
-        for bad in ["", "..", "../x", "a/b", "UPPER", "-a", "a-", "a..b"] {
-            assert!(!is_dns_subdomain(bad), "{bad}");
-        }
     }
 }

@@ -16,7 +16,7 @@ use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use time::OffsetDateTime;
 
-use super::config::Identity;
+use crate::regenerate::config::Identity;
 
 /// A parsed certificate with the facts the decisions use.
 #[derive(Clone)]
@@ -463,15 +463,4 @@ pub fn new_leaf(
 
 fn at(unix: i64) -> Result<OffsetDateTime, String> {
     OffsetDateTime::from_unix_timestamp(unix).map_err(|e| e.to_string())
-}
-
-/// RFC 3339 (UTC, seconds), as library-go writes its annotations.
-pub fn rfc3339(unix: i64) -> String {
-    OffsetDateTime::from_unix_timestamp(unix)
-        .ok()
-        .and_then(|t| {
-            t.format(&time::format_description::well_known::Rfc3339)
-                .ok()
-        })
-        .unwrap_or_else(|| unix.to_string())
 }
