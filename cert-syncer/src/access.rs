@@ -29,9 +29,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::cli::{Command, InspectArgs, RegenerateArgs, SyncArgs};
+use crate::cli::{Command, Job};
 use crate::error::ConfigError;
 use crate::regenerate::config::Rotation;
+use crate::{inspect, regenerate, sync};
 
 /// The core API group.
 pub const CORE: &str = "";
@@ -108,19 +109,19 @@ impl<'a> Request<'a> {
 /// The same [`ConfigError`]s the subcommand itself would refuse to start with (bad names, an
 /// unreadable config).
 pub fn required_access(command: &Command) -> Result<Vec<Access>, ConfigError> {
-    match command {
-        Command::Sync(args) => sync_access(args),
-        Command::Regenerate(args) => {
-            let rotation = crate::regenerate::config::load(&args.config)?;
-            Ok(regenerate_access(args, &rotation))
+    match command.job()? {
+        Job::Sync(settings) => Ok(sync_access(&settings)),
+        Job::Regenerate(settings) => {
+            let rotation = crate::regenerate::config::load(&settings.config)?;
+            Ok(regenerate_access(&settings, &rotation))
         }
-        Command::Inspect(args) => Ok(inspect_access(args)),
+        Job::Inspect(settings) => Ok(inspect_access(&settings)),
     }
 }
 
 /// `inspect`: with `--namespace`, one list of the Secrets and one of the ConfigMaps there
 /// (every object, so no names); directories alone need no access.
-pub fn inspect_access(args: &InspectArgs) -> Vec<Access> {
+fn inspect_access(args: &inspect::Settings) -> Vec<Access> {
     let mut rules = Rules::default();
     if let Some(namespace) = &args.namespace {
         for resource in ["secrets", "configmaps"] {
@@ -135,15 +136,12 @@ pub fn inspect_access(args: &InspectArgs) -> Vec<Access> {
 /// kind with more named objects than `--namespace-watch-threshold`: list and watch on every
 /// object of that kind in the namespace (one namespace-wide watcher; RBAC cannot restrict it by
 /// name), and get on the named ones (the live GET before a directory is removed).
-///
-/// # Errors
-/// The flags `sync` refuses.
-pub fn sync_access(args: &SyncArgs) -> Result<Vec<Access>, ConfigError> {
-    let crate::sync::Followed {
+fn sync_access(args: &sync::Settings) -> Vec<Access> {
+    let sync::Followed {
         namespace,
         objects,
         namespace_wide,
-    } = crate::sync::followed_objects(args)?;
+    } = sync::followed_objects(args);
     let mut rules = Rules::default();
     for resource in &namespace_wide {
         rules.any(&namespace, CORE, resource, &["list", "watch"]);
@@ -159,7 +157,7 @@ pub fn sync_access(args: &SyncArgs) -> Result<Vec<Access>, ConfigError> {
     if args.pod_name.is_some() {
         rules.any(&namespace, CORE, "events", &["create"]);
     }
-    Ok(rules.into_list())
+    rules.into_list()
 }
 
 /// `regenerate`: on every declared signer, bundle and target, get, list and watch (one
@@ -167,7 +165,7 @@ pub fn sync_access(args: &SyncArgs) -> Result<Vec<Access>, ConfigError> {
 /// ConfigMaps of each namespace that has declared objects (a missing object is created);
 /// Events on the pod when `POD_NAME` is known; with `--leader-elect`, get and update on the
 /// Lease and create on Leases.
-pub fn regenerate_access(args: &RegenerateArgs, rotation: &Rotation) -> Vec<Access> {
+fn regenerate_access(args: &regenerate::Settings, rotation: &Rotation) -> Vec<Access> {
     let mut rules = Rules::default();
     for (kind, object) in rotation.objects() {
         let resource = kind.plural();
@@ -181,15 +179,10 @@ pub fn regenerate_access(args: &RegenerateArgs, rotation: &Rotation) -> Vec<Acce
         rules.any(&object.namespace, CORE, resource, &["create"]);
     }
     if args.pod_name.is_some() {
-        rules.any(
-            crate::regenerate::events_namespace(args),
-            CORE,
-            "events",
-            &["create"],
-        );
+        rules.any(args.events_namespace(), CORE, "events", &["create"]);
     }
     if args.leader_elect {
-        let namespace = crate::regenerate::lease_namespace(args);
+        let namespace = args.lease_namespace();
         rules.named(
             namespace,
             COORDINATION,
@@ -404,21 +397,18 @@ mod tests {
 
     #[test]
     fn sync_reads_exactly_its_named_objects() {
-        let rules = sync_access(
-            match &command(&[
-                "sync",
-                "--server=https://127.0.0.1:6443",
-                "--namespace=ns",
-                "--destination-dir=/d",
-                "--secrets=a,b",
-                "--optional-configmaps=c",
-                "--file=configmap/kubelet-ca/ca.crt=/etc/kubernetes/kubelet-ca.crt",
-            ]) {
-                Command::Sync(args) => args,
-                _ => unreachable!(),
-            },
-        )
-        .unwrap();
+        let rules = sync_access(&match &command(&[
+            "sync",
+            "--server=https://127.0.0.1:6443",
+            "--namespace=ns",
+            "--destination-dir=/d",
+            "--secrets=a,b",
+            "--optional-configmaps=c",
+            "--file=configmap/kubelet-ca/ca.crt=/etc/kubernetes/kubelet-ca.crt",
+        ]) {
+            Command::Sync(args) => args.settings().unwrap(),
+            _ => unreachable!(),
+        });
         for (resource, name) in [
             ("secrets", "a"),
             ("secrets", "b"),
@@ -446,21 +436,18 @@ mod tests {
 
     #[test]
     fn sync_above_the_threshold_lists_and_watches_the_whole_kind_and_gets_by_name() {
-        let rules = sync_access(
-            match &command(&[
-                "sync",
-                "--server=https://127.0.0.1:6443",
-                "--namespace=ns",
-                "--destination-dir=/d",
-                "--secrets=a,b,c",
-                "--configmaps=m",
-                "--namespace-watch-threshold=2",
-            ]) {
-                Command::Sync(args) => args,
-                _ => unreachable!(),
-            },
-        )
-        .unwrap();
+        let rules = sync_access(&match &command(&[
+            "sync",
+            "--server=https://127.0.0.1:6443",
+            "--namespace=ns",
+            "--destination-dir=/d",
+            "--secrets=a,b,c",
+            "--configmaps=m",
+            "--namespace-watch-threshold=2",
+        ]) {
+            Command::Sync(args) => args.settings().unwrap(),
+            _ => unreachable!(),
+        });
         for verb in ["list", "watch"] {
             assert!(allowed(&rules, verb, CORE, "secrets", "ns", None), "{verb}");
             // ConfigMaps (one, below the threshold) stay per object.
@@ -489,7 +476,7 @@ mod tests {
         ]) else {
             unreachable!()
         };
-        let rules = sync_access(&args).unwrap();
+        let rules = sync_access(&args.settings().unwrap());
         assert!(allowed(&rules, "create", CORE, "events", "ns", None));
     }
 
@@ -504,7 +491,7 @@ mod tests {
         ]) else {
             unreachable!()
         };
-        assert!(sync_access(&args).unwrap_err().0.contains("../etc"));
+        assert!(args.settings().unwrap_err().0.contains("../etc"));
     }
 
     #[test]
@@ -531,7 +518,7 @@ targets:
         ]) else {
             unreachable!()
         };
-        let rules = regenerate_access(&args, &rotation);
+        let rules = regenerate_access(&args.settings().unwrap(), &rotation);
         for (resource, ns, name) in [
             ("secrets", "operator", "signer"),
             ("configmaps", "managed", "ca"),

@@ -1,4 +1,9 @@
 //! Command-line flags. Each flag's doc comment is its help text.
+//!
+//! This is the only module that knows clap: each subcommand's flags are turned into the plain
+//! settings its job runs with ([`Command::job`]), validated on the way (names, durations,
+//! `--file` mappings, `--now`), so the jobs never see a flag type and a bad flag is a
+//! [`ConfigError`] (exit code 2) before anything starts.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -6,8 +11,9 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-pub use crate::error::ConfigError;
-use crate::time::parse_duration;
+use crate::error::ConfigError;
+use crate::time::{parse_duration, parse_now};
+use crate::{connection, inspect, regenerate, sync};
 
 /// Keeps a static pod's certificates on disk in step with the apiserver.
 #[derive(Debug, Parser)]
@@ -82,11 +88,18 @@ pub struct ConnectionArgs {
 }
 
 impl ConnectionArgs {
-    /// `timeoutSeconds` for watches: two thirds of `--read-idle-timeout` (at least 1 s), so a
-    /// quiet watch ends cleanly (and is resumed) before the idle timeout would cut it.
-    pub fn watch_timeout_seconds(&self) -> u32 {
-        let seconds = self.read_idle_timeout.as_secs() * 2 / 3;
-        seconds.clamp(1, 3600) as u32
+    fn settings(&self) -> connection::Settings {
+        connection::Settings {
+            kubeconfig: self.kubeconfig.clone(),
+            context: self.context.clone(),
+            server: self.server.clone(),
+            ca_file: self.ca_file.clone(),
+            token_file: self.token_file.clone(),
+            tls_server_name_override: self.tls_server_name_override.clone(),
+            insecure_plain_http: self.insecure_plain_http,
+            connect_timeout: self.connect_timeout,
+            read_idle_timeout: self.read_idle_timeout,
+        }
     }
 }
 
@@ -151,8 +164,8 @@ pub struct RegenerateArgs {
     pub config: PathBuf,
     /// `expired-only` acts only on expired or missing material (the recovery controller);
     /// `rotate` also rotates past 80 % of the lifetime or the refresh period.
-    #[arg(long, value_enum, default_value_t = crate::regenerate::Mode::ExpiredOnly)]
-    pub mode: crate::regenerate::Mode,
+    #[arg(long, value_enum, default_value_t = RegenerateMode::ExpiredOnly)]
+    pub mode: RegenerateMode,
     /// Run one pass and exit: 0 when everything is valid or was regenerated, 1 when anything
     /// failed (including broken config items).
     #[arg(long)]
@@ -191,6 +204,25 @@ pub struct RegenerateArgs {
     pub now: Option<String>,
 }
 
+/// `--mode` of `regenerate`: when to act.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RegenerateMode {
+    /// Only expired or missing material (and serving hostname or client identity drift, and a
+    /// chain that no longer reaches the bundle): never fights the normal rotation operator.
+    ExpiredOnly,
+    /// Also rotate past 80 % of the lifetime or past notBefore + refresh, as library-go does.
+    Rotate,
+}
+
+impl From<RegenerateMode> for regenerate::Mode {
+    fn from(mode: RegenerateMode) -> regenerate::Mode {
+        match mode {
+            RegenerateMode::ExpiredOnly => regenerate::Mode::ExpiredOnly,
+            RegenerateMode::Rotate => regenerate::Mode::Rotate,
+        }
+    }
+}
+
 /// Flags of `cert-syncer inspect`.
 #[derive(Debug, Args)]
 #[command(group(clap::ArgGroup::new("source").args(["dir", "namespace"]).required(true).multiple(true)))]
@@ -221,6 +253,91 @@ pub struct InspectArgs {
     /// Evaluate as if the time were this (RFC 3339 or Unix seconds). For tests and drills.
     #[arg(long, hide = true)]
     pub now: Option<String>,
+}
+
+/// A subcommand's settings: what its job runs with.
+pub(crate) enum Job {
+    Sync(sync::Settings),
+    Regenerate(regenerate::Settings),
+    Inspect(inspect::Settings),
+}
+
+impl Command {
+    /// The settings of this subcommand, validated.
+    ///
+    /// # Errors
+    /// A [`ConfigError`] naming the flag and what is wrong with it.
+    pub(crate) fn job(&self) -> Result<Job, ConfigError> {
+        Ok(match self {
+            Command::Sync(args) => Job::Sync(args.settings()?),
+            Command::Regenerate(args) => Job::Regenerate(args.settings()?),
+            Command::Inspect(args) => Job::Inspect(args.settings()?),
+        })
+    }
+}
+
+impl SyncArgs {
+    pub(crate) fn settings(&self) -> Result<sync::Settings, ConfigError> {
+        let (objects, files) = sync::Settings::objects(&sync::Named {
+            secrets: &self.secrets,
+            optional_secrets: &self.optional_secrets,
+            configmaps: &self.configmaps,
+            optional_configmaps: &self.optional_configmaps,
+            files: &self.files,
+        })?;
+        if self.namespace.is_empty() {
+            return Err(ConfigError(
+                "--namespace (or POD_NAMESPACE) is empty".to_owned(),
+            ));
+        }
+        Ok(sync::Settings {
+            connection: self.connection.settings(),
+            namespace: self.namespace.clone(),
+            destination: self.destination_dir.clone(),
+            objects,
+            files,
+            namespace_watch_threshold: self.namespace_watch_threshold,
+            metrics_listen: self.metrics_listen,
+            pod_name: self.pod_name.clone(),
+            auth_failure_exit_after: self.auth_failure_exit_after,
+            write_parallelism: self.write_parallelism as usize,
+        })
+    }
+}
+
+impl RegenerateArgs {
+    pub(crate) fn settings(&self) -> Result<regenerate::Settings, ConfigError> {
+        Ok(regenerate::Settings {
+            connection: self.connection.settings(),
+            config: self.config.clone(),
+            mode: self.mode.into(),
+            once: self.once,
+            metrics_listen: self.metrics_listen,
+            pod_name: self.pod_name.clone(),
+            pod_namespace: self.pod_namespace.clone(),
+            leader_elect: self.leader_elect,
+            leader_elect_lease_name: self.leader_elect_lease_name.clone(),
+            leader_elect_namespace: self.leader_elect_namespace.clone(),
+            leader_elect_lease_duration: self.leader_elect_lease_duration,
+            leader_elect_renew_deadline: self.leader_elect_renew_deadline,
+            leader_elect_retry_period: self.leader_elect_retry_period,
+            now: self.now.as_deref().map(parse_now).transpose()?,
+        })
+    }
+}
+
+impl InspectArgs {
+    pub(crate) fn settings(&self) -> Result<inspect::Settings, ConfigError> {
+        Ok(inspect::Settings {
+            connection: self.connection.settings(),
+            dirs: self.dir.clone(),
+            namespace: self.namespace.clone(),
+            ca_bundles: self.ca_bundle.clone(),
+            warn_within: self.warn_within,
+            json: self.json,
+            now: self.now.as_deref().map(parse_now).transpose()?,
+        })
+    }
 }
 
 #[cfg(test)]

@@ -19,8 +19,31 @@ use kube::client::ConfigExt;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use reload_lib::ClientTls;
 
-use crate::cli::ConnectionArgs;
 use crate::error::ConfigError;
+
+/// How to reach the apiserver: a kubeconfig, or an explicit URL with a CA file and a token
+/// file (the connection flags, see `cli::ConnectionArgs` for each one's meaning).
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    pub kubeconfig: Option<PathBuf>,
+    pub context: Option<String>,
+    pub server: Option<String>,
+    pub ca_file: Option<PathBuf>,
+    pub token_file: Option<PathBuf>,
+    pub tls_server_name_override: Option<String>,
+    pub insecure_plain_http: bool,
+    pub connect_timeout: std::time::Duration,
+    pub read_idle_timeout: std::time::Duration,
+}
+
+impl Settings {
+    /// `timeoutSeconds` for watches: two thirds of the read idle timeout (at least 1 s), so a
+    /// quiet watch ends cleanly (and is resumed) before the idle timeout would cut it.
+    pub fn watch_timeout_seconds(&self) -> u32 {
+        let seconds = self.read_idle_timeout.as_secs() * 2 / 3;
+        seconds.clamp(1, 3600) as u32
+    }
+}
 
 /// A client and what keeps its reloadable parts alive.
 pub struct Connection {
@@ -92,7 +115,7 @@ fn find_rustls_error<'a>(err: &'a (dyn std::error::Error + 'static)) -> Option<&
 
 /// Builds the client from a kubeconfig, from `--server` and friends, or from the in-cluster
 /// config.
-pub async fn connect(args: &ConnectionArgs) -> anyhow::Result<Connection> {
+pub(crate) async fn connect(args: &Settings) -> anyhow::Result<Connection> {
     let (mut config, kubeconfig_ca) = if let Some(path) = &args.kubeconfig {
         let kubeconfig = read_kubeconfig(path)?;
         let ca = kubeconfig_ca_file(&kubeconfig, args.context.as_deref());

@@ -39,9 +39,9 @@ mod watch;
 /// Errors that come from bad flags or configuration are [`error::ConfigError`]s (exit code 2 in
 /// the binary); anything else is a runtime failure.
 pub async fn run(command: cli::Command) -> anyhow::Result<()> {
-    match command {
-        cli::Command::Sync(args) => sync::run(args).await,
-        cli::Command::Regenerate(args) => regenerate::run(args).await,
-        cli::Command::Inspect(args) => inspect::run(args).await,
+    match command.job()? {
+        cli::Job::Sync(settings) => sync::run(settings).await,
+        cli::Job::Regenerate(settings) => regenerate::run(settings).await,
+        cli::Job::Inspect(settings) => inspect::run(settings).await,
     }
 }

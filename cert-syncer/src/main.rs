@@ -30,7 +30,10 @@ fn main() -> ExitCode {
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
-            let code = if err.downcast_ref::<cli::ConfigError>().is_some() {
+            let code = if err
+                .downcast_ref::<cert_syncer::error::ConfigError>()
+                .is_some()
+            {
                 2
             } else {
                 1

@@ -1,6 +1,6 @@
 //! kube-runtime's `watch_object` with a watch timeout: every watch asks the server to end it
 //! after `timeoutSeconds` (below the connection's read idle timeout, see
-//! [`crate::cli::ConnectionArgs::watch_timeout_seconds`]), so a quiet watch ends cleanly and is
+//! [`crate::connection::Settings::watch_timeout_seconds`]), so a quiet watch ends cleanly and is
 //! resumed from its resourceVersion instead of being cut as a dead connection.
 
 use std::fmt::Debug;

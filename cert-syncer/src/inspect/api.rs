@@ -8,8 +8,7 @@ use kube::Api;
 use kube::api::ListParams;
 
 use super::source::{Entry, Group, Origin};
-use crate::cli::ConnectionArgs;
-use crate::connection::{Target, connect};
+use crate::connection::{self, Target, connect};
 use crate::decode::Raw;
 use crate::kind::Kind;
 use crate::sync::mapping::ToFetched;
@@ -20,7 +19,7 @@ use crate::sync::mapping::ToFetched;
 /// When the connection cannot be set up (bad kubeconfig or flags: exit code 2) or a list fails
 /// (TLS refused, 401/403, unreachable: exit code 1).
 pub(super) async fn namespace(
-    args: &ConnectionArgs,
+    args: &connection::Settings,
     namespace: &str,
 ) -> anyhow::Result<Vec<Group>> {
     let connection = connect(args).await?;

@@ -21,24 +21,39 @@ use std::io::Write;
 
 use anyhow::Context;
 
-use crate::cli::InspectArgs;
 use crate::error::ConfigError;
-use crate::time::{parse_now, unix_now};
+use crate::time::unix_now;
 
-/// Inspects what the flags name and prints the rows. `Err` when any row has a problem (exit
+/// What `inspect` looks at and how it reports.
+#[derive(Debug)]
+pub(crate) struct Settings {
+    /// Used with `namespace`.
+    pub connection: crate::connection::Settings,
+    /// Directories to read, recursively.
+    pub dirs: Vec<std::path::PathBuf>,
+    /// A namespace whose Secrets and ConfigMaps are read through the API.
+    pub namespace: Option<String>,
+    /// CA bundle files every certificate must chain to.
+    pub ca_bundles: Vec<std::path::PathBuf>,
+    /// Certificates expiring within this are `expiring`.
+    pub warn_within: std::time::Duration,
+    /// A JSON array instead of the table.
+    pub json: bool,
+    /// Evaluate at this time (Unix seconds) instead of now.
+    pub now: Option<i64>,
+}
+
+/// Inspects what the settings name and prints the rows. `Err` when any row has a problem (exit
 /// code 1, one line per problem on stderr), or when nothing could be inspected at all.
-pub async fn run(args: InspectArgs) -> anyhow::Result<()> {
-    let now = match args.now.as_deref() {
-        Some(text) => parse_now(text)?,
-        None => unix_now(),
-    };
+pub(crate) async fn run(args: Settings) -> anyhow::Result<()> {
+    let now = args.now.unwrap_or_else(unix_now);
     let required = args
-        .ca_bundle
+        .ca_bundles
         .iter()
         .map(|path| check::Bundle::from_file(path))
         .collect::<Result<Vec<_>, ConfigError>>()?;
     let mut groups = Vec::new();
-    for dir in &args.dir {
+    for dir in &args.dirs {
         groups.extend(scan::directory(dir)?);
     }
     if let Some(namespace) = &args.namespace {

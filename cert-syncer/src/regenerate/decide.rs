@@ -12,7 +12,7 @@ use crate::pki::{Cert, KeyPairPem};
 use crate::time::rfc3339;
 
 /// When to act.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
     /// Only expired or missing material (and serving hostname or client identity drift, and a
     /// chain that no longer reaches the bundle): never fights the normal rotation operator.

@@ -21,6 +21,7 @@ pub mod config;
 mod decide;
 mod metrics;
 mod pass;
+mod settings;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,14 +35,14 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 pub use decide::Mode;
+pub(crate) use settings::Settings;
 
-use crate::cli::RegenerateArgs;
 use crate::decode::Raw;
 use crate::events::EventRecorder;
 use crate::health::Readiness;
 use crate::kind::Kind;
 use crate::leader::{self, Elector};
-use crate::time::{parse_now, rfc3339, unix_now};
+use crate::time::{rfc3339, unix_now};
 use metrics::Metrics;
 use pass::Pass;
 
@@ -50,17 +51,17 @@ use pass::Pass;
 const MAX_SLEEP: Duration = Duration::from_secs(6 * 3600);
 
 /// Runs the controller (or one pass with `--once`).
-pub async fn run(args: RegenerateArgs) -> anyhow::Result<()> {
+pub(crate) async fn run(args: Settings) -> anyhow::Result<()> {
     let rotation = config::load(&args.config)?;
     for broken in &rotation.broken {
         tracing::error!(config = %args.config.display(), item = %broken.item, reason = %broken.reason, "config item skipped; the other items still run");
     }
-    let fixed_now = args.now.as_deref().map(parse_now).transpose()?;
+    let fixed_now = args.now;
     let connection = crate::connection::connect(&args.connection).await?;
     let client = connection.client.clone();
     let events = EventRecorder::new(
         client.clone(),
-        events_namespace(&args),
+        args.events_namespace(),
         args.pod_name.as_deref(),
     );
     let mut registry = Registry::default();
@@ -128,7 +129,7 @@ pub async fn run(args: RegenerateArgs) -> anyhow::Result<()> {
     if args.leader_elect {
         let mut elector = Elector::new(
             client.clone(),
-            lease_namespace(&args),
+            args.lease_namespace(),
             &args.leader_elect_lease_name,
             identity(args.pod_name.as_deref()),
             leader::Timing {
@@ -283,19 +284,6 @@ async fn follow<K>(
             }
         }
     }
-}
-
-/// Where Events go: the pod's namespace, else `default`.
-pub(crate) fn events_namespace(args: &RegenerateArgs) -> &str {
-    args.pod_namespace.as_deref().unwrap_or("default")
-}
-
-/// Where the Lease lives: `--leader-elect-namespace`, else the pod's namespace, else `default`.
-pub(crate) fn lease_namespace(args: &RegenerateArgs) -> &str {
-    args.leader_elect_namespace
-        .as_deref()
-        .or(args.pod_namespace.as_deref())
-        .unwrap_or("default")
 }
 
 /// One Warning Event per failed item (rate-limited per item by the recorder).

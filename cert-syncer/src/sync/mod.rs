@@ -14,6 +14,10 @@
 mod files;
 pub(crate) mod mapping;
 mod namespace;
+mod settings;
+
+use settings::ObjectSpec;
+pub(crate) use settings::{Followed, Named, Settings, followed_objects};
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -29,166 +33,12 @@ use reload_lib::fs::{AtomicDirWriter, WriteOutcome};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::cli::SyncArgs;
 use crate::decode::{DecodeError, Raw};
-use crate::error::ConfigError;
 use crate::events::EventRecorder;
 use crate::health::Readiness;
 use crate::kind::Kind;
 use crate::metrics::{KeyLabels, Metrics, ObjectLabels, ResultLabels};
-use crate::names::is_dns_subdomain;
-use files::FileMapping;
 use mapping::{Fetched, ToFetched};
-
-/// One object to mirror.
-#[derive(Debug, Clone)]
-struct ObjectSpec {
-    kind: Kind,
-    name: String,
-    required: bool,
-    /// Mirrored into the destination directory. `false` for an object named only by `--file`:
-    /// only the mapped key goes to its host file, never the whole object (its private key).
-    mirror: bool,
-}
-
-impl ObjectSpec {
-    fn label(&self) -> String {
-        format!("{}/{}", self.kind.label(), self.name)
-    }
-}
-
-/// Validated settings (flags → what the loop needs).
-#[derive(Debug)]
-struct Settings {
-    namespace: String,
-    destination: PathBuf,
-    objects: Vec<ObjectSpec>,
-    files: Vec<FileMapping>,
-    /// A kind with more named objects than this gets one namespace-wide watcher.
-    namespace_watch_threshold: usize,
-}
-
-impl Settings {
-    /// The named objects of `kind`.
-    fn objects_of(&self, kind: Kind) -> Vec<ObjectSpec> {
-        self.objects
-            .iter()
-            .filter(|o| o.kind == kind)
-            .cloned()
-            .collect()
-    }
-
-    /// Whether `kind` is followed with one namespace-wide watcher (more named objects of it
-    /// than the threshold) rather than one watcher per object.
-    fn namespace_wide(&self, kind: Kind) -> bool {
-        self.objects.iter().filter(|o| o.kind == kind).count() > self.namespace_watch_threshold
-    }
-}
-
-impl Settings {
-    fn from_args(args: &SyncArgs) -> Result<Settings, ConfigError> {
-        let mut objects = Vec::new();
-        let lists = [
-            (Kind::Secret, true, &args.secrets),
-            (Kind::Secret, false, &args.optional_secrets),
-            (Kind::ConfigMap, true, &args.configmaps),
-            (Kind::ConfigMap, false, &args.optional_configmaps),
-        ];
-        for (kind, required, names) in lists {
-            for name in names.iter().filter(|n| !n.is_empty()) {
-                if !is_dns_subdomain(name) {
-                    return Err(ConfigError(format!(
-                        "invalid {} name {name:?}",
-                        kind.label()
-                    )));
-                }
-                if objects
-                    .iter()
-                    .any(|o: &ObjectSpec| o.kind == kind && o.name == *name)
-                {
-                    return Err(ConfigError(format!(
-                        "{} {name} is listed twice",
-                        kind.label()
-                    )));
-                }
-                objects.push(ObjectSpec {
-                    kind,
-                    name: name.clone(),
-                    required,
-                    mirror: true,
-                });
-            }
-        }
-        let files = args
-            .files
-            .iter()
-            .map(|f| FileMapping::parse(f))
-            .collect::<Result<Vec<_>, _>>()?;
-        for file in &files {
-            if !objects
-                .iter()
-                .any(|o| o.kind == file.kind && o.name == file.name)
-            {
-                // Required: a host file whose object is missing is a failure to report (not
-                // ready), and there is no directory to remove.
-                objects.push(ObjectSpec {
-                    kind: file.kind,
-                    name: file.name.clone(),
-                    required: true,
-                    mirror: false,
-                });
-            }
-        }
-        if objects.is_empty() {
-            return Err(ConfigError(
-                "nothing to sync: name objects with --secrets, --optional-secrets, --configmaps, --optional-configmaps or --file".to_owned(),
-            ));
-        }
-        if args.namespace.is_empty() {
-            return Err(ConfigError(
-                "--namespace (or POD_NAMESPACE) is empty".to_owned(),
-            ));
-        }
-        Ok(Settings {
-            namespace: args.namespace.clone(),
-            destination: args.destination_dir.clone(),
-            objects,
-            files,
-            namespace_watch_threshold: args.namespace_watch_threshold,
-        })
-    }
-}
-
-/// The objects `sync` follows for some flags: what [`crate::access`] grants.
-pub(crate) struct Followed {
-    /// Their namespace.
-    pub namespace: String,
-    /// (resource plural, name) of the named objects and those of `--file`.
-    pub objects: Vec<(&'static str, String)>,
-    /// Resource plurals followed with one namespace-wide list+watch (above
-    /// `--namespace-watch-threshold`).
-    pub namespace_wide: Vec<&'static str>,
-}
-
-/// The objects `sync` follows for these flags (the same validation as the run).
-pub(crate) fn followed_objects(args: &SyncArgs) -> Result<Followed, ConfigError> {
-    let settings = Settings::from_args(args)?;
-    let namespace_wide = Kind::ALL
-        .into_iter()
-        .filter(|kind| settings.namespace_wide(*kind))
-        .map(Kind::plural)
-        .collect();
-    let objects = settings
-        .objects
-        .into_iter()
-        .map(|object| (object.kind.plural(), object.name))
-        .collect();
-    Ok(Followed {
-        namespace: settings.namespace,
-        objects,
-        namespace_wide,
-    })
-}
 
 /// Shared by the per-object tasks.
 struct Context {
@@ -211,9 +61,8 @@ struct Context {
 }
 
 /// Runs until SIGTERM/SIGINT (exit 0) or until authentication has failed for too long (error).
-pub async fn run(args: SyncArgs) -> anyhow::Result<()> {
-    let settings = Settings::from_args(&args)?;
-    let connection = crate::connection::connect(&args.connection).await?;
+pub(crate) async fn run(settings: Settings) -> anyhow::Result<()> {
+    let connection = crate::connection::connect(&settings.connection).await?;
     let client = connection.client.clone();
     let shutdown = crate::shutdown::on_signal()?;
     let mut registry = Registry::default();
@@ -222,7 +71,7 @@ pub async fn run(args: SyncArgs) -> anyhow::Result<()> {
     for object in settings.objects.iter().filter(|o| o.required) {
         readiness.block(&object.label(), "not synced yet");
     }
-    if let Some(addr) = args.metrics_listen {
+    if let Some(addr) = settings.metrics_listen {
         let registry = Arc::new(registry);
         let (readiness, shutdown) = (readiness.clone(), shutdown.clone());
         tokio::spawn(async move {
@@ -235,18 +84,18 @@ pub async fn run(args: SyncArgs) -> anyhow::Result<()> {
         events: EventRecorder::new(
             client.clone(),
             &settings.namespace,
-            args.pod_name.as_deref(),
+            settings.pod_name.as_deref(),
         ),
         client,
         connection,
-        settings,
         metrics,
         readiness,
         auth_failing_since: Mutex::new(None),
-        auth_failure_exit_after: args.auth_failure_exit_after,
+        auth_failure_exit_after: settings.auth_failure_exit_after,
         fatal: Mutex::new(None),
         shutdown: shutdown.clone(),
-        write_permits: tokio::sync::Semaphore::new(args.write_parallelism as usize),
+        write_permits: tokio::sync::Semaphore::new(settings.write_parallelism),
+        settings,
     });
     tracing::info!(
         namespace = %context.settings.namespace,

@@ -1,0 +1,47 @@
+//! What `regenerate` runs with: plain values, turned from the flags by `cli`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::Mode;
+
+/// The settings of one `regenerate` run (each field is the flag of the same name).
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    pub connection: crate::connection::Settings,
+    /// The rotation config file.
+    pub config: PathBuf,
+    pub mode: Mode,
+    /// One pass, then exit.
+    pub once: bool,
+    pub metrics_listen: Option<SocketAddr>,
+    /// This pod, for Events and the Lease identity.
+    pub pod_name: Option<String>,
+    pub pod_namespace: Option<String>,
+    /// Act only while holding the Lease.
+    pub leader_elect: bool,
+    pub leader_elect_lease_name: String,
+    pub leader_elect_namespace: Option<String>,
+    pub leader_elect_lease_duration: Duration,
+    pub leader_elect_renew_deadline: Duration,
+    pub leader_elect_retry_period: Duration,
+    /// Evaluate as if the time were this (Unix seconds): drills and tests only.
+    pub now: Option<i64>,
+}
+
+impl Settings {
+    /// Where Events go: the pod's namespace, else `default`.
+    pub(crate) fn events_namespace(&self) -> &str {
+        self.pod_namespace.as_deref().unwrap_or("default")
+    }
+
+    /// Where the Lease lives: `--leader-elect-namespace`, else the pod's namespace, else
+    /// `default`.
+    pub(crate) fn lease_namespace(&self) -> &str {
+        self.leader_elect_namespace
+            .as_deref()
+            .or(self.pod_namespace.as_deref())
+            .unwrap_or("default")
+    }
+}
