@@ -297,6 +297,7 @@ pub const FLAGS_WITHOUT_ACCESS: &[(&str, &[&str])] = &[
             "metrics-listen",
             "auth-failure-exit-after",
             "write-parallelism",
+            "resync-interval",
         ],
     ),
     (

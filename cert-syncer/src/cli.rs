@@ -152,6 +152,11 @@ pub struct SyncArgs {
     #[arg(long, value_name = "N", default_value_t = 8,
           value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub write_parallelism: u32,
+    /// Every this long, check each object's files on disk against the last state seen from the
+    /// apiserver and rewrite what was changed or removed behind our back (from memory: no API
+    /// request; logged and counted in `cert_syncer_resync_repairs_total`). 0 turns it off.
+    #[arg(long, value_parser = parse_duration, default_value = "10m")]
+    pub resync_interval: Duration,
 }
 
 /// Flags of `cert-syncer regenerate`.
@@ -301,6 +306,7 @@ impl SyncArgs {
             pod_name: self.pod_name.clone(),
             auth_failure_exit_after: self.auth_failure_exit_after,
             write_parallelism: self.write_parallelism as usize,
+            resync_interval: self.resync_interval,
         })
     }
 }

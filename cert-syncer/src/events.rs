@@ -3,7 +3,9 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
@@ -16,7 +18,37 @@ const WINDOW: Duration = Duration::from_secs(10);
 pub struct EventRecorder {
     api: Api<Event>,
     pod: Option<ObjectReference>,
+    limit: RateLimit,
+}
+
+/// At most one event per (reason, object) per window, on tokio's clock.
+#[derive(Debug)]
+struct RateLimit {
+    window: Duration,
     last: Mutex<HashMap<(String, String), Instant>>,
+}
+
+impl RateLimit {
+    fn new(window: Duration) -> RateLimit {
+        RateLimit {
+            window,
+            last: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Whether an event about `object` for `reason` may go out now (and if so, remembers it).
+    fn allow(&self, reason: &str, object: &str) -> bool {
+        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        // Forget what is past its window, so a long run does not keep every object ever seen.
+        last.retain(|_, at| now.duration_since(*at) < self.window);
+        let key = (reason.to_owned(), object.to_owned());
+        if last.contains_key(&key) {
+            return false;
+        }
+        last.insert(key, now);
+        true
+    }
 }
 
 impl EventRecorder {
@@ -30,7 +62,7 @@ impl EventRecorder {
                 namespace: Some(namespace.to_owned()),
                 ..ObjectReference::default()
             }),
-            last: Mutex::new(HashMap::new()),
+            limit: RateLimit::new(WINDOW),
         }
     }
 
@@ -40,14 +72,9 @@ impl EventRecorder {
         let Some(pod) = &self.pod else {
             return;
         };
-        {
-            let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
-            let key = (reason.to_owned(), object.to_owned());
-            if last.get(&key).is_some_and(|at| at.elapsed() < WINDOW) {
-                tracing::debug!(reason, object, "event rate-limited");
-                return;
-            }
-            last.insert(key, Instant::now());
+        if !self.limit.allow(reason, object) {
+            tracing::debug!(reason, object, "event rate-limited");
+            return;
         }
         let now = Time(k8s_openapi::jiff::Timestamp::now());
         let event = Event {
@@ -71,7 +98,31 @@ impl EventRecorder {
             ..Event::default()
         };
         if let Err(err) = self.api.create(&PostParams::default(), &event).await {
-            tracing::warn!(reason, object, error = %err, "cannot publish event");
+            tracing::warn!(reason, object, error = %crate::error::chain(&err), "cannot publish event");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn one_event_per_reason_and_object_per_window() {
+        let limit = RateLimit::new(WINDOW);
+        assert!(limit.allow("CertificateUpdated", "secret/a"));
+        assert!(!limit.allow("CertificateUpdated", "secret/a"));
+        // Another object or another reason has its own window.
+        assert!(limit.allow("CertificateUpdated", "secret/b"));
+        assert!(limit.allow("CertificateUpdateFailed", "secret/a"));
+        tokio::time::advance(WINDOW - Duration::from_millis(1)).await;
+        assert!(!limit.allow("CertificateUpdated", "secret/a"));
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert!(limit.allow("CertificateUpdated", "secret/a"));
+        assert!(!limit.allow("CertificateUpdated", "secret/a"));
+        // Entries past their window are forgotten.
+        tokio::time::advance(WINDOW).await;
+        assert!(limit.allow("x", "y"));
+        assert_eq!(limit.last.lock().unwrap().len(), 1);
     }
 }

@@ -5,6 +5,7 @@
 //! | `cert_syncer_syncs_total` | `kind`, `name`, `result` (`written`/`unchanged`/`removed`/`error`) | sync attempts per object |
 //! | `cert_syncer_last_sync_timestamp_seconds` | `kind`, `name` | last successful sync of an object |
 //! | `cert_syncer_certificate_not_after_timestamp_seconds` | `kind`, `name`, `key` | notAfter of the first certificate of each synced PEM key |
+//! | `cert_syncer_resync_repairs_total` | `kind`, `name`, `reason` (`missing`/`file-removed`/`changed`/`unexpected-directory`) | files the periodic resync found changed or removed behind the syncer's back and rewrote from the last seen object |
 //! | `cert_syncer_namespace_watch_events_total` | `kind`, `result` (`changed`/`unchanged`/`unnamed`) | objects seen by a namespace-wide watch: handed to their object's worker, skipped because that resourceVersion was already handed over (relists, duplicates), or not named at all |
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -27,6 +28,13 @@ pub struct ResultLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RepairLabels {
+    pub kind: &'static str,
+    pub name: String,
+    pub reason: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct WatchEventLabels {
     pub kind: &'static str,
     pub result: &'static str,
@@ -46,6 +54,7 @@ pub struct Metrics {
     pub last_sync: Family<ObjectLabels, Gauge>,
     pub not_after: Family<KeyLabels, Gauge>,
     pub watch_events: Family<WatchEventLabels, Counter>,
+    pub resync_repairs: Family<RepairLabels, Counter>,
 }
 
 impl Metrics {
@@ -70,6 +79,11 @@ impl Metrics {
             "cert_syncer_namespace_watch_events",
             "Objects seen by namespace-wide watches, by what was done with them",
             metrics.watch_events.clone(),
+        );
+        registry.register(
+            "cert_syncer_resync_repairs",
+            "Files the resync found changed or removed on disk and rewrote from the last seen object",
+            metrics.resync_repairs.clone(),
         );
         metrics
     }

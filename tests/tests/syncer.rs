@@ -30,7 +30,8 @@ fn mode(path: &Path) -> u32 {
 
 both_backends!(
     secrets_and_config_maps_are_mirrored_and_served_by_a_reloading_server,
-    a_key_that_would_escape_or_shadow_the_layout_is_refused_and_nothing_is_written
+    a_key_that_would_escape_or_shadow_the_layout_is_refused_and_nothing_is_written,
+    files_changed_or_removed_behind_the_syncers_back_are_repaired_by_the_resync_without_requests
 );
 
 async fn secrets_and_config_maps_are_mirrored_and_served_by_a_reloading_server(backend: Backend) {
@@ -271,4 +272,126 @@ async fn a_key_that_would_escape_or_shadow_the_layout_is_refused_and_nothing_is_
     assert!(!dest.join("secrets/evil/tls.crt").exists());
     assert!(!dest.join("secrets/x").exists() && !tmp.path().join("x").exists());
     syncer.process.kill();
+}
+
+/// The resync (`--resync-interval`): files changed or removed on disk behind the syncer's back
+/// are rewritten from the last object seen, on both ways of following (one watcher per object,
+/// and one namespace-wide watcher), without a single GET; counted per reason; and a disk that
+/// matches is left alone.
+async fn files_changed_or_removed_behind_the_syncers_back_are_repaired_by_the_resync_without_requests(
+    backend: Backend,
+) {
+    install_crypto_provider();
+    let tmp = tempfile::tempdir().unwrap();
+    let api = TestApi::start_default(backend, tmp.path()).await;
+    let client = api.recovery_client();
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), NS);
+    let config_maps: Api<ConfigMap> = Api::namespaced(client, NS);
+    let mut ca = Ca::new();
+    let (cert, key, _) = ca.leaf();
+    secrets
+        .create(
+            &PostParams::default(),
+            &tls_secret("serving-cert", &cert, &key),
+        )
+        .await
+        .unwrap();
+    config_maps
+        .create(
+            &PostParams::default(),
+            &e2e::syncer::bundle_config_map("client-ca", &ca.pem),
+        )
+        .await
+        .unwrap();
+
+    // Per object, and namespace-wide (threshold 0), each with its own directory and host file.
+    let mut syncers = Vec::new();
+    for (name, threshold) in [("per-object", "50"), ("namespace-wide", "0")] {
+        let dest = tmp.path().join(name);
+        let host_file = tmp.path().join(format!("{name}-kubelet-ca.crt"));
+        let syncer = Syncer::start(
+            &api,
+            &dest,
+            &[
+                "--secrets",
+                "serving-cert",
+                "--configmaps",
+                "client-ca",
+                "--file",
+                &format!("configmap/client-ca/ca-bundle.crt={}", host_file.display()),
+                "--namespace-watch-threshold",
+                threshold,
+                "--resync-interval",
+                "1s",
+            ],
+        );
+        wait_until("the first sync", || {
+            read(&dest.join("secrets/serving-cert/tls.crt")).as_deref() == Some(cert.as_str())
+                && read(&dest.join("configmaps/client-ca/ca-bundle.crt")).as_deref()
+                    == Some(ca.pem.as_str())
+                && read(&host_file).as_deref() == Some(ca.pem.as_str())
+        });
+        wait_until("readiness", || syncer.readyz().0 == 200);
+        syncers.push((name, dest, host_file, syncer));
+    }
+    let gets = (
+        api.request_count("get", "secrets").await,
+        api.request_count("get", "configmaps").await,
+    );
+
+    for (name, dest, host_file, syncer) in &syncers {
+        let tls_crt = dest.join("secrets/serving-cert/tls.crt");
+        let tls_key = dest.join("secrets/serving-cert/tls.key");
+        let bundle_dir = dest.join("configmaps/client-ca");
+        // Content changed through the key's link, a key's link removed, a whole object's
+        // directory removed, and the host file changed.
+        std::fs::write(&tls_crt, "tampered").unwrap();
+        std::fs::remove_file(&tls_key).unwrap();
+        std::fs::remove_dir_all(&bundle_dir).unwrap();
+        std::fs::write(host_file, "tampered").unwrap();
+        wait_until(&format!("{name}: the disk repaired"), || {
+            read(&tls_crt).as_deref() == Some(cert.as_str())
+                && read(&tls_key).as_deref() == Some(key.as_str())
+                && read(&bundle_dir.join("ca-bundle.crt")).as_deref() == Some(ca.pem.as_str())
+                && read(host_file).as_deref() == Some(ca.pem.as_str())
+        });
+        assert_eq!(mode(&tls_key), 0o600, "{name}");
+        let repairs = |metrics: &str, labels: &[&str]| {
+            e2e::metric_sum(metrics, "cert_syncer_resync_repairs_total", labels)
+        };
+        let mut metrics = syncer.metrics();
+        wait_until(&format!("{name}: every repair counted"), || {
+            metrics = syncer.metrics();
+            repairs(&metrics, &["kind=\"configmap\"", "reason=\"changed\""]) >= 1.0
+        });
+        // The content change and the removed link of the Secret are found in one resync or in
+        // two (the first rewrite repairs both), so its reason is `changed` or `file-removed`.
+        assert!(
+            repairs(&metrics, &["name=\"serving-cert\""]) >= 1.0,
+            "{name}: {metrics}"
+        );
+        assert!(
+            repairs(&metrics, &["name=\"client-ca\"", "reason=\"missing\""]) >= 1.0,
+            "{name}: {metrics}"
+        );
+        // Once the disk matches, the resync leaves it alone: no more repairs, no new generation.
+        let settled = repairs(&metrics, &[]);
+        let generation = std::fs::read_link(dest.join("secrets/serving-cert/..data")).unwrap();
+        std::thread::sleep(Duration::from_millis(3500));
+        assert_eq!(repairs(&syncer.metrics(), &[]), settled, "{name}");
+        assert_eq!(
+            std::fs::read_link(dest.join("secrets/serving-cert/..data")).unwrap(),
+            generation,
+            "{name}"
+        );
+    }
+    // All of it from memory: not one GET (the confirming GETs of a watched change) since.
+    assert_eq!(
+        (
+            api.request_count("get", "secrets").await,
+            api.request_count("get", "configmaps").await,
+        ),
+        gets,
+        "the resync made API requests"
+    );
 }

@@ -11,7 +11,8 @@
 //! - Each named object has a worker task holding at most one pending state: a newer state
 //!   replaces an older one not yet written (bursts coalesce, writes land in order), and a failed
 //!   write is retried with backoff until it succeeds or a newer state arrives. Workers take one
-//!   of the `--write-parallelism` permits for each attempt.
+//!   of the `--write-parallelism` permits for each attempt. A worker re-applies the last state
+//!   it settled to the disk every resync period (from memory, no request).
 //!
 //! # No confirming GET for present objects
 //! The per-name path confirms every change with a live GET. Here the object in hand comes from a
@@ -25,7 +26,6 @@
 use std::collections::{HashMap, HashSet};
 use std::fmt::Debug;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use futures::StreamExt;
 use kube::Api;
@@ -35,13 +35,15 @@ use serde::de::DeserializeOwned;
 use tokio::sync::Notify;
 use tracing::Instrument;
 
-use super::mapping::{Fetched, ToFetched, TryFetched};
-use super::{Context, ObjectSpec, RETRY_MAX, next_retry};
-use crate::decode::{DecodeError, Raw};
+use super::apply::Desired;
+use super::follow::{Follower, Resync, Retry};
+use super::mapping::{ToFetched, TryFetched};
+use super::settings::ObjectSpec;
+use crate::decode::Raw;
 use crate::metrics::WatchEventLabels;
 
 /// Follows the named `objects` (all of one kind) with one namespace-wide watcher until shutdown.
-pub(super) async fn follow<K>(context: Arc<Context>, objects: Vec<ObjectSpec>)
+pub(super) async fn follow<K>(context: Arc<Follower>, objects: Vec<ObjectSpec>)
 where
     K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
         + DeserializeOwned
@@ -53,12 +55,9 @@ where
     let Some(kind) = objects.first().map(|o| o.kind) else {
         return;
     };
-    let what = format!(
-        "{}s in namespace {}",
-        kind.label(),
-        context.settings.namespace
-    );
-    let api: Api<Raw<K>> = Api::namespaced(context.client.clone(), &context.settings.namespace);
+    let namespace = &context.applier.settings.namespace;
+    let what = format!("{}s in namespace {namespace}", kind.label());
+    let api: Api<Raw<K>> = Api::namespaced(context.client.clone(), namespace);
     let mut slots = HashMap::new();
     let mut workers = Vec::new();
     for object in &objects {
@@ -75,6 +74,7 @@ where
     let count = |result: &'static str, n: u64| {
         if n > 0 {
             context
+                .applier
                 .metrics
                 .watch_events
                 .get_or_create(&WatchEventLabels {
@@ -99,7 +99,7 @@ where
             None => break,
             Some(Ok(event)) => {
                 context.auth_ok();
-                context.readiness.clear("tls");
+                context.applier.readiness.clear("tls");
                 if matches!(event, Event::InitDone) {
                     tracing::debug!(kind = kind.label(), "namespace list done");
                 }
@@ -121,17 +121,6 @@ where
     for worker in workers {
         let _ = worker.await;
     }
-}
-
-/// What a named object should become on disk.
-#[derive(Debug)]
-enum Desired {
-    /// Written as this.
-    Present(Fetched),
-    /// Present, but it does not decode: files kept, the reason logged.
-    Undecodable(DecodeError),
-    /// Deleted from the apiserver (or missing from a list).
-    Absent,
 }
 
 /// The last state handed to a worker, to recognise what it already has.
@@ -263,57 +252,78 @@ impl Slot {
 }
 
 /// One named object's worker: applies each state handed over, retries a failed one with
-/// backoff until it settles or a newer state replaces it.
-async fn work<K>(context: Arc<Context>, api: Api<Raw<K>>, object: ObjectSpec, slot: Arc<Slot>)
+/// backoff until it settles or a newer state replaces it, and re-applies the settled state to
+/// the disk every resync period.
+async fn work<K>(context: Arc<Follower>, api: Api<Raw<K>>, object: ObjectSpec, slot: Arc<Slot>)
 where
     K: kube::Resource<DynamicType = ()> + DeserializeOwned + ToFetched,
 {
     let mut pending: Option<Desired> = None;
-    let mut retry: Option<Duration> = None;
+    let mut settled_state: Option<Desired> = None;
+    let mut retry = Retry::default();
+    let mut resync = Resync::new(context.resync_interval);
     loop {
         tokio::select! {
             () = slot.notify.notified() => {
                 let Some(desired) = slot.take() else { continue };
                 pending = Some(desired);
-                retry = None;
+                retry.reset();
             }
-            () = tokio::time::sleep(retry.unwrap_or(RETRY_MAX)), if retry.is_some() => {}
+            () = retry.wait() => {}
+            () = resync.tick() => {
+                if let (None, Some(desired)) = (&pending, &settled_state) {
+                    let _permit = context.write_permit().await;
+                    if !context.applier.resync(&object, desired).await {
+                        retry.after(false);
+                    }
+                }
+                continue;
+            }
             () = context.shutdown.cancelled() => return,
         }
-        let Some(desired) = &pending else { continue };
-        let settled = {
+        let Some(desired) = pending.take() else {
+            continue;
+        };
+        let (settled, applied) = {
             let _permit = context.write_permit().await;
-            let span = tracing::info_span!("sync", object = %object.label(), secret.namespace = %context.settings.namespace, retry = ?retry);
+            let span = tracing::info_span!("sync", object = %object.label(), secret.namespace = %context.applier.settings.namespace, retry = ?retry.delay());
             apply(&context, &object, &api, desired)
                 .instrument(span)
                 .await
         };
         if settled {
-            pending = None;
+            settled_state = Some(applied);
+        } else {
+            pending = Some(applied);
         }
-        retry = next_retry(retry, settled);
+        retry.after(settled);
     }
 }
 
-/// Writes or removes; `false` when it failed in a way worth retrying.
+/// Writes or removes; returns whether it settled (`false`: worth retrying) and the state it
+/// applied: `desired`, or what the live GET found instead.
 async fn apply<K>(
-    context: &Context,
+    context: &Follower,
     object: &ObjectSpec,
     api: &Api<Raw<K>>,
-    desired: &Desired,
-) -> bool
+    desired: Desired,
+) -> (bool, Desired)
 where
     K: kube::Resource<DynamicType = ()> + DeserializeOwned + ToFetched,
 {
+    let applier = &context.applier;
     match desired {
-        Desired::Present(fetched) => context.write(object, fetched).await,
-        Desired::Undecodable(err) => context.undecodable(object, err).await,
         // Nothing to remove (required objects keep their files): no need to ask.
-        Desired::Absent if object.required || !context.object_dir(object).exists() => {
-            context.absent(object).await
-        }
+        Desired::Absent if object.required || !applier.object_dir(object).exists() => (
+            applier.apply(object, &Desired::Absent).await,
+            Desired::Absent,
+        ),
         // Removing files: confirm with a live GET first (which writes the object if it exists).
-        Desired::Absent => context.reconcile(object, api, false).await,
+        Desired::Absent => match context.reconcile(object, api, false).await {
+            (settled, Some(confirmed)) => (settled, confirmed),
+            (settled, None) => (settled, Desired::Absent),
+        },
+        desired => (applier.apply(object, &desired).await, desired),
     }
 }
 

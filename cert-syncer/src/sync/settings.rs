@@ -47,6 +47,9 @@ pub(crate) struct Settings {
     pub auth_failure_exit_after: Duration,
     /// At most this many objects are reconciled at once.
     pub write_parallelism: usize,
+    /// How often the disk is checked against the last state seen of each object (and repaired
+    /// from it); zero: never.
+    pub resync_interval: Duration,
 }
 
 /// The object names as given: required and optional, per kind, and the `--file` mappings.
