@@ -7,12 +7,13 @@
 //! Optional for `regenerate`: optimistic concurrency already makes replicas safe; a leader keeps
 //! the recovery logs in one pod, as OpenShift does.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::Api;
 use kube::api::{ObjectMeta, PostParams};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 /// Timing, defaults as OpenShift's cert-regeneration-controller (137 s / 107 s / 26 s).
@@ -66,7 +67,7 @@ impl Elector {
                     }
                 }
                 Err(err) => {
-                    tracing::warn!(lease = %self.name, error = %err, "cannot read or write the lease")
+                    tracing::warn!(lease = %self.name, error = %crate::error::chain(&err), "cannot read or write the lease")
                 }
             }
             tokio::select! {
@@ -91,7 +92,7 @@ impl Elector {
                     return Some(format!("lease {} taken over by {holder}", self.name));
                 }
                 Err(err) => {
-                    tracing::warn!(lease = %self.name, error = %err, "cannot renew the lease")
+                    tracing::warn!(lease = %self.name, error = %crate::error::chain(&err), "cannot renew the lease")
                 }
             }
             if last_renewal.elapsed() > self.timing.renew_deadline {
@@ -115,7 +116,7 @@ impl Elector {
                     .replace(&self.name, &PostParams::default(), &lease)
                     .await
                 {
-                    tracing::warn!(lease = %self.name, error = %err, "cannot release the lease");
+                    tracing::warn!(lease = %self.name, error = %crate::error::chain(&err), "cannot release the lease");
                 } else {
                     tracing::info!(lease = %self.name, "released the lease");
                 }
@@ -197,4 +198,126 @@ enum Attempt {
 
 fn is_conflict(err: &kube::Error) -> bool {
     matches!(err, kube::Error::Api(status) if status.code == 409)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fake_api::FakeApi;
+
+    const LEASE: &str = "/apis/coordination.k8s.io/v1/namespaces/ns/leases/lock";
+    const TIMING: Timing = Timing {
+        lease_duration: Duration::from_secs(10),
+        renew_deadline: Duration::from_secs(8),
+        retry_period: Duration::from_secs(2),
+    };
+
+    fn elector(api: &FakeApi, identity: &str) -> Elector {
+        Elector::new(api.client(), "ns", "lock", identity.to_owned(), TIMING)
+    }
+
+    fn spec(api: &FakeApi, field: &str) -> serde_json::Value {
+        api.get(LEASE).expect("the lease exists")["spec"][field].clone()
+    }
+
+    fn renewals(api: &FakeApi) -> usize {
+        api.requests()
+            .iter()
+            .filter(|r| *r == &format!("PUT {LEASE}"))
+            .count()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_candidate_acquires_a_free_lease_renews_it_every_retry_period_and_releases_it() {
+        let api = FakeApi::new();
+        let shutdown = CancellationToken::new();
+        let mut a = elector(&api, "a");
+        let start = Instant::now();
+        assert!(a.acquire(&shutdown).await);
+        assert_eq!(
+            start.elapsed(),
+            Duration::ZERO,
+            "a free lease is taken at once"
+        );
+        assert_eq!(spec(&api, "holderIdentity"), "a");
+        assert_eq!(spec(&api, "leaseDurationSeconds"), 10);
+
+        let holding = {
+            let shutdown = shutdown.clone();
+            tokio::spawn(async move {
+                let lost = a.hold(&shutdown).await;
+                (a, lost)
+            })
+        };
+        tokio::time::sleep(Duration::from_secs(7)).await;
+        assert_eq!(renewals(&api), 3, "renewed at 2 s, 4 s and 6 s");
+        shutdown.cancel();
+        let (mut a, lost) = holding.await.unwrap();
+        assert_eq!(lost, None, "a shutdown is not a loss");
+        a.release().await;
+        assert_eq!(spec(&api, "holderIdentity"), serde_json::Value::Null);
+        assert_eq!(spec(&api, "leaseDurationSeconds"), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_leader_gives_up_once_it_could_not_renew_within_the_renew_deadline() {
+        let api = FakeApi::new();
+        let shutdown = CancellationToken::new();
+        let mut a = elector(&api, "a");
+        assert!(a.acquire(&shutdown).await);
+        api.set_failing(true);
+        let start = Instant::now();
+        let lost = a.hold(&shutdown).await.expect("lost");
+        assert!(lost.contains("not renewed within"), "{lost}");
+        // Attempts at 2, 4, 6, 8 and 10 s: the first past the 8 s deadline gives up.
+        assert_eq!(start.elapsed(), Duration::from_secs(10));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_leader_that_hears_of_a_new_holder_steps_down() {
+        let api = FakeApi::new();
+        let shutdown = CancellationToken::new();
+        let mut a = elector(&api, "a");
+        assert!(a.acquire(&shutdown).await);
+        let mut lease = api.get(LEASE).unwrap();
+        lease["spec"]["holderIdentity"] = "b".into();
+        api.put(LEASE, lease);
+        let lost = a.hold(&shutdown).await.expect("lost");
+        assert!(lost.contains("taken over by b"), "{lost}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_standby_takes_over_only_after_the_lease_duration_without_renewal() {
+        let api = FakeApi::new();
+        let shutdown = CancellationToken::new();
+        let mut a = elector(&api, "a");
+        assert!(a.acquire(&shutdown).await);
+
+        // While a renews, b waits, however long.
+        let holding = {
+            let shutdown = shutdown.clone();
+            tokio::spawn(async move { a.hold(&shutdown).await })
+        };
+        let mut b = elector(&api, "b");
+        let waited = tokio::time::timeout(Duration::from_secs(60), b.acquire(&shutdown)).await;
+        assert!(waited.is_err(), "b must not take a renewed lease");
+        assert_eq!(spec(&api, "holderIdentity"), "a");
+
+        // a dies without releasing. A fresh standby c takes over once the record has not
+        // changed for the lease duration by its own clock: first seen now, free after more
+        // than 10 s, so at its attempt at 12 s (never by comparing a's timestamps with its
+        // wall clock).
+        holding.abort();
+        let _ = holding.await;
+        let mut c = elector(&api, "c");
+        let start = Instant::now();
+        assert!(c.acquire(&shutdown).await);
+        assert_eq!(start.elapsed(), Duration::from_secs(12));
+        assert_eq!(spec(&api, "holderIdentity"), "c");
+        assert_eq!(spec(&api, "leaseTransitions"), 1);
+        // b, which has watched the unchanged record of a all along, lost the race to c's
+        // write and sees c as the holder now.
+        let again = tokio::time::timeout(Duration::from_secs(5), b.acquire(&shutdown)).await;
+        assert!(again.is_err());
+    }
 }

@@ -20,6 +20,8 @@ mod connection;
 mod decode;
 pub mod error;
 mod events;
+#[cfg(test)]
+mod fake_api;
 mod health;
 mod input_file;
 mod inspect;

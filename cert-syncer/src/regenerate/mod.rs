@@ -21,6 +21,8 @@ pub mod config;
 mod decide;
 mod metrics;
 mod pass;
+#[cfg(test)]
+mod pass_tests;
 mod settings;
 
 use std::sync::Arc;

@@ -1,0 +1,254 @@
+//! Unit tests of one [`Pass`] against an in-memory apiserver ([`crate::fake_api`]): signers,
+//! bundles and targets each on their own, what is written, what is left alone, and how
+//! conflicts and foreign objects are handled. (A file of its own, beside `pass.rs`.)
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use serde_json::json;
+
+use super::Mode;
+use super::config::{self, Rotation};
+use super::pass::{Pass, Report};
+use crate::events::EventRecorder;
+use crate::fake_api::FakeApi;
+use crate::pki::{self, Cert, KeyPairPem};
+
+const DAY: u64 = 86_400;
+
+const CONFIG: &str = r#"
+namespace: ns
+signers:
+  - { name: signer, validity: 100d, refresh: 50d }
+bundles:
+  - { name: ca, signers: [signer] }
+targets:
+  - { name: serving, signer: signer, serving: { hostnames: [localhost, 127.0.0.1] }, validity: 30d, refresh: 15d }
+"#;
+
+fn secret_path(name: &str) -> String {
+    format!("/api/v1/namespaces/ns/secrets/{name}")
+}
+
+fn config_map_path(name: &str) -> String {
+    format!("/api/v1/namespaces/ns/configmaps/{name}")
+}
+
+async fn pass(api: &FakeApi, rotation: &Rotation, now: i64) -> Report {
+    let client = api.client();
+    let events = EventRecorder::new(client.clone(), "ns", None);
+    Pass {
+        client: &client,
+        rotation,
+        mode: Mode::ExpiredOnly,
+        now,
+        apiserver_now: None,
+        events: &events,
+    }
+    .run()
+    .await
+}
+
+fn now() -> i64 {
+    crate::time::unix_now()
+}
+
+/// The pair stored in a Secret.
+fn stored_pair(api: &FakeApi, name: &str) -> KeyPairPem {
+    let secret: Secret = serde_json::from_value(api.get(&secret_path(name)).unwrap()).unwrap();
+    let data = secret.data.unwrap();
+    KeyPairPem::parse(&data["tls.crt"].0, &data["tls.key"].0).unwrap()
+}
+
+/// The CAs stored in a bundle.
+fn stored_bundle(api: &FakeApi, name: &str) -> Vec<Cert> {
+    let map: ConfigMap = serde_json::from_value(api.get(&config_map_path(name)).unwrap()).unwrap();
+    let (certs, problems) = pki::parse_bundle(map.data.unwrap()["ca-bundle.crt"].as_bytes());
+    assert!(problems.is_empty(), "{problems:?}");
+    certs
+}
+
+fn written(report: &Report) -> Vec<String> {
+    report
+        .written
+        .iter()
+        .map(|w| format!("{} {} {}", w.kind, w.object, w.reason_label))
+        .collect()
+}
+
+fn writes(api: &FakeApi) -> usize {
+    api.requests()
+        .iter()
+        .filter(|r| r.starts_with("PUT") || r.starts_with("POST"))
+        .count()
+}
+
+/// A Secret holding `pair`, as someone else (or an earlier pass) wrote it.
+fn tls_secret(name: &str, pair: &KeyPairPem, type_: &str) -> serde_json::Value {
+    use k8s_openapi::ByteString;
+    let secret = Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.to_owned()),
+            namespace: Some("ns".to_owned()),
+            ..Default::default()
+        },
+        type_: Some(type_.to_owned()),
+        data: Some(
+            [
+                ("tls.crt", pair.cert_pem().into_bytes()),
+                ("tls.key", pair.key_pem.clone().into_bytes()),
+            ]
+            .into_iter()
+            .map(|(key, bytes)| (key.to_owned(), ByteString(bytes)))
+            .collect(),
+        ),
+        ..Default::default()
+    };
+    serde_json::to_value(secret).unwrap()
+}
+
+fn signer_at(issued: i64, days: u64) -> KeyPairPem {
+    pki::new_signer(
+        &format!("ns_signer@{issued}"),
+        issued,
+        Duration::ZERO,
+        Duration::from_secs(days * DAY),
+    )
+    .unwrap()
+}
+
+#[tokio::test]
+async fn an_empty_namespace_gets_signer_bundle_and_target_and_a_second_pass_writes_nothing() {
+    let api = FakeApi::new();
+    let rotation = config::parse(CONFIG).unwrap();
+    let report = pass(&api, &rotation, now()).await;
+    assert!(report.failures.is_empty(), "{:?}", report.failures);
+    assert_eq!(
+        written(&report),
+        [
+            "signer ns/signer missing",
+            "bundle ns/ca bundle",
+            "target ns/serving missing"
+        ]
+    );
+    let signer = stored_pair(&api, "signer");
+    assert!(signer.cert().is_ca);
+    let bundle = stored_bundle(&api, "ca");
+    assert_eq!(bundle.len(), 1);
+    assert_eq!(bundle[0].der, signer.cert().der);
+    let serving = stored_pair(&api, "serving");
+    assert_eq!(serving.cert().hostnames, ["127.0.0.1", "localhost"]);
+    assert!(pki::issued_by(serving.cert(), signer.cert()));
+    assert!(report.next_deadline.is_some());
+
+    let before = writes(&api);
+    let again = pass(&api, &rotation, now()).await;
+    assert!(
+        again.failures.is_empty() && again.written.is_empty(),
+        "{again:?}"
+    );
+    assert_eq!(writes(&api), before, "a valid set is never written");
+}
+
+#[tokio::test]
+async fn signers_an_expired_one_is_replaced_and_a_foreign_secret_type_is_refused() {
+    let api = FakeApi::new();
+    let rotation = config::parse(CONFIG).unwrap();
+    let now = now();
+    let expired = signer_at(now - 200 * DAY as i64, 100);
+    api.put(
+        &secret_path("signer"),
+        tls_secret("signer", &expired, "kubernetes.io/tls"),
+    );
+    let report = pass(&api, &rotation, now).await;
+    assert!(report.failures.is_empty(), "{:?}", report.failures);
+    assert!(
+        written(&report).contains(&"signer ns/signer expired".to_owned()),
+        "{:?}",
+        written(&report)
+    );
+    let replaced = stored_pair(&api, "signer");
+    assert_ne!(replaced.cert().der, expired.cert().der);
+    assert!(!replaced.cert().is_expired_at(now));
+
+    // A Secret of another type is someone else's: no key is ever written into it, and what
+    // depends on the signer is skipped, not guessed.
+    let foreign = FakeApi::new();
+    foreign.put(
+        &secret_path("signer"),
+        tls_secret("signer", &expired, "kubernetes.io/dockerconfigjson"),
+    );
+    let report = pass(&foreign, &rotation, now).await;
+    assert!(report.written.is_empty(), "{:?}", written(&report));
+    let failures = report.failures.join("\n");
+    assert!(failures.contains("refusing"), "{failures}");
+    assert!(
+        failures.contains("configmap ns/ca: skipped, signer ns/signer unavailable"),
+        "{failures}"
+    );
+    assert!(
+        failures.contains("secret ns/serving: skipped, signer ns/signer unavailable"),
+        "{failures}"
+    );
+    assert_eq!(writes(&foreign), 0);
+}
+
+#[tokio::test]
+async fn bundles_keep_valid_old_cas_drop_expired_ones_and_retry_after_a_conflict() {
+    let api = FakeApi::new();
+    let rotation = config::parse(CONFIG).unwrap();
+    let now = now();
+    let current = signer_at(now - DAY as i64, 100);
+    let old = signer_at(now - 50 * DAY as i64, 100);
+    let expired = signer_at(now - 150 * DAY as i64, 100);
+    api.put(
+        &secret_path("signer"),
+        tls_secret("signer", &current, "kubernetes.io/tls"),
+    );
+    let text = pki::bundle_pem(&[old.cert().clone(), expired.cert().clone()]);
+    api.put(
+        &config_map_path("ca"),
+        json!({
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": { "name": "ca", "namespace": "ns" },
+            "data": { "ca-bundle.crt": text },
+        }),
+    );
+    // The first write of the bundle meets a concurrent change: re-read, decide again.
+    api.conflict_next_writes(1);
+    let report = pass(&api, &rotation, now).await;
+    assert!(report.failures.is_empty(), "{:?}", report.failures);
+    assert!(written(&report).contains(&"bundle ns/ca bundle".to_owned()));
+    let bundle: Vec<Vec<u8>> = stored_bundle(&api, "ca")
+        .iter()
+        .map(|c| c.der.to_vec())
+        .collect();
+    assert_eq!(bundle.len(), 2, "the old valid CA and the current signer");
+    assert!(bundle.contains(&old.cert().der.to_vec()));
+    assert!(bundle.contains(&current.cert().der.to_vec()));
+    assert!(!bundle.contains(&expired.cert().der.to_vec()));
+    // The signer itself was valid: not written.
+    assert!(!written(&report).iter().any(|w| w.starts_with("signer")));
+}
+
+#[tokio::test]
+async fn targets_a_leaf_whose_hostnames_drifted_is_reissued_from_the_current_signer() {
+    let api = FakeApi::new();
+    let now = now();
+    let first = pass(&api, &config::parse(CONFIG).unwrap(), now).await;
+    assert!(first.failures.is_empty(), "{:?}", first.failures);
+    let old = stored_pair(&api, "serving");
+
+    let moved = CONFIG.replace("[localhost, 127.0.0.1]", "[api.example, 127.0.0.1]");
+    let report = pass(&api, &config::parse(&moved).unwrap(), now).await;
+    assert!(report.failures.is_empty(), "{:?}", report.failures);
+    assert_eq!(written(&report), ["target ns/serving hostnames"]);
+    let new = stored_pair(&api, "serving");
+    assert_eq!(new.cert().hostnames, ["127.0.0.1", "api.example"]);
+    assert_ne!(new.cert().der, old.cert().der);
+    let signer = stored_pair(&api, "signer");
+    assert!(pki::issued_by(new.cert(), signer.cert()));
+    // Signer and bundle were fine: left alone.
+    assert_eq!(stored_bundle(&api, "ca").len(), 1);
+}
