@@ -1,7 +1,7 @@
 //! Command-line flags. Each flag's doc comment is its help text.
 //!
 //! This is the only module that knows clap: each subcommand's flags are turned into the plain
-//! settings its job runs with ([`Command::job`]), validated on the way (names, durations,
+//! settings its job runs with (`Command::job`), validated on the way (names, durations,
 //! `--file` mappings, `--now`), so the jobs never see a flag type and a bad flag is a
 //! [`ConfigError`] (exit code 2) before anything starts.
 

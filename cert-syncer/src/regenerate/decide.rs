@@ -1,3 +1,5 @@
+// Over 600 lines because the decision rules and their unit tests (more than half the file) stay
+// side by side: each rule is read next to the cases that pin it down.
 //! The decisions, as pure functions of what was read and the time: whether a signer or a target
 //! must be regenerated (and why), what a CA bundle must hold, and whether the local clock can
 //! be trusted. No I/O here, so every rule has a unit test.

@@ -3,7 +3,7 @@
 //!
 //! - [`config`]: the YAML file of signers, bundles and targets, validated item by item;
 //! - `decide`: pure decisions from parsed certificates and the time;
-//! - [`crate::pki`] (shared with `inspect`): parsing and generation (rcgen, ECDSA P-256);
+//! - `crate::pki` (shared with `inspect`): parsing and generation (rcgen, ECDSA P-256);
 //! - `pass`: one pass in dependency order with optimistic concurrency;
 //! - this module: the loop. A pass runs at start, whenever a declared object changes (one
 //!   watch per object), and when the next expiry (or rotation point) is reached: a timer aligned
@@ -118,7 +118,7 @@ pub(crate) async fn run(args: Settings) -> anyhow::Result<()> {
         let (readiness, shutdown) = (readiness.clone(), shutdown.clone());
         tokio::spawn(async move {
             if let Err(err) = crate::health::serve(addr, registry, readiness, shutdown).await {
-                tracing::error!(error = %err, "metrics server stopped");
+                tracing::error!(error = %format!("{err:#}"), "metrics server stopped");
             }
         });
     }
@@ -282,7 +282,7 @@ async fn follow<K>(
         match event {
             Ok(_) => wake.notify_one(),
             Err(err) => {
-                tracing::warn!(object = %object, error = &err as &dyn std::error::Error, "watch failed; retrying with backoff")
+                tracing::warn!(object = %object, error = %crate::error::chain(&err), "watch failed; retrying with backoff")
             }
         }
     }

@@ -1,3 +1,5 @@
+// Over 600 lines because one pass (read, clock check, signers, bundles, targets, each write with
+// its conflict retry) is one transaction over shared reads; its tests live in pass_tests.rs.
 //! One pass over the config, in dependency order: signers, then bundles, then targets. Every
 //! object is read live; every write carries the resourceVersion it was decided on, and a
 //! conflict (409) means another replica or the operator got there first: re-read and decide
@@ -15,6 +17,7 @@ use kube::api::{ObjectMeta, PostParams};
 use super::config::{Identity, ObjectRef, Rotation};
 use super::decide::{self, Found, Mode, Reason};
 use crate::decode::Raw;
+use crate::error::chain;
 use crate::events::EventRecorder;
 use crate::pki::{self, Cert, KeyPairPem};
 use crate::time::rfc3339;
@@ -373,7 +376,7 @@ impl Pass<'_> {
         let secret = api
             .get_opt(&object.name)
             .await
-            .map_err(|err| format!("cannot read: {err}"))?
+            .map_err(|err| format!("cannot read: {}", chain(&err)))?
             .map(|raw| raw.decode())
             .transpose()
             .map_err(|err| format!("cannot decode: {err}"))?;
@@ -386,7 +389,7 @@ impl Pass<'_> {
         let map = api
             .get_opt(&object.name)
             .await
-            .map_err(|err| format!("cannot read: {err}"))?
+            .map_err(|err| format!("cannot read: {}", chain(&err)))?
             .map(|raw| raw.decode())
             .transpose()
             .map_err(|err| format!("cannot decode: {err}"))?;
@@ -480,13 +483,12 @@ impl Pass<'_> {
                 }
                 Err(err) if is_conflict(&err) => {
                     tracing::info!(secret = %object, "changed since read (conflict); reading again");
-                    existing = api
-                        .get_opt(&object.name)
-                        .await
-                        .map_err(|err| format!("cannot re-read after a conflict: {err}"))?;
+                    existing = api.get_opt(&object.name).await.map_err(|err| {
+                        format!("cannot re-read after a conflict: {}", chain(&err))
+                    })?;
                     found = existing.as_ref().map(parse_secret);
                 }
-                Err(err) => return Err(format!("cannot write: {err}")),
+                Err(err) => return Err(format!("cannot write: {}", chain(&err))),
             }
         }
         Err(format!("still conflicting after {MAX_ATTEMPTS} attempts"))
@@ -571,7 +573,7 @@ impl Pass<'_> {
                     existing = map;
                     certs = read;
                 }
-                Err(err) => return Err(format!("cannot write: {err}")),
+                Err(err) => return Err(format!("cannot write: {}", chain(&err))),
             }
         }
         Err(format!("still conflicting after {MAX_ATTEMPTS} attempts"))
@@ -590,7 +592,7 @@ pub async fn apiserver_time(client: &kube::Client, object: &ObjectRef) -> Option
     let response = client
         .send(request.map(kube::client::Body::from))
         .await
-        .map_err(|err| tracing::warn!(secret = %object, error = %err, "cannot read the apiserver's clock; using the local clock alone"))
+        .map_err(|err| tracing::warn!(secret = %object, error = %chain(&err), "cannot read the apiserver's clock; using the local clock alone"))
         .ok()?;
     let date = response.headers().get(http::header::DATE).cloned();
     // Drain the body so the connection can be reused; its content is not needed.
