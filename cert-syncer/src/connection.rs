@@ -19,7 +19,7 @@ use kube::client::ConfigExt;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use reload_lib::ClientTls;
 
-use crate::error::ConfigError;
+use crate::error::{ConfigError, redact_parse_error};
 
 /// How to reach the apiserver: a kubeconfig, or an explicit URL with a CA file and a token
 /// file (the connection flags, see `cli::ConnectionArgs` for each one's meaning).
@@ -279,36 +279,6 @@ fn read_kubeconfig(path: &Path) -> Result<Kubeconfig, ConfigError> {
             redact_parse_error(&err.to_string())
         ))
     })
-}
-
-/// The first line of a parser message with every quoted part (`'…'`, `"…"`, `` `…` ``)
-/// replaced by `…`, at most 300 characters: what is wrong and where, never the content.
-pub(crate) fn redact_parse_error(message: &str) -> String {
-    let first = message.lines().next().unwrap_or_default();
-    let mut out = String::new();
-    let mut quote: Option<char> = None;
-    for c in first.chars() {
-        match quote {
-            Some(q) if c == q => {
-                out.push('…');
-                out.push(c);
-                quote = None;
-            }
-            Some(_) => {}
-            None if matches!(c, '\'' | '"' | '`') => {
-                out.push(c);
-                quote = Some(c);
-            }
-            None => out.push(c),
-        }
-    }
-    if quote.is_some() {
-        out.push('…');
-    }
-    if out.chars().count() > 300 {
-        out = out.chars().take(300).collect::<String>() + "…";
-    }
-    out
 }
 
 /// An inline kubeconfig token must fit in a header: tower-http would panic on a newline.

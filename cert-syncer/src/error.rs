@@ -1,6 +1,7 @@
-//! The one error type every layer shares: a configuration error (bad flags, a bad config file,
-//! an unusable kubeconfig). The binary maps it to exit code 2; anything else is a runtime
-//! failure (exit code 1).
+//! Errors and how they are shown: the configuration error every layer shares (bad flags, a bad
+//! config file, an unusable kubeconfig; the binary maps it to exit code 2, anything else is a
+//! runtime failure, exit code 1), an error's cause chain for logs, and parser messages with the
+//! quoted content removed (they may quote a token).
 
 /// A configuration error: exit code 2. The text names the flag, file or item and what is wrong.
 #[derive(Debug, thiserror::Error)]
@@ -36,6 +37,36 @@ impl std::fmt::Display for Chain<'_> {
         }
         Ok(())
     }
+}
+
+/// The first line of a parser message with every quoted part (`'…'`, `"…"`, `` `…` ``)
+/// replaced by `…`, at most 300 characters: what is wrong and where, never the content.
+pub(crate) fn redact_parse_error(message: &str) -> String {
+    let first = message.lines().next().unwrap_or_default();
+    let mut out = String::new();
+    let mut quote: Option<char> = None;
+    for c in first.chars() {
+        match quote {
+            Some(q) if c == q => {
+                out.push('…');
+                out.push(c);
+                quote = None;
+            }
+            Some(_) => {}
+            None if matches!(c, '\'' | '"' | '`') => {
+                out.push(c);
+                quote = Some(c);
+            }
+            None => out.push(c),
+        }
+    }
+    if quote.is_some() {
+        out.push('…');
+    }
+    if out.chars().count() > 300 {
+        out = out.chars().take(300).collect::<String>() + "…";
+    }
+    out
 }
 
 #[cfg(test)]

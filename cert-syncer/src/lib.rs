@@ -22,6 +22,7 @@ pub mod error;
 mod events;
 #[cfg(test)]
 mod fake_api;
+mod fetched;
 mod health;
 mod input_file;
 mod inspect;

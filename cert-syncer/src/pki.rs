@@ -16,7 +16,14 @@ use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use time::OffsetDateTime;
 
-use crate::regenerate::config::Identity;
+/// What a leaf certificate is for (a target of the rotation config).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Identity {
+    /// A serving certificate for these names (DNS names and IP addresses), sorted, deduplicated.
+    Serving { hostnames: Vec<String> },
+    /// A client certificate: subject CN = user, O = groups (sorted, deduplicated).
+    Client { user: String, groups: Vec<String> },
+}
 
 /// A parsed certificate with the facts the decisions use.
 #[derive(Clone)]

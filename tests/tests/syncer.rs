@@ -359,21 +359,24 @@ async fn files_changed_or_removed_behind_the_syncers_back_are_repaired_by_the_re
         let repairs = |metrics: &str, labels: &[&str]| {
             e2e::metric_sum(metrics, "cert_syncer_resync_repairs_total", labels)
         };
+        // Counted once the files are in place: wait for the counts too. The content change and
+        // the removed link of the Secret are found in one resync or in two (the first rewrite
+        // repairs both), so its reason is `changed` or `file-removed`.
+        let counted = |metrics: &str| {
+            repairs(metrics, &["name=\"serving-cert\""]) >= 1.0
+                && repairs(metrics, &["name=\"client-ca\"", "reason=\"missing\""]) >= 1.0
+                && repairs(metrics, &["name=\"client-ca\"", "reason=\"changed\""]) >= 1.0
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
         let mut metrics = syncer.metrics();
-        wait_until(&format!("{name}: every repair counted"), || {
+        while !counted(&metrics) {
+            assert!(
+                Instant::now() < deadline,
+                "{name}: repairs not counted: {metrics}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
             metrics = syncer.metrics();
-            repairs(&metrics, &["kind=\"configmap\"", "reason=\"changed\""]) >= 1.0
-        });
-        // The content change and the removed link of the Secret are found in one resync or in
-        // two (the first rewrite repairs both), so its reason is `changed` or `file-removed`.
-        assert!(
-            repairs(&metrics, &["name=\"serving-cert\""]) >= 1.0,
-            "{name}: {metrics}"
-        );
-        assert!(
-            repairs(&metrics, &["name=\"client-ca\"", "reason=\"missing\""]) >= 1.0,
-            "{name}: {metrics}"
-        );
+        }
         // Once the disk matches, the resync leaves it alone: no more repairs, no new generation.
         let settled = repairs(&metrics, &[]);
         let generation = std::fs::read_link(dest.join("secrets/serving-cert/..data")).unwrap();

@@ -10,8 +10,8 @@ use kube::api::ListParams;
 use super::source::{Entry, Group, Origin};
 use crate::connection::{self, Target, connect};
 use crate::decode::Raw;
+use crate::fetched::ToFetched;
 use crate::kind::Kind;
-use crate::sync::mapping::ToFetched;
 
 /// Every Secret, then every ConfigMap of `namespace`, each in name order.
 ///

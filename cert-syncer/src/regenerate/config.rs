@@ -35,6 +35,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+pub use crate::pki::Identity;
+
 use crate::error::ConfigError;
 use crate::kind::Kind;
 use crate::names::{is_dns_label, is_dns_subdomain, is_hostname_or_ip};
@@ -68,15 +70,6 @@ pub struct Bundle {
     pub object: ObjectRef,
     /// Indexes into [`Rotation::signers`].
     pub signers: Vec<usize>,
-}
-
-/// What a target certificate is for.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Identity {
-    /// A serving certificate for these names (DNS names and IP addresses), sorted, deduplicated.
-    Serving { hostnames: Vec<String> },
-    /// A client certificate: subject CN = user, O = groups (sorted, deduplicated).
-    Client { user: String, groups: Vec<String> },
 }
 
 /// A leaf certificate key pair in a Secret, issued by one signer.

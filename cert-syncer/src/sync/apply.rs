@@ -12,10 +12,10 @@ use std::sync::Arc;
 use reload_lib::fs::{AtomicDirWriter, WriteOutcome};
 
 use super::files;
-use super::mapping::Fetched;
 use super::settings::{ObjectSpec, Settings};
 use crate::decode::DecodeError;
 use crate::events::EventRecorder;
+use crate::fetched::Fetched;
 use crate::health::Readiness;
 use crate::metrics::{KeyLabels, Metrics, ObjectLabels, RepairLabels, ResultLabels};
 

@@ -17,9 +17,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::apply::{Applier, Desired};
-use super::mapping::ToFetched;
 use super::settings::ObjectSpec;
 use crate::decode::Raw;
+use crate::fetched::ToFetched;
 use crate::kind::Kind;
 
 /// Shared by every object's task.

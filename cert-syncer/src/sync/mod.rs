@@ -19,12 +19,11 @@
 //! - [`follow`]: per-object watch, confirm, retry, resync, and what following shares;
 //! - [`namespace`]: the namespace-wide watcher and its per-object workers;
 //! - [`apply`]: a state onto the disk;
-//! - [`mapping`], [`files`]: an object's keys and bytes; `--file` mappings.
+//! - [`files`]: `--file` mappings (an object's keys and bytes: `crate::fetched`).
 
 mod apply;
 mod files;
 mod follow;
-pub(crate) mod mapping;
 mod namespace;
 mod settings;
 

@@ -37,9 +37,9 @@ use tracing::Instrument;
 
 use super::apply::Desired;
 use super::follow::{Follower, Resync, Retry};
-use super::mapping::{ToFetched, TryFetched};
 use super::settings::ObjectSpec;
 use crate::decode::Raw;
+use crate::fetched::{ToFetched, TryFetched};
 use crate::metrics::WatchEventLabels;
 
 /// Follows the named `objects` (all of one kind) with one namespace-wide watcher until shutdown.

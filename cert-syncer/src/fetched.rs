@@ -1,4 +1,6 @@
-//! What an object becomes on disk: its keys and bytes, and the payload with its kind's file mode.
+//! A Secret or ConfigMap reduced to what cert-syncer uses of it: its resourceVersion and its keys
+//! with their bytes (ConfigMap `data` and `binaryData` alike), and the payload `sync` writes with
+//! its kind's file mode. Shared by `sync` and `inspect`, which read objects the same way.
 
 use std::collections::BTreeMap;
 
