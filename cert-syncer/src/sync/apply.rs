@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use reload_lib::fs::{AtomicDirWriter, WriteOutcome};
 
-use super::files;
+use super::files::{self, FileMapping};
 use super::settings::{ObjectSpec, Settings};
 use crate::decode::DecodeError;
 use crate::events::EventRecorder;
@@ -169,35 +169,22 @@ impl Applier {
     /// write failed (retried); content that is not PEM certificates is refused for good.
     async fn write_files(&self, object: &ObjectSpec, fetched: &Fetched) -> bool {
         let mut settled = true;
-        for mapping in self
-            .settings
-            .files
-            .iter()
-            .filter(|f| f.kind == object.kind && f.name == object.name)
-        {
-            let (kind, ns, name, key) = (
-                object.kind.label(),
-                &self.settings.namespace,
-                &object.name,
-                &mapping.key,
-            );
-            let Some(bytes) = fetched.data.get(key) else {
-                tracing::error!(object = %object.label(), key, path = %mapping.path.display(), "key missing from the object; host file kept");
-                self.readiness
-                    .block(&object.label(), format!("--file key {key} missing"));
-                continue;
+        for (mapping, content) in self.host_files(object, fetched) {
+            let bytes = match content {
+                Ok(bytes) => bytes,
+                Err(why) => {
+                    tracing::error!(object = %object.label(), path = %mapping.path.display(), %why, "host file kept");
+                    self.readiness.block(&object.label(), why);
+                    continue;
+                }
             };
-            if let Err(reason) = files::check_certificates(bytes) {
-                tracing::error!(object = %object.label(), key, path = %mapping.path.display(), %reason, "not PEM certificates; host file kept");
-                self.readiness.block(
-                    &object.label(),
-                    format!("--file key {key} is not certificates"),
-                );
-                continue;
-            }
             match write_host_file(&mapping.path, bytes).await {
                 Ok(_) => tracing::info!(
-                    "synced {kind}/{ns}/{name} key {key} from resourceVersion {} to {}",
+                    "synced {}/{}/{} key {} from resourceVersion {} to {}",
+                    object.kind.label(),
+                    self.settings.namespace,
+                    object.name,
+                    mapping.key,
                     fetched.resource_version,
                     mapping.path.display()
                 ),
@@ -208,6 +195,31 @@ impl Applier {
             }
         }
         settled
+    }
+
+    /// The `--file` mappings of `object`, each with the bytes it gets or why it gets none (the
+    /// key is missing, or it is not PEM certificates).
+    fn host_files<'a>(
+        &'a self,
+        object: &'a ObjectSpec,
+        fetched: &'a Fetched,
+    ) -> impl Iterator<Item = (&'a FileMapping, Result<&'a [u8], String>)> + 'a {
+        self.settings
+            .files
+            .iter()
+            .filter(move |f| f.kind == object.kind && f.name == object.name)
+            .map(move |mapping| {
+                let key = &mapping.key;
+                let content = match fetched.data.get(key) {
+                    None => Err(format!("--file key {key} missing from the object")),
+                    Some(bytes) => files::check_certificates(bytes)
+                        .map(|_| bytes.as_slice())
+                        .map_err(|reason| {
+                            format!("--file key {key} is not PEM certificates: {reason}")
+                        }),
+                };
+                (mapping, content)
+            })
     }
 
     /// Makes the disk match `desired` again (the resync): rewrites an object's directory or
@@ -287,20 +299,11 @@ impl Applier {
 
     async fn resync_files(&self, object: &ObjectSpec, fetched: &Fetched) -> bool {
         let mut settled = true;
-        for mapping in self
-            .settings
-            .files
-            .iter()
-            .filter(|f| f.kind == object.kind && f.name == object.name)
-        {
-            // A key that is missing or not certificates was refused when it arrived (and made
-            // the process not ready); the host file is kept as it is.
-            let Some(bytes) = fetched.data.get(&mapping.key) else {
+        for (mapping, content) in self.host_files(object, fetched) {
+            // Content refused when it arrived (the process is not ready): the host file is kept.
+            let Ok(bytes) = content else {
                 continue;
             };
-            if files::check_certificates(bytes).is_err() {
-                continue;
-            }
             let existed = mapping.path.exists();
             match write_host_file(&mapping.path, bytes).await {
                 Ok(true) => self.repaired(
