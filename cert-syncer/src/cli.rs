@@ -88,7 +88,8 @@ pub struct ConnectionArgs {
 }
 
 impl ConnectionArgs {
-    fn settings(&self) -> connection::Settings {
+    /// The connection settings these flags give (every job that talks to the apiserver).
+    pub(crate) fn settings(&self) -> connection::Settings {
         connection::Settings {
             kubeconfig: self.kubeconfig.clone(),
             context: self.context.clone(),
