@@ -225,8 +225,8 @@ impl Applier {
     /// Makes the disk match `desired` again (the resync): rewrites an object's directory or
     /// host file that was changed or removed behind our back, and removes the directory of an
     /// optional object that is absent. Only files are read and written; each repair is logged
-    /// and counted with its reason (`cert_syncer_resync_repairs_total`). `false` when a repair
-    /// failed (retried at the next resync).
+    /// and counted with its reason (`cert_syncer_resync_repairs_total`); a failed repair is
+    /// logged and tried again at the next resync. `false` when a repair failed.
     pub async fn resync(&self, object: &ObjectSpec, desired: &Desired) -> bool {
         match desired {
             Desired::Present(fetched) => {
@@ -436,7 +436,145 @@ fn drift(dir: &Path, keys: &[String]) -> Option<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kind::Kind;
     use std::collections::BTreeMap;
+    use std::time::Duration;
+
+    fn applier(destination: &Path, files: Vec<FileMapping>) -> Applier {
+        let settings = Settings {
+            connection: crate::connection::Settings {
+                kubeconfig: None,
+                context: None,
+                server: None,
+                ca_file: None,
+                token_file: None,
+                tls_server_name_override: None,
+                insecure_plain_http: false,
+                connect_timeout: Duration::from_secs(1),
+                read_idle_timeout: Duration::from_secs(1),
+            },
+            namespace: "ns".to_owned(),
+            destination: destination.to_owned(),
+            objects: Vec::new(),
+            files,
+            namespace_watch_threshold: 50,
+            metrics_listen: None,
+            pod_name: None,
+            auth_failure_exit_after: Duration::from_secs(60),
+            write_parallelism: 1,
+            resync_interval: Duration::from_secs(600),
+        };
+        let client = crate::fake_api::FakeApi::new().client();
+        Applier {
+            settings: Arc::new(settings),
+            metrics: Metrics::default(),
+            readiness: Readiness::default(),
+            events: Arc::new(EventRecorder::new(client, "ns", None)),
+        }
+    }
+
+    fn repairs(applier: &Applier, name: &str, reason: &'static str) -> u64 {
+        applier
+            .metrics
+            .resync_repairs
+            .get_or_create(&RepairLabels {
+                kind: "secret",
+                name: name.to_owned(),
+                reason,
+            })
+            .get()
+    }
+
+    #[tokio::test]
+    async fn the_resync_repairs_what_changed_on_disk_once_and_leaves_a_matching_disk_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let destination = dir.path().join("resources");
+        let host = dir.path().join("ca.crt");
+        let ca = crate::pki::new_signer(
+            "ca",
+            1_900_000_000,
+            Duration::ZERO,
+            Duration::from_secs(86_400),
+        )
+        .unwrap();
+        let files = vec![FileMapping {
+            kind: Kind::Secret,
+            name: "a".to_owned(),
+            key: "tls.crt".to_owned(),
+            path: host.clone(),
+        }];
+        let applier = applier(&destination, files);
+        let object = ObjectSpec {
+            kind: Kind::Secret,
+            name: "a".to_owned(),
+            required: true,
+            mirror: true,
+        };
+        let fetched = Fetched {
+            resource_version: "1".to_owned(),
+            data: BTreeMap::from([
+                ("tls.crt".to_owned(), ca.cert_pem().into_bytes()),
+                ("tls.key".to_owned(), ca.key_pem.clone().into_bytes()),
+            ]),
+        };
+        let desired = Desired::Present(fetched);
+        assert!(applier.apply(&object, &desired).await);
+        let object_dir = destination.join("secrets/a");
+        let generation = std::fs::read_link(object_dir.join("..data")).unwrap();
+
+        // In step: only read.
+        assert!(applier.resync(&object, &desired).await);
+        assert_eq!(
+            std::fs::read_link(object_dir.join("..data")).unwrap(),
+            generation
+        );
+        assert_eq!(repairs(&applier, "a", "changed"), 0);
+
+        // A file changed through its link, and the host file removed.
+        std::fs::write(object_dir.join("tls.key"), "tampered").unwrap();
+        std::fs::remove_file(&host).unwrap();
+        assert!(applier.resync(&object, &desired).await);
+        assert_eq!(
+            std::fs::read_to_string(object_dir.join("tls.key")).unwrap(),
+            ca.key_pem
+        );
+        assert_eq!(std::fs::read_to_string(&host).unwrap(), ca.cert_pem());
+        assert_eq!(repairs(&applier, "a", "changed"), 1);
+        assert_eq!(repairs(&applier, "a", "missing"), 1, "the host file");
+
+        // A key's link removed; then the whole directory.
+        std::fs::remove_file(object_dir.join("tls.crt")).unwrap();
+        assert!(applier.resync(&object, &desired).await);
+        assert!(object_dir.join("tls.crt").exists());
+        assert_eq!(repairs(&applier, "a", "file-removed"), 1);
+        std::fs::remove_dir_all(&object_dir).unwrap();
+        assert!(applier.resync(&object, &desired).await);
+        assert_eq!(
+            std::fs::read_to_string(object_dir.join("tls.crt")).unwrap(),
+            ca.cert_pem()
+        );
+        assert_eq!(repairs(&applier, "a", "missing"), 2);
+
+        // Nothing left to repair: the counts stay.
+        assert!(applier.resync(&object, &desired).await);
+        assert_eq!(
+            repairs(&applier, "a", "missing")
+                + repairs(&applier, "a", "changed")
+                + repairs(&applier, "a", "file-removed"),
+            4
+        );
+
+        // An optional object seen absent: a directory that reappears is removed.
+        let optional = ObjectSpec {
+            name: "b".to_owned(),
+            required: false,
+            ..object.clone()
+        };
+        std::fs::create_dir_all(destination.join("secrets/b")).unwrap();
+        assert!(applier.resync(&optional, &Desired::Absent).await);
+        assert!(!destination.join("secrets/b").exists());
+        assert_eq!(repairs(&applier, "b", "unexpected-directory"), 1);
+    }
 
     #[test]
     fn drift_names_a_missing_directory_and_a_removed_key() {

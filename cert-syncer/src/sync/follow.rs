@@ -113,12 +113,11 @@ impl Follower {
                     continue;
                 }
                 () = resync.tick() => {
-                    // A pending retry re-applies everything anyway.
+                    // A pending retry re-applies everything anyway; a failed repair is logged
+                    // and tried again at the next tick (never a GET).
                     if let (Some(desired), false) = (&last, retry.pending()) {
                         let _permit = self.write_permit().await;
-                        if !self.applier.resync(object, desired).await {
-                            retry.after(false);
-                        }
+                        self.applier.resync(object, desired).await;
                     }
                     continue;
                 }

@@ -271,11 +271,10 @@ where
             }
             () = retry.wait() => {}
             () = resync.tick() => {
+                // A failed repair is logged and tried again at the next tick.
                 if let (None, Some(desired)) = (&pending, &settled_state) {
                     let _permit = context.write_permit().await;
-                    if !context.applier.resync(&object, desired).await {
-                        retry.after(false);
-                    }
+                    context.applier.resync(&object, desired).await;
                 }
                 continue;
             }
