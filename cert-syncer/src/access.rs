@@ -115,7 +115,30 @@ pub fn required_access(command: &Command) -> Result<Vec<Access>, ConfigError> {
             Ok(regenerate_access(args, &rotation))
         }
         Command::Inspect(args) => Ok(inspect_access(args)),
+        Command::Node(args) => node_access(args),
     }
+}
+
+/// `node`: get, list and watch on each source object (one single-object watcher each, by
+/// name, in its namespace); creating Events in `default` (where Node Events live) when
+/// `NODE_NAME` is known.
+///
+/// # Errors
+/// The flags `node` refuses.
+pub fn node_access(args: &crate::cli::NodeArgs) -> Result<Vec<Access>, ConfigError> {
+    let settings = args.settings()?;
+    let mut rules = Rules::default();
+    for object in settings.objects() {
+        let resource = match object.kind {
+            crate::sync::mapping::Kind::Secret => "secrets",
+            crate::sync::mapping::Kind::ConfigMap => "configmaps",
+        };
+        rules.named(&object.namespace, CORE, resource, &["get", "list", "watch"], &object.name);
+    }
+    if settings.node_name.is_some() {
+        rules.any("default", CORE, "events", &["create"]);
+    }
+    Ok(rules.into_list())
 }
 
 /// `inspect`: with `--namespace`, one list of the Secrets and one of the ConfigMaps there

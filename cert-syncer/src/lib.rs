@@ -6,6 +6,9 @@
 //! `regenerate` is the regeneration controller: it regenerates signers, CA bundles and
 //! certificates declared in a config file, by default only when they are expired or missing.
 //!
+//! `node` keeps one host file (the kubelet's client-CA bundle, say) assembled from keys of
+//! ConfigMaps and Secrets, on every node.
+//!
 //! `inspect` lists the certificates of directories or of a namespace, with what is wrong
 //! with them.
 //!
@@ -24,6 +27,7 @@ mod input_file;
 mod inspect;
 mod leader;
 mod metrics;
+mod node;
 pub mod regenerate;
 mod shutdown;
 mod sync;
@@ -38,5 +42,6 @@ pub async fn run(command: cli::Command) -> anyhow::Result<()> {
         cli::Command::Sync(args) => sync::run(args).await,
         cli::Command::Regenerate(args) => regenerate::run(args).await,
         cli::Command::Inspect(args) => inspect::run(args).await,
+        cli::Command::Node(args) => node::run(args.settings()?).await,
     }
 }
