@@ -133,7 +133,13 @@ pub fn node_access(args: &crate::cli::NodeArgs) -> Result<Vec<Access>, ConfigErr
             crate::sync::mapping::Kind::Secret => "secrets",
             crate::sync::mapping::Kind::ConfigMap => "configmaps",
         };
-        rules.named(&object.namespace, CORE, resource, &["get", "list", "watch"], &object.name);
+        rules.named(
+            &object.namespace,
+            CORE,
+            resource,
+            &["get", "list", "watch"],
+            &object.name,
+        );
     }
     if settings.node_name.is_some() {
         rules.any("default", CORE, "events", &["create"]);

@@ -290,11 +290,16 @@ impl NodeArgs {
     /// Bad sources, no file, a relative path.
     pub(crate) fn settings(&self) -> Result<crate::node::Settings, ConfigError> {
         use crate::node::{PostWrite, Preset, SignalTarget, Source};
-        let preset = self.preset.map(|NodePreset::OpenshiftKubeletCa| Preset::OpenshiftKubeletCa);
+        let preset = self
+            .preset
+            .map(|NodePreset::OpenshiftKubeletCa| Preset::OpenshiftKubeletCa);
         let sources = if self.sources.is_empty() {
             preset.map(Preset::sources).unwrap_or_default()
         } else {
-            self.sources.iter().map(|s| Source::parse(s)).collect::<Result<_, _>>()?
+            self.sources
+                .iter()
+                .map(|s| Source::parse(s))
+                .collect::<Result<_, _>>()?
         };
         let file = self
             .file

@@ -14,7 +14,10 @@ use e2e::envtest::{RealApiServer, RealOptions};
 use e2e::pki::write_atomic;
 use e2e::syncer::bundle_config_map;
 use e2e::tls::{client_config_with_cert, https_get, p50_p99};
-use e2e::{Ca, CertSpec, ChildProcess, bin_path, install_crypto_provider, metric_sum, plain_http_get, require_real_apiserver};
+use e2e::{
+    Ca, CertSpec, ChildProcess, bin_path, install_crypto_provider, metric_sum, plain_http_get,
+    require_real_apiserver,
+};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Event, Secret};
 use kube::api::{Api, ListParams, ObjectMeta, PostParams};
@@ -45,7 +48,10 @@ fn node_command(api: &RealApiServer, file: &Path, sources: &[String], extra: &[&
         .arg(file)
         .args(sources.iter().flat_map(|s| ["--source", s.as_str()]))
         .args(extra)
-        .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or("info".into()));
+        .env(
+            "RUST_LOG",
+            std::env::var("RUST_LOG").unwrap_or("info".into()),
+        );
     command
 }
 
@@ -81,7 +87,10 @@ fn secret(name: &str, key: &str, value: &[u8]) -> Secret {
             name: Some(name.to_owned()),
             ..ObjectMeta::default()
         },
-        data: Some(BTreeMap::from([(key.to_owned(), ByteString(value.to_vec()))])),
+        data: Some(BTreeMap::from([(
+            key.to_owned(),
+            ByteString(value.to_vec()),
+        )])),
         ..Secret::default()
     }
 }
@@ -108,7 +117,13 @@ async fn node_events(client: &kube::Client, node: &str) -> Vec<String> {
         .items
         .into_iter()
         .filter(|e| e.involved_object.kind.as_deref() == Some("Node"))
-        .map(|e| format!("{}: {}", e.reason.unwrap_or_default(), e.message.unwrap_or_default()))
+        .map(|e| {
+            format!(
+                "{}: {}",
+                e.reason.unwrap_or_default(),
+                e.message.unwrap_or_default()
+            )
+        })
         .collect()
 }
 
@@ -132,7 +147,10 @@ async fn kube_apiserver_trusts_each_signer_node_mode_adds_and_refuses_each_one_r
     api.create_namespace(PRESET_NS).await;
     let config_maps: Api<ConfigMap> = Api::namespaced(api.recovery_client(), PRESET_NS);
     config_maps
-        .create(&PostParams::default(), &bundle_config_map(PRESET_CM, &oldest.pem))
+        .create(
+            &PostParams::default(),
+            &bundle_config_map(PRESET_CM, &oldest.pem),
+        )
         .await
         .unwrap();
     // The OpenShift preset's source, into our file (the default grace period: the seeded file
@@ -147,7 +165,10 @@ async fn kube_apiserver_trusts_each_signer_node_mode_adds_and_refuses_each_one_r
         plain_http_get(&node.addr.to_string(), "/readyz").0 == 200
     })
     .await;
-    assert_eq!(metric_sum(&metrics(&node), "cert_syncer_node_writes_total", &[]), 0.0);
+    assert_eq!(
+        metric_sum(&metrics(&node), "cert_syncer_node_writes_total", &[]),
+        0.0
+    );
 
     let addr = api.addr();
     let recovery_ca = api.recovery_ca.clone();
@@ -164,7 +185,10 @@ async fn kube_apiserver_trusts_each_signer_node_mode_adds_and_refuses_each_one_r
             )
         }
     };
-    assert!(accepted(&mut oldest, "seed").await, "the seeded signer is trusted");
+    assert!(
+        accepted(&mut oldest, "seed").await,
+        "the seeded signer is trusted"
+    );
 
     // Each update: the source gains a new signer and drops the one before the previous.
     let mut previous = Ca::new();
@@ -235,8 +259,14 @@ async fn kube_apiserver_trusts_each_signer_node_mode_adds_and_refuses_each_one_r
         metric_sum(&text, "cert_syncer_node_writes_total", &[]),
         (UPDATES + 1) as f64
     );
-    assert_eq!(metric_sum(&text, "cert_syncer_node_bundle_certificates", &[]), 2.0);
-    assert_eq!(metric_sum(&text, "cert_syncer_node_write_errors_total", &[]), 0.0);
+    assert_eq!(
+        metric_sum(&text, "cert_syncer_node_bundle_certificates", &[]),
+        2.0
+    );
+    assert_eq!(
+        metric_sum(&text, "cert_syncer_node_write_errors_total", &[]),
+        0.0
+    );
     let events = node_events(&api.recovery_client(), "node-0").await;
     assert!(
         events.iter().any(|e| e.starts_with("HostFileWritten:")),
@@ -257,12 +287,22 @@ async fn sources_across_namespaces_are_assembled_in_order_and_a_bad_one_keeps_it
     let config_maps: Api<ConfigMap> = Api::namespaced(admin.clone(), "ns-a");
     let secrets: Api<Secret> = Api::namespaced(admin.clone(), "ns-b");
     config_maps
-        .create(&PostParams::default(), &bundle_config_map("bundle-a", &format!("{}{}", a1.pem, a2.pem)))
+        .create(
+            &PostParams::default(),
+            &bundle_config_map("bundle-a", &format!("{}{}", a1.pem, a2.pem)),
+        )
         .await
         .unwrap();
     // The second source repeats a1: it is kept once, at its first place.
     secrets
-        .create(&PostParams::default(), &secret("bundle-b", "ca.crt", format!("{}{}", b1.pem, a1.pem).as_bytes()))
+        .create(
+            &PostParams::default(),
+            &secret(
+                "bundle-b",
+                "ca.crt",
+                format!("{}{}", b1.pem, a1.pem).as_bytes(),
+            ),
+        )
         .await
         .unwrap();
     let host = tmp.path().join("host");
@@ -279,42 +319,75 @@ async fn sources_across_namespaces_are_assembled_in_order_and_a_bad_one_keeps_it
     ));
     wait_for_ders(&file, &ders_of(&[&a1, &a2, &b1]), "the assembled bundle").await;
     use std::os::unix::fs::PermissionsExt;
-    assert_eq!(std::fs::metadata(&file).unwrap().permissions().mode() & 0o777, 0o640);
+    assert_eq!(
+        std::fs::metadata(&file).unwrap().permissions().mode() & 0o777,
+        0o640
+    );
     let good = std::fs::read(&file).unwrap();
 
     // Garbage in the Secret: the file keeps its content, an Event and a metric name it.
-    let garbage = b"-----BEGIN CERTIFICATE-----\nbm90IGEgY2VydGlmaWNhdGU=\n-----END CERTIFICATE-----\n";
+    let garbage =
+        b"-----BEGIN CERTIFICATE-----\nbm90IGEgY2VydGlmaWNhdGU=\n-----END CERTIFICATE-----\n";
     secrets
-        .replace("bundle-b", &PostParams::default(), &secret("bundle-b", "ca.crt", garbage))
+        .replace(
+            "bundle-b",
+            &PostParams::default(),
+            &secret("bundle-b", "ca.crt", garbage),
+        )
         .await
         .unwrap();
-    let labels = ["kind=\"secret\"", "namespace=\"ns-b\"", "name=\"bundle-b\"", "key=\"ca.crt\""];
+    let labels = [
+        "kind=\"secret\"",
+        "namespace=\"ns-b\"",
+        "name=\"bundle-b\"",
+        "key=\"ca.crt\"",
+    ];
     e2e::wait_until("the error metric", Duration::from_secs(30), || async {
-        metric_sum(&metrics(&node), "cert_syncer_node_source_errors_total", &labels) >= 1.0
+        metric_sum(
+            &metrics(&node),
+            "cert_syncer_node_source_errors_total",
+            &labels,
+        ) >= 1.0
     })
     .await;
-    assert_eq!(std::fs::read(&file).unwrap(), good, "the file keeps its last good content");
+    assert_eq!(
+        std::fs::read(&file).unwrap(),
+        good,
+        "the file keeps its last good content"
+    );
     let (status, body) = plain_http_get(&node.addr.to_string(), "/readyz");
     assert_eq!(status, 503);
     assert!(body.contains("secret ns-b/bundle-b key ca.crt"), "{body}");
     e2e::wait_until("the Event on the Node", Duration::from_secs(30), || async {
-        node_events(&admin, "node-7")
-            .await
-            .iter()
-            .any(|e| e.starts_with("SourceInvalid:") && e.contains("secret ns-b/bundle-b key ca.crt"))
+        node_events(&admin, "node-7").await.iter().any(|e| {
+            e.starts_with("SourceInvalid:") && e.contains("secret ns-b/bundle-b key ca.crt")
+        })
     })
     .await;
 
     // The other source still rotates; the bad one contributes its last good certificates.
     config_maps
-        .replace("bundle-a", &PostParams::default(), &bundle_config_map("bundle-a", &format!("{}{}", a2.pem, a3.pem)))
+        .replace(
+            "bundle-a",
+            &PostParams::default(),
+            &bundle_config_map("bundle-a", &format!("{}{}", a2.pem, a3.pem)),
+        )
         .await
         .unwrap();
-    wait_for_ders(&file, &ders_of(&[&a2, &a3, &b1, &a1]), "a rotation of the good source").await;
+    wait_for_ders(
+        &file,
+        &ders_of(&[&a2, &a3, &b1, &a1]),
+        "a rotation of the good source",
+    )
+    .await;
 
     // Fixed: back to ready, the file follows.
     secrets
-        .replace("bundle-b", &PostParams::default(), &secret("bundle-b", "ca.crt", b1.pem.as_bytes()))
+        .replace(
+            "bundle-b",
+            &PostParams::default(),
+            &secret("bundle-b", "ca.crt", b1.pem.as_bytes()),
+        )
         .await
         .unwrap();
     wait_for_ders(&file, &ders_of(&[&a2, &a3, &b1]), "the fixed source").await;
@@ -323,8 +396,14 @@ async fn sources_across_namespaces_are_assembled_in_order_and_a_bad_one_keeps_it
     })
     .await;
     let text = metrics(&node);
-    assert_eq!(metric_sum(&text, "cert_syncer_node_source_valid", &labels), 1.0);
-    assert_eq!(metric_sum(&text, "cert_syncer_node_bundle_certificates", &[]), 3.0);
+    assert_eq!(
+        metric_sum(&text, "cert_syncer_node_source_valid", &labels),
+        1.0
+    );
+    assert_eq!(
+        metric_sum(&text, "cert_syncer_node_bundle_certificates", &[]),
+        3.0
+    );
     assert_eq!(metric_sum(&text, "cert_syncer_node_writes_total", &[]), 3.0);
 }
 
@@ -338,7 +417,10 @@ async fn a_second_writer_rewriting_the_file_never_makes_node_mode_flap() {
     let ours = Ca::new();
     let config_maps: Api<ConfigMap> = Api::namespaced(api.recovery_client(), "writer");
     config_maps
-        .create(&PostParams::default(), &bundle_config_map("bundle", &ours.pem))
+        .create(
+            &PostParams::default(),
+            &bundle_config_map("bundle", &ours.pem),
+        )
         .await
         .unwrap();
     let host = tmp.path().join("host");
@@ -365,23 +447,43 @@ async fn a_second_writer_rewriting_the_file_never_makes_node_mode_flap() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(writes(), 1.0, "identical certificates are never rewritten");
     assert_eq!(std::fs::read_to_string(&file).unwrap(), same);
-    assert_eq!(metric_sum(&metrics(&node), "cert_syncer_node_foreign_writes_total", &[]), 0.0);
+    assert_eq!(
+        metric_sum(
+            &metrics(&node),
+            "cert_syncer_node_foreign_writes_total",
+            &[]
+        ),
+        0.0
+    );
 
     // 100 rewrites with other content, 20 ms apart (2 s, under the grace period of 3 s): node
     // mode waits for the writer to be quiet, then wins once.
     let (x, y) = (Ca::new(), Ca::new());
     let mut last = Vec::new();
     for i in 0..100 {
-        last = if i % 2 == 0 { x.pem.clone() } else { y.pem.clone() }.into_bytes();
+        last = if i % 2 == 0 {
+            x.pem.clone()
+        } else {
+            y.pem.clone()
+        }
+        .into_bytes();
         write_atomic(&file, &last);
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let quiet_since = Instant::now();
     assert_eq!(writes(), 1.0, "no write while the other writer is active");
     assert_eq!(std::fs::read(&file).unwrap(), last);
-    wait_for_ders(&file, &ders_of(&[&ours]), "node mode's content after the grace period").await;
+    wait_for_ders(
+        &file,
+        &ders_of(&[&ours]),
+        "node mode's content after the grace period",
+    )
+    .await;
     let waited = quiet_since.elapsed();
-    assert!(waited >= grace - Duration::from_millis(300), "replaced after {waited:?}, before the grace period");
+    assert!(
+        waited >= grace - Duration::from_millis(300),
+        "replaced after {waited:?}, before the grace period"
+    );
     // Another grace period: no flapping.
     tokio::time::sleep(grace + Duration::from_secs(1)).await;
     let text = metrics(&node);
@@ -392,7 +494,10 @@ async fn a_second_writer_rewriting_the_file_never_makes_node_mode_flap() {
         grace.as_millis()
     );
     assert_eq!(metric_sum(&text, "cert_syncer_node_writes_total", &[]), 2.0);
-    assert_eq!(metric_sum(&text, "cert_syncer_node_takeovers_total", &[]), 1.0);
+    assert_eq!(
+        metric_sum(&text, "cert_syncer_node_takeovers_total", &[]),
+        1.0
+    );
     let fingerprint = sha256_hex(&last);
     assert!(
         text.contains(&format!("sha256=\"{fingerprint}\"")),
@@ -400,7 +505,9 @@ async fn a_second_writer_rewriting_the_file_never_makes_node_mode_flap() {
     );
     let events = node_events(&api.recovery_client(), "node-w").await;
     assert!(
-        events.iter().any(|e| e.starts_with("ForeignContentReplaced:") && e.contains(&fingerprint)),
+        events
+            .iter()
+            .any(|e| e.starts_with("ForeignContentReplaced:") && e.contains(&fingerprint)),
         "an Event names the replaced content's fingerprint: {events:?}"
     );
 }

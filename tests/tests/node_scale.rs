@@ -14,7 +14,9 @@ use std::time::{Duration, Instant};
 use e2e::envtest::RealApiServer;
 use e2e::syncer::bundle_config_map;
 use e2e::tls::p50_p99;
-use e2e::{Ca, ChildProcess, bin_path, install_crypto_provider, metric_sum, require_real_apiserver};
+use e2e::{
+    Ca, ChildProcess, bin_path, install_crypto_provider, metric_sum, require_real_apiserver,
+};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, PostParams};
 use rustls_pki_types::CertificateDer;
@@ -41,7 +43,12 @@ fn cpu_ticks(pid: u32) -> u64 {
     // Fields after the `(comm)`: state is field 3; utime 14, stime 15.
     let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
     let fields: Vec<&str> = rest.split_whitespace().collect();
-    let field = |n: usize| fields.get(n - 3).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    let field = |n: usize| {
+        fields
+            .get(n - 3)
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
     field(14) + field(15)
 }
 
@@ -82,7 +89,11 @@ fn api_counts(api: &RealApiServer) -> [f64; 4] {
         verb("GET"),
         verb("LIST"),
         verb("WATCH"),
-        metric_sum(&text, "apiserver_watch_events_total", &["kind=\"ConfigMap\""]),
+        metric_sum(
+            &text,
+            "apiserver_watch_events_total",
+            &["kind=\"ConfigMap\""],
+        ),
     ]
 }
 
@@ -97,7 +108,10 @@ async fn many_nodes_follow_one_source_with_one_watch_event_each_and_no_requests_
     let config_maps: Api<ConfigMap> = Api::namespaced(api.recovery_client(), NS);
     let mut previous = Ca::new();
     config_maps
-        .create(&PostParams::default(), &bundle_config_map(CM, &previous.pem))
+        .create(
+            &PostParams::default(),
+            &bundle_config_map(CM, &previous.pem),
+        )
         .await
         .unwrap();
     let files: Vec<PathBuf> = (0..nodes)
@@ -122,7 +136,12 @@ async fn many_nodes_follow_one_source_with_one_watch_event_each_and_no_requests_
                     .arg(api.dir.join("recovery-ca.crt"))
                     .arg("--token-file")
                     .arg(api.dir.join("token"))
-                    .args(["--metrics-listen", "127.0.0.1:0", "--preset", "openshift-kubelet-ca"])
+                    .args([
+                        "--metrics-listen",
+                        "127.0.0.1:0",
+                        "--preset",
+                        "openshift-kubelet-ca",
+                    ])
                     .arg("--file")
                     .arg(file)
                     .args(["--node-name", &format!("node-{i}")])
@@ -132,11 +151,16 @@ async fn many_nodes_follow_one_source_with_one_watch_event_each_and_no_requests_
             .collect()
     });
     let first = first_der(&previous.pem);
-    e2e::wait_until("every node's first write", Duration::from_secs(120), || async {
-        files.iter().all(|f| holds(f, &first))
-    })
+    e2e::wait_until(
+        "every node's first write",
+        Duration::from_secs(120),
+        || async { files.iter().all(|f| holds(f, &first)) },
+    )
     .await;
-    eprintln!("{nodes} node-mode processes started and wrote their files in {} ms", started.elapsed().as_millis());
+    eprintln!(
+        "{nodes} node-mode processes started and wrote their files in {} ms",
+        started.elapsed().as_millis()
+    );
 
     // At rest: CPU over an idle window, RSS.
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -168,7 +192,11 @@ async fn many_nodes_follow_one_source_with_one_watch_event_each_and_no_requests_
         let counts_before = api_counts(&api);
         let start = Instant::now();
         config_maps
-            .replace(CM, &PostParams::default(), &bundle_config_map(CM, &format!("{}{}", previous.pem, next.pem)))
+            .replace(
+                CM,
+                &PostParams::default(),
+                &bundle_config_map(CM, &format!("{}{}", previous.pem, next.pem)),
+            )
             .await
             .unwrap();
         let mut pending: Vec<usize> = (0..nodes).collect();
@@ -192,7 +220,9 @@ async fn many_nodes_follow_one_source_with_one_watch_event_each_and_no_requests_
         // Let the last watch events be counted, then read the deltas.
         tokio::time::sleep(Duration::from_millis(300)).await;
         let counts_after = api_counts(&api);
-        deltas.push(std::array::from_fn::<f64, 4, _>(|i| counts_after[i] - counts_before[i]));
+        deltas.push(std::array::from_fn::<f64, 4, _>(|i| {
+            counts_after[i] - counts_before[i]
+        }));
         previous = next;
     }
     let (p50, p99) = p50_p99(&per_file);
@@ -211,7 +241,11 @@ async fn many_nodes_follow_one_source_with_one_watch_event_each_and_no_requests_
         all_p99.as_millis()
     );
     // No request per update and node: the watch carries the change.
-    assert_eq!(sum(0) + sum(1), 0.0, "no GET or LIST per update: {deltas:?}");
+    assert_eq!(
+        sum(0) + sum(1),
+        0.0,
+        "no GET or LIST per update: {deltas:?}"
+    );
     // One watch event per node and update (the apiserver counts the events it sends).
     assert!(sum(3) >= nodes as f64, "a watch event per node: {deltas:?}");
     // At rest nothing runs: at most one tick (10 ms) per process over the window on average.

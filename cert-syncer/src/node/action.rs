@@ -88,7 +88,9 @@ async fn run_command(argv: &[String], timeout: Duration) -> Result<String, Strin
         Ok(Err(err)) => Err(format!("waiting for {program}: {err}")),
         Err(_) => {
             let _ = child.kill().await;
-            Err(format!("{program} did not finish within {timeout:?}; killed"))
+            Err(format!(
+                "{program} did not finish within {timeout:?}; killed"
+            ))
         }
     }
 }
@@ -99,9 +101,17 @@ mod tests {
 
     #[tokio::test]
     async fn a_command_runs_and_a_slow_one_is_killed() {
-        let ok = run(&PostWrite::Command(vec!["true".into()]), Duration::from_secs(10)).await;
+        let ok = run(
+            &PostWrite::Command(vec!["true".into()]),
+            Duration::from_secs(10),
+        )
+        .await;
         assert!(ok.is_ok(), "{ok:?}");
-        let failed = run(&PostWrite::Command(vec!["false".into()]), Duration::from_secs(10)).await;
+        let failed = run(
+            &PostWrite::Command(vec!["false".into()]),
+            Duration::from_secs(10),
+        )
+        .await;
         assert!(failed.unwrap_err().contains("failed"));
         let slow = run(
             &PostWrite::Command(vec!["sleep".into(), "30".into()]),
@@ -113,7 +123,10 @@ mod tests {
 
     #[tokio::test]
     async fn a_signal_reaches_the_process_of_a_pid_file() {
-        let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
         let dir = tempfile::tempdir().unwrap();
         let pid_file = dir.path().join("pid");
         std::fs::write(&pid_file, format!("{}\n", child.id())).unwrap();
@@ -129,6 +142,11 @@ mod tests {
             signal: libc::SIGHUP,
             target: SignalTarget::ProcessName("no-such-process-x".into()),
         };
-        assert!(run(&missing, Duration::from_secs(10)).await.unwrap_err().contains("no process"));
+        assert!(
+            run(&missing, Duration::from_secs(10))
+                .await
+                .unwrap_err()
+                .contains("no process")
+        );
     }
 }

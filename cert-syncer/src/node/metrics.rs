@@ -82,18 +82,66 @@ impl Metrics {
     pub fn register(registry: &mut Registry) -> Metrics {
         let m = Metrics::default();
         let r = registry;
-        r.register("cert_syncer_node_bundle_bytes", "Size of the assembled host file", m.bundle_bytes.clone());
-        r.register("cert_syncer_node_bundle_certificates", "Certificates in the assembled host file", m.bundle_certificates.clone());
-        r.register("cert_syncer_node_bundle_earliest_not_after_timestamp_seconds", "Earliest notAfter in the assembled host file", m.earliest_not_after.clone());
-        r.register("cert_syncer_node_last_write_timestamp_seconds", "Last write of the host file by node mode", m.last_write.clone());
-        r.register("cert_syncer_node_writes", "Writes of the host file by node mode", m.writes.clone());
-        r.register("cert_syncer_node_write_errors", "Failed reads or writes of the host file", m.write_errors.clone());
-        r.register("cert_syncer_node_source_errors", "Source versions refused (missing key, bad PEM)", m.source_errors.clone());
-        r.register("cert_syncer_node_source_valid", "1 while the source's current version is good", m.source_valid.clone());
-        r.register("cert_syncer_node_foreign_content", "1 while another writer's content (by SHA-256) is in the host file", m.foreign_content.clone());
-        r.register("cert_syncer_node_foreign_writes", "Writes of the host file by someone else", m.foreign_writes.clone());
-        r.register("cert_syncer_node_takeovers", "Another writer's content replaced after the grace period", m.takeovers.clone());
-        r.register("cert_syncer_node_post_write_actions", "Post-write actions by result", m.post_write_actions.clone());
+        r.register(
+            "cert_syncer_node_bundle_bytes",
+            "Size of the assembled host file",
+            m.bundle_bytes.clone(),
+        );
+        r.register(
+            "cert_syncer_node_bundle_certificates",
+            "Certificates in the assembled host file",
+            m.bundle_certificates.clone(),
+        );
+        r.register(
+            "cert_syncer_node_bundle_earliest_not_after_timestamp_seconds",
+            "Earliest notAfter in the assembled host file",
+            m.earliest_not_after.clone(),
+        );
+        r.register(
+            "cert_syncer_node_last_write_timestamp_seconds",
+            "Last write of the host file by node mode",
+            m.last_write.clone(),
+        );
+        r.register(
+            "cert_syncer_node_writes",
+            "Writes of the host file by node mode",
+            m.writes.clone(),
+        );
+        r.register(
+            "cert_syncer_node_write_errors",
+            "Failed reads or writes of the host file",
+            m.write_errors.clone(),
+        );
+        r.register(
+            "cert_syncer_node_source_errors",
+            "Source versions refused (missing key, bad PEM)",
+            m.source_errors.clone(),
+        );
+        r.register(
+            "cert_syncer_node_source_valid",
+            "1 while the source's current version is good",
+            m.source_valid.clone(),
+        );
+        r.register(
+            "cert_syncer_node_foreign_content",
+            "1 while another writer's content (by SHA-256) is in the host file",
+            m.foreign_content.clone(),
+        );
+        r.register(
+            "cert_syncer_node_foreign_writes",
+            "Writes of the host file by someone else",
+            m.foreign_writes.clone(),
+        );
+        r.register(
+            "cert_syncer_node_takeovers",
+            "Another writer's content replaced after the grace period",
+            m.takeovers.clone(),
+        );
+        r.register(
+            "cert_syncer_node_post_write_actions",
+            "Post-write actions by result",
+            m.post_write_actions.clone(),
+        );
         m
     }
 }

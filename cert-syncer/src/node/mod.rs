@@ -25,7 +25,7 @@ mod settings;
 mod target;
 
 pub use settings::{
-    ObjectRef, PostWrite, Preset, SignalTarget, Settings, Source, parse_mode, parse_owner,
+    ObjectRef, PostWrite, Preset, Settings, SignalTarget, Source, parse_mode, parse_owner,
     parse_signal,
 };
 
@@ -254,7 +254,8 @@ impl Node {
         match seen {
             Seen::WatchError(error) => {
                 tracing::warn!(%object, %error, "watch failed; retrying with backoff");
-                self.readiness.block("api", format!("watching {object}: {error}"));
+                self.readiness
+                    .block("api", format!("watching {object}: {error}"));
             }
             Seen::Object(fetched) => {
                 self.readiness.clear("api");
@@ -275,7 +276,10 @@ impl Node {
                             self.source_valid(position, true);
                         }
                         Err(reason) => {
-                            let message = format!("{source} (resourceVersion {}): {reason}", fetched.resource_version);
+                            let message = format!(
+                                "{source} (resourceVersion {}): {reason}",
+                                fetched.resource_version
+                            );
                             self.source_refused(position, &message).await;
                         }
                     }
@@ -285,7 +289,10 @@ impl Node {
                 self.readiness.clear("api");
                 self.seen_versions[index] = None;
                 for position in self.sources_of(index) {
-                    let message = format!("{} cannot be decoded: {reason}", self.sources[position].source);
+                    let message = format!(
+                        "{} cannot be decoded: {reason}",
+                        self.sources[position].source
+                    );
                     self.source_refused(position, &message).await;
                 }
             }
@@ -296,13 +303,17 @@ impl Node {
                 for position in self.sources_of(index) {
                     let source = self.sources[position].source.clone();
                     self.source_valid(position, false);
-                    self.readiness.block(&source.to_string(), "the object is absent");
+                    self.readiness
+                        .block(&source.to_string(), "the object is absent");
                 }
                 self.events
                     .record(
                         "SourceAbsent",
                         &object.to_string(),
-                        format!("{object} is absent; {} keeps its last good certificates", self.target.path().display()),
+                        format!(
+                            "{object} is absent; {} keeps its last good certificates",
+                            self.target.path().display()
+                        ),
                         true,
                     )
                     .await;
@@ -342,7 +353,8 @@ impl Node {
             "the file is not written until it is good"
         };
         tracing::error!(%source, error = %message, "source refused; {kept}");
-        self.readiness.block(&source.to_string(), message.to_owned());
+        self.readiness
+            .block(&source.to_string(), message.to_owned());
         self.events
             .record(
                 "SourceInvalid",
@@ -362,20 +374,30 @@ impl Node {
             .map(|s| s.last_good.as_deref())
             .collect();
         let Some(parts) = parts else {
-            self.readiness.block("file", "waiting for every source's first good version");
+            self.readiness
+                .block("file", "waiting for every source's first good version");
             return None;
         };
         let bundle = bundle::assemble(parts);
-        let labels = PathLabels { path: self.path_label.clone() };
-        self.metrics.bundle_bytes.get_or_create(&labels).set(bundle.pem.len() as i64);
+        let labels = PathLabels {
+            path: self.path_label.clone(),
+        };
+        self.metrics
+            .bundle_bytes
+            .get_or_create(&labels)
+            .set(bundle.pem.len() as i64);
         self.metrics
             .bundle_certificates
             .get_or_create(&labels)
             .set(bundle.certificates.len() as i64);
         if let Some(not_after) = bundle.earliest_not_after() {
-            self.metrics.earliest_not_after.get_or_create(&labels).set(not_after);
+            self.metrics
+                .earliest_not_after
+                .get_or_create(&labels)
+                .set(not_after);
         }
-        let outcome = tokio::task::block_in_place(|| self.target.reconcile(&bundle, Instant::now()));
+        let outcome =
+            tokio::task::block_in_place(|| self.target.reconcile(&bundle, Instant::now()));
         let path = self.target.path().display().to_string();
         match outcome {
             Ok(Outcome::InSync) => {
@@ -385,7 +407,10 @@ impl Node {
             }
             Ok(Outcome::Written { replaced }) => {
                 self.metrics.writes.get_or_create(&labels).inc();
-                self.metrics.last_write.get_or_create(&labels).set(unix_now());
+                self.metrics
+                    .last_write
+                    .get_or_create(&labels)
+                    .set(unix_now());
                 let fingerprint = bundle::fingerprint(&bundle.pem);
                 tracing::info!(file = %path, certificates = bundle.certificates.len(), duplicates = bundle.duplicates, sha256 = %fingerprint, "host file written");
                 if let Some(theirs) = &replaced {
@@ -408,7 +433,10 @@ impl Node {
                     .record(
                         "HostFileWritten",
                         &path,
-                        format!("{path}: wrote {} certificates (sha256:{fingerprint})", bundle.certificates.len()),
+                        format!(
+                            "{path}: wrote {} certificates (sha256:{fingerprint})",
+                            bundle.certificates.len()
+                        ),
                         false,
                     )
                     .await;
@@ -416,18 +444,31 @@ impl Node {
                 self.post_write().await;
                 None
             }
-            Ok(Outcome::Waiting { fingerprint, until, first }) => {
+            Ok(Outcome::Waiting {
+                fingerprint,
+                until,
+                first,
+            }) => {
                 if first {
                     self.metrics.foreign_writes.get_or_create(&labels).inc();
                     if self.foreign.as_ref() != Some(&fingerprint) {
+                        // Logged and published once per episode (a busy writer would flood
+                        // the log); the gauge always names the content there now.
+                        let episode = self.foreign.is_none();
                         self.foreign_gone();
                         self.metrics
                             .foreign_content
-                            .get_or_create(&ForeignLabels { path: self.path_label.clone(), sha256: fingerprint.clone() })
+                            .get_or_create(&ForeignLabels {
+                                path: self.path_label.clone(),
+                                sha256: fingerprint.clone(),
+                            })
                             .set(1);
                         self.foreign = Some(fingerprint.clone());
-                        tracing::warn!(file = %path, sha256 = %fingerprint, grace_period = ?self.settings.grace_period, "the file holds content written by someone else; it is replaced once unchanged for the grace period");
-                        self.events
+                        if !episode {
+                            tracing::debug!(file = %path, sha256 = %fingerprint, "another writer rewrote the file");
+                        } else {
+                            tracing::warn!(file = %path, sha256 = %fingerprint, grace_period = ?self.settings.grace_period, "the file holds content written by someone else; it is replaced once unchanged for the grace period");
+                            self.events
                             .record(
                                 "ForeignContent",
                                 &path,
@@ -438,9 +479,13 @@ impl Node {
                                 true,
                             )
                             .await;
+                        }
                     }
                 }
-                self.readiness.block("file", format!("another writer's content (sha256:{fingerprint}) in the grace period"));
+                self.readiness.block(
+                    "file",
+                    format!("another writer's content (sha256:{fingerprint}) in the grace period"),
+                );
                 Some(until)
             }
             Err(err) => {
@@ -459,7 +504,10 @@ impl Node {
         if let Some(fingerprint) = self.foreign.take() {
             self.metrics
                 .foreign_content
-                .get_or_create(&ForeignLabels { path: self.path_label.clone(), sha256: fingerprint })
+                .get_or_create(&ForeignLabels {
+                    path: self.path_label.clone(),
+                    sha256: fingerprint,
+                })
                 .set(0);
         }
     }
@@ -469,18 +517,32 @@ impl Node {
             return;
         };
         let result = action::run(action, self.settings.post_write_timeout).await;
-        let labels = |result| ResultLabels { path: self.path_label.clone(), result };
+        let labels = |result| ResultLabels {
+            path: self.path_label.clone(),
+            result,
+        };
         match result {
             Ok(summary) => {
                 tracing::info!(%summary, "post-write action done");
-                self.metrics.post_write_actions.get_or_create(&labels("ok")).inc();
+                self.metrics
+                    .post_write_actions
+                    .get_or_create(&labels("ok"))
+                    .inc();
             }
             Err(error) => {
                 tracing::error!(%error, "post-write action failed");
-                self.metrics.post_write_actions.get_or_create(&labels("error")).inc();
+                self.metrics
+                    .post_write_actions
+                    .get_or_create(&labels("error"))
+                    .inc();
                 let path = self.target.path().display().to_string();
                 self.events
-                    .record("PostWriteActionFailed", &path, format!("{path}: {error}"), true)
+                    .record(
+                        "PostWriteActionFailed",
+                        &path,
+                        format!("{path}: {error}"),
+                        true,
+                    )
                     .await;
             }
         }

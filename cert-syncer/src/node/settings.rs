@@ -232,7 +232,10 @@ pub fn parse_signal(text: &str) -> Result<i32, String> {
     {
         return Ok(number);
     }
-    let name = text.strip_prefix("SIG").unwrap_or(text).to_ascii_uppercase();
+    let name = text
+        .strip_prefix("SIG")
+        .unwrap_or(text)
+        .to_ascii_uppercase();
     let signal = match name.as_str() {
         "HUP" => libc::SIGHUP,
         "INT" => libc::SIGINT,
@@ -240,7 +243,11 @@ pub fn parse_signal(text: &str) -> Result<i32, String> {
         "TERM" => libc::SIGTERM,
         "USR1" => libc::SIGUSR1,
         "USR2" => libc::SIGUSR2,
-        _ => return Err(format!("unknown signal {text:?} (HUP, USR1, USR2, TERM, INT, QUIT or a number)")),
+        _ => {
+            return Err(format!(
+                "unknown signal {text:?} (HUP, USR1, USR2, TERM, INT, QUIT or a number)"
+            ));
+        }
     };
     Ok(signal)
 }
@@ -251,15 +258,19 @@ mod tests {
 
     #[test]
     fn a_source_is_kind_namespace_name_and_key() {
-        let source =
-            Source::parse("configmap/openshift-config-managed/kube-apiserver-client-ca/ca-bundle.crt")
-                .unwrap();
+        let source = Source::parse(
+            "configmap/openshift-config-managed/kube-apiserver-client-ca/ca-bundle.crt",
+        )
+        .unwrap();
         assert_eq!(source, Preset::OpenshiftKubeletCa.sources()[0]);
         assert_eq!(
             source.to_string(),
             "configmap openshift-config-managed/kube-apiserver-client-ca key ca-bundle.crt"
         );
-        assert_eq!(Source::parse("secret/ns/n/ca.crt").unwrap().kind, Kind::Secret);
+        assert_eq!(
+            Source::parse("secret/ns/n/ca.crt").unwrap().kind,
+            Kind::Secret
+        );
     }
 
     #[test]

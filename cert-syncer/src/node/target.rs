@@ -80,7 +80,12 @@ pub struct Target {
 }
 
 impl Target {
-    pub fn new(path: PathBuf, mode: Option<u32>, owner: Option<(u32, u32)>, grace: Duration) -> Target {
+    pub fn new(
+        path: PathBuf,
+        mode: Option<u32>,
+        owner: Option<(u32, u32)>,
+        grace: Duration,
+    ) -> Target {
         Target {
             path,
             mode,
@@ -165,7 +170,11 @@ impl Target {
     /// Writes atomically (reload-lib's writer: temporary file, fsync, rename, directory
     /// fsync) with the configured mode or the existing file's, then the configured owner or the
     /// existing file's.
-    fn write(&mut self, desired: &Bundle, existing: Option<&std::fs::Metadata>) -> Result<(), WriteError> {
+    fn write(
+        &mut self,
+        desired: &Bundle,
+        existing: Option<&std::fs::Metadata>,
+    ) -> Result<(), WriteError> {
         let mode = self
             .mode
             .or(existing.map(|m| m.permissions().mode() & 0o777))
@@ -244,7 +253,10 @@ mod tests {
             Outcome::Written { replaced: None }
         );
         assert_eq!(std::fs::read(&path).unwrap(), bundle.pem);
-        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o644);
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+            0o644
+        );
         assert_eq!(target.reconcile(&bundle, now).unwrap(), Outcome::InSync);
         // Our own previous content is updated at once when the sources change.
         let next = bundle_of(&["b"]);
@@ -259,11 +271,20 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("ca.crt");
         let bundle = bundle_of(&["a"]);
-        let crlf = String::from_utf8(bundle.pem.clone()).unwrap().replace('\n', "\r\n");
+        let crlf = String::from_utf8(bundle.pem.clone())
+            .unwrap()
+            .replace('\n', "\r\n");
         std::fs::write(&path, format!("# written by someone else\n{crlf}")).unwrap();
         let mut target = Target::new(path.clone(), None, None, Duration::from_secs(60));
-        assert_eq!(target.reconcile(&bundle, Instant::now()).unwrap(), Outcome::InSync);
-        assert!(std::fs::read_to_string(&path).unwrap().starts_with("# written"));
+        assert_eq!(
+            target.reconcile(&bundle, Instant::now()).unwrap(),
+            Outcome::InSync
+        );
+        assert!(
+            std::fs::read_to_string(&path)
+                .unwrap()
+                .starts_with("# written")
+        );
     }
 
     #[test]
@@ -278,8 +299,11 @@ mod tests {
         let theirs = bundle_of(&["theirs"]);
         std::fs::write(&path, &theirs.pem).unwrap();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
-        let Outcome::Waiting { first: true, fingerprint, .. } =
-            target.reconcile(&ours, start).unwrap()
+        let Outcome::Waiting {
+            first: true,
+            fingerprint,
+            ..
+        } = target.reconcile(&ours, start).unwrap()
         else {
             panic!("another writer's content must be waited for");
         };
@@ -310,7 +334,10 @@ mod tests {
         );
         assert_eq!(std::fs::read(&path).unwrap(), ours.pem);
         // The existing file's mode is kept.
-        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
     }
 
     #[test]
@@ -325,6 +352,9 @@ mod tests {
             target.reconcile(&bundle, Instant::now()).unwrap(),
             Outcome::Written { replaced: Some(_) }
         ));
-        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o640);
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+            0o640
+        );
     }
 }
