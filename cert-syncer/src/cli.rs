@@ -269,7 +269,12 @@ pub struct NodeArgs {
     #[arg(long, group = "signal_target")]
     pub post_write_process_name: Option<String>,
     /// After each write, run this program (no shell; repeat the flag for each argument).
-    #[arg(long, value_name = "ARG", conflicts_with = "post_write_signal")]
+    #[arg(
+        long,
+        value_name = "ARG",
+        conflicts_with = "post_write_signal",
+        allow_hyphen_values = true
+    )]
     pub post_write_command: Vec<String>,
     /// The post-write action is given up (a command killed) after this long.
     #[arg(long, value_parser = parse_duration, default_value = "10s")]

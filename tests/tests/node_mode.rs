@@ -308,6 +308,7 @@ async fn sources_across_namespaces_are_assembled_in_order_and_a_bad_one_keeps_it
     let host = tmp.path().join("host");
     std::fs::create_dir_all(&host).unwrap();
     let file = host.join("ca-bundle.crt");
+    let marker = tmp.path().join("post-write.log");
     let node = ChildProcess::start(node_command(
         &api,
         &file,
@@ -315,7 +316,19 @@ async fn sources_across_namespaces_are_assembled_in_order_and_a_bad_one_keeps_it
             "configmap/ns-a/bundle-a/ca-bundle.crt".to_owned(),
             "secret/ns-b/bundle-b/ca.crt".to_owned(),
         ],
-        &["--node-name", "node-7", "--mode", "0640"],
+        &[
+            "--node-name",
+            "node-7",
+            "--mode",
+            "0640",
+            // A post-write action: one line per write of node mode.
+            "--post-write-command",
+            "sh",
+            "--post-write-command",
+            "-c",
+            "--post-write-command",
+            &format!("echo written >> {}", marker.display()),
+        ],
     ));
     wait_for_ders(&file, &ders_of(&[&a1, &a2, &b1]), "the assembled bundle").await;
     use std::os::unix::fs::PermissionsExt;
@@ -405,6 +418,20 @@ async fn sources_across_namespaces_are_assembled_in_order_and_a_bad_one_keeps_it
         3.0
     );
     assert_eq!(metric_sum(&text, "cert_syncer_node_writes_total", &[]), 3.0);
+    // The post-write action ran once per write, never for the refused version.
+    e2e::wait_until(
+        "the third post-write action",
+        Duration::from_secs(30),
+        || async {
+            metric_sum(
+                &metrics(&node),
+                "cert_syncer_node_post_write_actions_total",
+                &["result=\"ok\""],
+            ) == 3.0
+        },
+    )
+    .await;
+    assert_eq!(std::fs::read_to_string(&marker).unwrap().lines().count(), 3);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
