@@ -325,6 +325,7 @@ pub const FLAGS_THAT_CHANGE_ACCESS: &[(&str, &[&str])] = &[
         ],
     ),
     ("inspect", &["namespace"]),
+    ("node", &["source", "preset", "node-name"]),
 ];
 
 /// See [`FLAGS_THAT_CHANGE_ACCESS`]: output, timing and mode flags.
@@ -353,6 +354,22 @@ pub const FLAGS_WITHOUT_ACCESS: &[(&str, &[&str])] = &[
     (
         "inspect",
         &["dir", "ca-bundle", "warn-within", "json", "now"],
+    ),
+    (
+        "node",
+        &[
+            "file",
+            "mode",
+            "owner",
+            "grace-period",
+            "resync-interval",
+            "metrics-listen",
+            "post-write-signal",
+            "post-write-pid-file",
+            "post-write-process-name",
+            "post-write-command",
+            "post-write-timeout",
+        ],
     ),
 ];
 
