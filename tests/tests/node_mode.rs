@@ -453,12 +453,12 @@ async fn a_second_writer_rewriting_the_file_never_makes_node_mode_flap() {
     let host = tmp.path().join("host");
     std::fs::create_dir_all(&host).unwrap();
     let file = host.join("kubelet-ca.crt");
-    let grace = Duration::from_secs(3);
+    let grace = Duration::from_secs(5);
     let node = ChildProcess::start(node_command(
         &api,
         &file,
         &["configmap/writer/bundle/ca-bundle.crt".to_owned()],
-        &["--node-name", "node-w", "--grace-period", "3s"],
+        &["--node-name", "node-w", "--grace-period", "5s"],
     ));
     wait_for_ders(&file, &ders_of(&[&ours]), "the first write").await;
     let writes = || metric_sum(&metrics(&node), "cert_syncer_node_writes_total", &[]);
@@ -483,7 +483,7 @@ async fn a_second_writer_rewriting_the_file_never_makes_node_mode_flap() {
         0.0
     );
 
-    // 100 rewrites with other content, 20 ms apart (2 s, under the grace period of 3 s): node
+    // 100 rewrites with other content, 20 ms apart (2 s, under the grace period of 5 s): node
     // mode waits for the writer to be quiet, then wins once.
     let (x, y) = (Ca::new(), Ca::new());
     let mut last = Vec::new();
