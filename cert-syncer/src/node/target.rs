@@ -341,6 +341,34 @@ mod tests {
     }
 
     #[test]
+    fn the_existing_owner_is_kept_and_a_configured_one_applied() {
+        if std::fs::metadata("/proc/self")
+            .map(|m| m.uid())
+            .unwrap_or(1)
+            != 0
+        {
+            eprintln!("SKIP: changing a file's owner needs root");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ca.crt");
+        std::fs::write(&path, b"old").unwrap();
+        std::os::unix::fs::chown(&path, Some(1234), Some(4321)).unwrap();
+        let mut target = Target::new(path.clone(), None, None, Duration::ZERO);
+        target
+            .reconcile(&bundle_of(&["a"]), Instant::now())
+            .unwrap();
+        let meta = std::fs::metadata(&path).unwrap();
+        assert_eq!((meta.uid(), meta.gid()), (1234, 4321), "kept");
+        let mut target = Target::new(path.clone(), None, Some((0, 0)), Duration::ZERO);
+        target
+            .reconcile(&bundle_of(&["b"]), Instant::now())
+            .unwrap();
+        let meta = std::fs::metadata(&path).unwrap();
+        assert_eq!((meta.uid(), meta.gid()), (0, 0), "configured");
+    }
+
+    #[test]
     fn a_configured_mode_wins_over_the_existing_one() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("ca.crt");
