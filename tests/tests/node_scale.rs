@@ -240,6 +240,37 @@ async fn many_nodes_follow_one_source_with_one_watch_event_each_and_no_requests_
         }));
         previous = next;
     }
+    // Another ConfigMap of the namespace changes: a namespace-wide watch would carry it to
+    // every node; the per-object watches (field selector) carry nothing.
+    let other_before = api_counts(&api);
+    config_maps
+        .create(
+            &PostParams::default(),
+            &bundle_config_map("unrelated", &previous.pem),
+        )
+        .await
+        .unwrap();
+    for _ in 0..2 {
+        config_maps
+            .replace(
+                "unrelated",
+                &PostParams::default(),
+                &bundle_config_map("unrelated", &Ca::new().pem),
+            )
+            .await
+            .unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let other_after = api_counts(&api);
+    let unrelated_events = other_after[3] - other_before[3];
+    eprintln!(
+        "3 changes of another ConfigMap in the namespace: {unrelated_events} watch events to the {nodes} nodes (a namespace-wide watch per node would get {})",
+        3 * nodes
+    );
+    assert_eq!(
+        unrelated_events, 0.0,
+        "per-object watches carry no other object's changes"
+    );
     let (p50, p99) = p50_p99(&per_file);
     let (all_p50, all_p99) = p50_p99(&all_files);
     let sum = |i: usize| deltas.iter().map(|d| d[i]).sum::<f64>() / UPDATES as f64;
