@@ -2,8 +2,9 @@
 //! one or more keys of one or more ConfigMaps and Secrets, across namespaces, without
 //! MachineConfigs, reboots or drains. Run as a DaemonSet on every node.
 //!
-//! - Sources: one kube-runtime watcher per source object (field selector `metadata.name`: RBAC
-//!   by `resourceNames`, one watch event per change and node); no GET per change.
+//! - Sources ([`sources`]): one kube-runtime watcher per source object (field selector
+//!   `metadata.name`: RBAC by `resourceNames`, one watch event per change and node); no GET
+//!   per change.
 //! - Content ([`bundle`]): every PEM block of every source must be a certificate; sources are
 //!   concatenated in the order given, identical certificates (same DER) kept once. A source
 //!   whose new version is refused keeps its last good certificates in the file; an Event on
@@ -22,6 +23,7 @@ mod bundle;
 mod filewatch;
 mod metrics;
 mod settings;
+mod sources;
 mod target;
 
 pub use settings::{
@@ -32,33 +34,22 @@ pub use settings::{
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use kube::Api;
-use kube::runtime::WatchStreamExt;
 use prometheus_client::registry::Registry;
 use tokio::sync::mpsc;
 
-use crate::decode::Raw;
 use crate::events::EventRecorder;
 use crate::health::Readiness;
-use crate::sync::mapping::{Fetched, Kind, TryFetched};
+use crate::sync::mapping::Kind;
 use bundle::Certificate;
 use metrics::{ForeignLabels, Metrics, PathLabels, ResultLabels, SourceLabels};
+use sources::Seen;
 use target::{Outcome, Target};
 
 /// Without inotify the file is checked this often.
 const POLL_WITHOUT_INOTIFY: Duration = Duration::from_secs(2);
 /// A failed write is retried after this long.
 const WRITE_RETRY: Duration = Duration::from_secs(5);
-
-/// What a source object's watcher reports.
-enum Seen {
-    Object(Fetched),
-    Absent,
-    Undecodable(String),
-    WatchError(String),
-}
 
 /// Runs until SIGTERM/SIGINT.
 pub async fn run(settings: Settings) -> anyhow::Result<()> {
@@ -102,8 +93,12 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         let timeout = connection.watch_timeout_seconds;
         tasks.push(tokio::spawn(async move {
             match object.kind {
-                Kind::ConfigMap => follow::<ConfigMap>(client, &object, timeout, index, tx).await,
-                Kind::Secret => follow::<Secret>(client, &object, timeout, index, tx).await,
+                Kind::ConfigMap => {
+                    sources::follow::<ConfigMap>(client, &object, timeout, index, tx).await
+                }
+                Kind::Secret => {
+                    sources::follow::<Secret>(client, &object, timeout, index, tx).await
+                }
             }
         }));
     }
@@ -177,48 +172,6 @@ async fn sleep_until(deadline: Option<tokio::time::Instant>) {
     match deadline {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
-    }
-}
-
-/// Follows one object and reports every version (and its absence) on `tx`.
-async fn follow<K>(
-    client: kube::Client,
-    object: &ObjectRef,
-    timeout_seconds: u32,
-    index: usize,
-    tx: mpsc::UnboundedSender<(usize, Seen)>,
-) where
-    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + 'static,
-    Raw<K>: TryFetched,
-{
-    let api: Api<Raw<K>> = Api::namespaced(client, &object.namespace);
-    let stream = crate::watch::watch_object(api, &object.name, timeout_seconds).default_backoff();
-    forward(stream, index, tx).await;
-}
-
-async fn forward<O: TryFetched>(
-    stream: impl Stream<Item = Result<Option<O>, kube::runtime::watcher::Error>>,
-    index: usize,
-    tx: mpsc::UnboundedSender<(usize, Seen)>,
-) {
-    futures::pin_mut!(stream);
-    while let Some(item) = stream.next().await {
-        let seen = match item {
-            Ok(Some(object)) => match object.try_fetched() {
-                Ok(fetched) => Seen::Object(fetched),
-                Err(err) => Seen::Undecodable(err.to_string()),
-            },
-            Ok(None) => Seen::Absent,
-            Err(err) => Seen::WatchError(err.to_string()),
-        };
-        if tx.send((index, seen)).is_err() {
-            return;
-        }
     }
 }
 
