@@ -116,7 +116,32 @@ pub fn required_access(command: &Command) -> Result<Vec<Access>, ConfigError> {
             Ok(regenerate_access(&settings, &rotation))
         }
         Job::Inspect(settings) => Ok(inspect_access(&settings)),
+        Job::Node(settings) => Ok(node_access(&settings)),
     }
+}
+
+/// `node`: get, list and watch on each source object (one single-object watcher each, by
+/// name, in its namespace); creating Events in `default` (where Node Events live) when
+/// `NODE_NAME` is known.
+fn node_access(settings: &crate::node::Settings) -> Vec<Access> {
+    let mut rules = Rules::default();
+    for object in settings.objects() {
+        let resource = match object.kind {
+            crate::kind::Kind::Secret => "secrets",
+            crate::kind::Kind::ConfigMap => "configmaps",
+        };
+        rules.named(
+            &object.namespace,
+            CORE,
+            resource,
+            &["get", "list", "watch"],
+            &object.name,
+        );
+    }
+    if settings.node_name.is_some() {
+        rules.any("default", CORE, "events", &["create"]);
+    }
+    rules.into_list()
 }
 
 /// `inspect`: with `--namespace`, one list of the Secrets and one of the ConfigMaps there
@@ -286,6 +311,7 @@ pub const FLAGS_THAT_CHANGE_ACCESS: &[(&str, &[&str])] = &[
         ],
     ),
     ("inspect", &["namespace"]),
+    ("node", &["source", "preset", "node-name"]),
 ];
 
 /// See [`FLAGS_THAT_CHANGE_ACCESS`]: output, timing and mode flags.
@@ -315,6 +341,22 @@ pub const FLAGS_WITHOUT_ACCESS: &[(&str, &[&str])] = &[
     (
         "inspect",
         &["dir", "ca-bundle", "warn-within", "json", "now"],
+    ),
+    (
+        "node",
+        &[
+            "file",
+            "mode",
+            "owner",
+            "grace-period",
+            "resync-interval",
+            "metrics-listen",
+            "post-write-signal",
+            "post-write-pid-file",
+            "post-write-process-name",
+            "post-write-command",
+            "post-write-timeout",
+        ],
     ),
 ];
 

@@ -1,5 +1,5 @@
-//! Kubernetes Events about what the sync changed, on the pod (`POD_NAME`), rate-limited so a
-//! flapping object cannot flood the apiserver.
+//! Kubernetes Events about what the sync changed, on the pod (`POD_NAME`) or, for node mode, on
+//! the Node (`NODE_NAME`), rate-limited so a flapping object cannot flood the apiserver.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -14,10 +14,10 @@ use kube::api::{Api, PostParams};
 /// At most one event per reason and object in this window.
 const WINDOW: Duration = Duration::from_secs(10);
 
-/// Publishes core/v1 Events on the pod.
+/// Publishes core/v1 Events on the pod (or the Node).
 pub struct EventRecorder {
     api: Api<Event>,
-    pod: Option<ObjectReference>,
+    involved: Option<ObjectReference>,
     limit: RateLimit,
 }
 
@@ -55,7 +55,7 @@ impl EventRecorder {
     pub fn new(client: kube::Client, namespace: &str, pod_name: Option<&str>) -> EventRecorder {
         EventRecorder {
             api: Api::namespaced(client, namespace),
-            pod: pod_name.map(|name| ObjectReference {
+            involved: pod_name.map(|name| ObjectReference {
                 api_version: Some("v1".to_owned()),
                 kind: Some("Pod".to_owned()),
                 name: Some(name.to_owned()),
@@ -66,10 +66,26 @@ impl EventRecorder {
         }
     }
 
+    /// Events on the Node `node_name` (in namespace `default`, with the node name as uid, as
+    /// the kubelet records them, so `kubectl describe node` shows them).
+    pub fn for_node(client: kube::Client, node_name: Option<&str>) -> EventRecorder {
+        EventRecorder {
+            api: Api::namespaced(client, "default"),
+            involved: node_name.map(|name| ObjectReference {
+                api_version: Some("v1".to_owned()),
+                kind: Some("Node".to_owned()),
+                name: Some(name.to_owned()),
+                uid: Some(name.to_owned()),
+                ..ObjectReference::default()
+            }),
+            limit: RateLimit::new(WINDOW),
+        }
+    }
+
     /// Records `reason` about `object` (e.g. `secret/serving-cert`); `warning` marks failures.
     /// Failures to publish are logged, never fatal.
     pub async fn record(&self, reason: &str, object: &str, message: String, warning: bool) {
-        let Some(pod) = &self.pod else {
+        let Some(involved) = &self.involved else {
             return;
         };
         if !self.limit.allow(reason, object) {
@@ -82,7 +98,7 @@ impl EventRecorder {
                 generate_name: Some("cert-syncer-".to_owned()),
                 ..ObjectMeta::default()
             },
-            involved_object: pod.clone(),
+            involved_object: involved.clone(),
             reason: Some(reason.to_owned()),
             message: Some(message),
             type_: Some(if warning { "Warning" } else { "Normal" }.to_owned()),
@@ -94,7 +110,7 @@ impl EventRecorder {
             last_timestamp: Some(now),
             count: Some(1),
             reporting_component: Some("cert-syncer".to_owned()),
-            reporting_instance: pod.name.clone(),
+            reporting_instance: involved.name.clone(),
             ..Event::default()
         };
         if let Err(err) = self.api.create(&PostParams::default(), &event).await {

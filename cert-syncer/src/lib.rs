@@ -6,6 +6,9 @@
 //! `regenerate` is the regeneration controller: it regenerates signers, CA bundles and
 //! certificates declared in a config file, by default only when they are expired or missing.
 //!
+//! `node` keeps one host file (the kubelet's client-CA bundle, say) assembled from keys of
+//! ConfigMaps and Secrets, on every node.
+//!
 //! `inspect` lists the certificates of directories or of a namespace, with what is wrong
 //! with them.
 //!
@@ -30,6 +33,7 @@ pub mod kind;
 mod leader;
 mod metrics;
 mod names;
+mod node;
 mod pki;
 pub mod regenerate;
 mod shutdown;
@@ -46,5 +50,6 @@ pub async fn run(command: cli::Command) -> anyhow::Result<()> {
         cli::Job::Sync(settings) => sync::run(settings).await,
         cli::Job::Regenerate(settings) => regenerate::run(settings).await,
         cli::Job::Inspect(settings) => inspect::run(settings).await,
+        cli::Job::Node(settings) => node::run(settings).await,
     }
 }

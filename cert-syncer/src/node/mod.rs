@@ -1,0 +1,503 @@
+//! `cert-syncer node`: keeps one host file (the kubelet's `kubelet-ca.crt`, say) in step with
+//! one or more keys of one or more ConfigMaps and Secrets, across namespaces, without
+//! MachineConfigs, reboots or drains. Run as a DaemonSet on every node.
+//!
+//! - Sources ([`sources`]): one kube-runtime watcher per source object (field selector
+//!   `metadata.name`: RBAC by `resourceNames`, one watch event per change and node); no GET
+//!   per change.
+//! - Content ([`bundle`]): every PEM block of every source must be a certificate; sources are
+//!   concatenated in the order given, identical certificates (same DER) kept once. A source
+//!   whose new version is refused keeps its last good certificates in the file; an Event on
+//!   the Node and `cert_syncer_node_source_errors_total` name the object and key.
+//! - The file ([`target`]): written with reload-lib's atomic writer (temporary file, fsync,
+//!   rename, directory fsync), mode and owner kept or as configured, never rewritten when it
+//!   already holds the same certificates. Another writer's content is replaced only after it
+//!   has stayed unchanged for the grace period, with an Event and a metric naming its SHA-256.
+//! - After each write, the optional post-write action ([`action`]).
+//!
+//! The file is assembled only once every source has been seen with good content: a partial
+//! trust bundle is never written.
+
+mod action;
+mod bundle;
+mod filewatch;
+mod metrics;
+mod settings;
+mod sources;
+mod target;
+
+pub use settings::{
+    ObjectRef, PostWrite, Preset, Settings, SignalTarget, Source, parse_mode, parse_owner,
+    parse_signal,
+};
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use prometheus_client::registry::Registry;
+use tokio::sync::mpsc;
+
+use crate::events::EventRecorder;
+use crate::health::Readiness;
+use crate::kind::Kind;
+use bundle::Certificate;
+use metrics::{ForeignLabels, Metrics, PathLabels, ResultLabels, SourceLabels};
+use sources::Seen;
+use target::{Outcome, Target};
+
+/// Without inotify the file is checked this often.
+const POLL_WITHOUT_INOTIFY: Duration = Duration::from_secs(2);
+/// A failed write is retried after this long.
+const WRITE_RETRY: Duration = Duration::from_secs(5);
+
+/// Runs until SIGTERM/SIGINT.
+pub async fn run(settings: Settings) -> anyhow::Result<()> {
+    let dir = settings.file.parent().unwrap_or(std::path::Path::new("/"));
+    if !dir.is_dir() {
+        return Err(crate::error::ConfigError(format!(
+            "--file {}: its directory does not exist (mount the host directory)",
+            settings.file.display()
+        ))
+        .into());
+    }
+    let connection = crate::connection::connect(&settings.connection).await?;
+    let client = connection.client.clone();
+    let shutdown = crate::shutdown::on_signal()?;
+    let mut registry = Registry::default();
+    let metrics = Metrics::register(&mut registry);
+    let readiness = Readiness::default();
+    readiness.block("file", "not written yet");
+    let path_label = settings.file.display().to_string();
+    for source in &settings.sources {
+        readiness.block(&source.to_string(), "not seen yet");
+        metrics
+            .source_valid
+            .get_or_create(&SourceLabels::new(&path_label, source))
+            .set(0);
+    }
+    if let Some(addr) = settings.metrics_listen {
+        let registry = Arc::new(registry);
+        let (readiness, shutdown) = (readiness.clone(), shutdown.clone());
+        tokio::spawn(async move {
+            if let Err(err) = crate::health::serve(addr, registry, readiness, shutdown).await {
+                tracing::error!(error = %err, "metrics server stopped");
+            }
+        });
+    }
+    let objects = settings.objects();
+    let (tx, mut rx) = mpsc::unbounded_channel::<(usize, Seen)>();
+    let mut tasks = Vec::new();
+    for (index, object) in objects.iter().enumerate() {
+        let (client, object, tx) = (client.clone(), object.clone(), tx.clone());
+        let timeout = connection.watch_timeout_seconds;
+        tasks.push(tokio::spawn(async move {
+            match object.kind {
+                Kind::ConfigMap => {
+                    sources::follow::<ConfigMap>(client, &object, timeout, index, tx).await
+                }
+                Kind::Secret => {
+                    sources::follow::<Secret>(client, &object, timeout, index, tx).await
+                }
+            }
+        }));
+    }
+    drop(tx);
+    let (file_changed, poll) = match filewatch::watch(&settings.file) {
+        Ok(notify) => (notify, settings.resync_interval),
+        Err(err) => {
+            tracing::warn!(error = %err, file = %settings.file.display(), "cannot watch the file's directory; polling it");
+            (Arc::new(tokio::sync::Notify::new()), POLL_WITHOUT_INOTIFY)
+        }
+    };
+    tracing::info!(
+        file = %settings.file.display(),
+        sources = ?settings.sources.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        grace_period = ?settings.grace_period,
+        node = settings.node_name.as_deref().unwrap_or(""),
+        "starting node mode"
+    );
+    let mut node = Node {
+        events: EventRecorder::for_node(client.clone(), settings.node_name.as_deref()),
+        target: Target::new(
+            settings.file.clone(),
+            settings.mode,
+            settings.owner,
+            settings.grace_period,
+        ),
+        sources: settings
+            .sources
+            .iter()
+            .map(|source| SourceState {
+                source: source.clone(),
+                object: objects
+                    .iter()
+                    .position(|o| *o == source.object())
+                    .expect("every source's object is followed"),
+                last_good: None,
+                valid: false,
+            })
+            .collect(),
+        seen_versions: vec![None; objects.len()],
+        objects,
+        path_label,
+        metrics,
+        readiness,
+        foreign: None,
+        settings,
+    };
+    let mut deadline: Option<tokio::time::Instant> = None;
+    let mut resync = tokio::time::interval(poll);
+    resync.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            update = rx.recv() => match update {
+                Some((index, seen)) => node.seen(index, seen).await,
+                None => break,
+            },
+            () = file_changed.notified() => {}
+            () = sleep_until(deadline) => {}
+            _ = resync.tick() => {}
+            () = shutdown.cancelled() => break,
+        }
+        deadline = node.reconcile().await.map(tokio::time::Instant::from_std);
+    }
+    for task in tasks {
+        task.abort();
+    }
+    Ok(())
+}
+
+async fn sleep_until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+struct SourceState {
+    source: Source,
+    /// Index of its object.
+    object: usize,
+    /// The certificates of its last good version.
+    last_good: Option<Vec<Certificate>>,
+    /// Whether its current version is good.
+    valid: bool,
+}
+
+/// The loop's state.
+struct Node {
+    settings: Settings,
+    objects: Vec<ObjectRef>,
+    /// The resourceVersion last handled per object (a relist re-delivers it).
+    seen_versions: Vec<Option<String>>,
+    sources: Vec<SourceState>,
+    target: Target,
+    path_label: String,
+    metrics: Metrics,
+    readiness: Readiness,
+    events: EventRecorder,
+    /// The fingerprint of another writer's content in the file, while it is there.
+    foreign: Option<String>,
+}
+
+impl Node {
+    async fn seen(&mut self, index: usize, seen: Seen) {
+        let object = self.objects[index].clone();
+        match seen {
+            Seen::WatchError(error) => {
+                tracing::warn!(%object, %error, "watch failed; retrying with backoff");
+                self.readiness
+                    .block("api", format!("watching {object}: {error}"));
+            }
+            Seen::Object(fetched) => {
+                self.readiness.clear("api");
+                if self.seen_versions[index].as_ref() == Some(&fetched.resource_version) {
+                    return;
+                }
+                self.seen_versions[index] = Some(fetched.resource_version.clone());
+                for position in self.sources_of(index) {
+                    let source = self.sources[position].source.clone();
+                    let result = match fetched.data.get(&source.key) {
+                        Some(bytes) => bundle::parse_certificates(bytes),
+                        None => Err(bundle::Invalid::MissingKey),
+                    };
+                    match result {
+                        Ok(certificates) => {
+                            tracing::info!(%source, resource_version = %fetched.resource_version, certificates = certificates.len(), "source read");
+                            self.sources[position].last_good = Some(certificates);
+                            self.source_valid(position, true);
+                        }
+                        Err(reason) => {
+                            let message = format!(
+                                "{source} (resourceVersion {}): {reason}",
+                                fetched.resource_version
+                            );
+                            self.source_refused(position, &message).await;
+                        }
+                    }
+                }
+            }
+            Seen::Undecodable(reason) => {
+                self.readiness.clear("api");
+                self.seen_versions[index] = None;
+                for position in self.sources_of(index) {
+                    let message = format!(
+                        "{} cannot be decoded: {reason}",
+                        self.sources[position].source
+                    );
+                    self.source_refused(position, &message).await;
+                }
+            }
+            Seen::Absent => {
+                self.readiness.clear("api");
+                self.seen_versions[index] = None;
+                tracing::error!(%object, "source object is absent; the file keeps its last good certificates");
+                for position in self.sources_of(index) {
+                    let source = self.sources[position].source.clone();
+                    self.source_valid(position, false);
+                    self.readiness
+                        .block(&source.to_string(), "the object is absent");
+                }
+                self.events
+                    .record(
+                        "SourceAbsent",
+                        &object.to_string(),
+                        format!(
+                            "{object} is absent; {} keeps its last good certificates",
+                            self.target.path().display()
+                        ),
+                        true,
+                    )
+                    .await;
+            }
+        }
+    }
+
+    fn sources_of(&self, object: usize) -> Vec<usize> {
+        (0..self.sources.len())
+            .filter(|i| self.sources[*i].object == object)
+            .collect()
+    }
+
+    fn source_valid(&mut self, position: usize, valid: bool) {
+        let state = &mut self.sources[position];
+        state.valid = valid;
+        self.metrics
+            .source_valid
+            .get_or_create(&SourceLabels::new(&self.path_label, &state.source))
+            .set(i64::from(valid));
+        if valid {
+            self.readiness.clear(&state.source.to_string());
+        }
+    }
+
+    /// A source version refused: its last good certificates stay in the file.
+    async fn source_refused(&mut self, position: usize, message: &str) {
+        self.source_valid(position, false);
+        let source = self.sources[position].source.clone();
+        self.metrics
+            .source_errors
+            .get_or_create(&SourceLabels::new(&self.path_label, &source))
+            .inc();
+        let kept = if self.sources[position].last_good.is_some() {
+            "its last good certificates stay in the file"
+        } else {
+            "the file is not written until it is good"
+        };
+        tracing::error!(%source, error = %message, "source refused; {kept}");
+        self.readiness
+            .block(&source.to_string(), message.to_owned());
+        self.events
+            .record(
+                "SourceInvalid",
+                &source.to_string(),
+                format!("{message}; {kept} ({})", self.target.path().display()),
+                true,
+            )
+            .await;
+    }
+
+    /// Brings the file in line with the sources; returns when to look again (the end of a
+    /// grace period, a retry), if anything is pending.
+    async fn reconcile(&mut self) -> Option<Instant> {
+        let parts: Option<Vec<&[Certificate]>> = self
+            .sources
+            .iter()
+            .map(|s| s.last_good.as_deref())
+            .collect();
+        let Some(parts) = parts else {
+            self.readiness
+                .block("file", "waiting for every source's first good version");
+            return None;
+        };
+        let bundle = bundle::assemble(parts);
+        let labels = PathLabels {
+            path: self.path_label.clone(),
+        };
+        self.metrics
+            .bundle_bytes
+            .get_or_create(&labels)
+            .set(bundle.pem.len() as i64);
+        self.metrics
+            .bundle_certificates
+            .get_or_create(&labels)
+            .set(bundle.certificates.len() as i64);
+        if let Some(not_after) = bundle.earliest_not_after() {
+            self.metrics
+                .earliest_not_after
+                .get_or_create(&labels)
+                .set(not_after);
+        }
+        let outcome =
+            tokio::task::block_in_place(|| self.target.reconcile(&bundle, Instant::now()));
+        let path = self.target.path().display().to_string();
+        match outcome {
+            Ok(Outcome::InSync) => {
+                self.foreign_gone();
+                self.readiness.clear("file");
+                None
+            }
+            Ok(Outcome::Written { replaced }) => {
+                self.metrics.writes.get_or_create(&labels).inc();
+                self.metrics
+                    .last_write
+                    .get_or_create(&labels)
+                    .set(crate::time::unix_now());
+                let fingerprint = bundle::fingerprint(&bundle.pem);
+                tracing::info!(file = %path, certificates = bundle.certificates.len(), duplicates = bundle.duplicates, sha256 = %fingerprint, "host file written");
+                if let Some(theirs) = &replaced {
+                    self.metrics.takeovers.get_or_create(&labels).inc();
+                    tracing::warn!(file = %path, replaced_sha256 = %theirs, grace_period = ?self.settings.grace_period, "replaced another writer's content after the grace period");
+                    self.events
+                        .record(
+                            "ForeignContentReplaced",
+                            &path,
+                            format!(
+                                "{path}: replaced content sha256:{theirs} written by someone else, unchanged for {:?}, with the sources' bundle sha256:{fingerprint}",
+                                self.settings.grace_period
+                            ),
+                            true,
+                        )
+                        .await;
+                }
+                self.foreign_gone();
+                self.events
+                    .record(
+                        "HostFileWritten",
+                        &path,
+                        format!(
+                            "{path}: wrote {} certificates (sha256:{fingerprint})",
+                            bundle.certificates.len()
+                        ),
+                        false,
+                    )
+                    .await;
+                self.readiness.clear("file");
+                self.post_write().await;
+                None
+            }
+            Ok(Outcome::Waiting {
+                fingerprint,
+                until,
+                first,
+            }) => {
+                if first {
+                    self.metrics.foreign_writes.get_or_create(&labels).inc();
+                    if self.foreign.as_ref() != Some(&fingerprint) {
+                        // Logged and published once per episode (a busy writer would flood
+                        // the log); the gauge always names the content there now.
+                        let episode = self.foreign.is_none();
+                        self.foreign_gone();
+                        self.metrics
+                            .foreign_content
+                            .get_or_create(&ForeignLabels {
+                                path: self.path_label.clone(),
+                                sha256: fingerprint.clone(),
+                            })
+                            .set(1);
+                        self.foreign = Some(fingerprint.clone());
+                        if !episode {
+                            tracing::debug!(file = %path, sha256 = %fingerprint, "another writer rewrote the file");
+                        } else {
+                            tracing::warn!(file = %path, sha256 = %fingerprint, grace_period = ?self.settings.grace_period, "the file holds content written by someone else; it is replaced once unchanged for the grace period");
+                            self.events
+                            .record(
+                                "ForeignContent",
+                                &path,
+                                format!(
+                                    "{path} holds content sha256:{fingerprint} not written by node mode; it is replaced once unchanged for {:?}",
+                                    self.settings.grace_period
+                                ),
+                                true,
+                            )
+                            .await;
+                        }
+                    }
+                }
+                self.readiness.block(
+                    "file",
+                    format!("another writer's content (sha256:{fingerprint}) in the grace period"),
+                );
+                Some(until)
+            }
+            Err(err) => {
+                self.metrics.write_errors.get_or_create(&labels).inc();
+                tracing::error!(error = %err, "cannot write the host file; retrying");
+                self.readiness.block("file", err.to_string());
+                self.events
+                    .record("HostFileWriteFailed", &path, err.to_string(), true)
+                    .await;
+                Some(Instant::now() + WRITE_RETRY)
+            }
+        }
+    }
+
+    fn foreign_gone(&mut self) {
+        if let Some(fingerprint) = self.foreign.take() {
+            self.metrics
+                .foreign_content
+                .get_or_create(&ForeignLabels {
+                    path: self.path_label.clone(),
+                    sha256: fingerprint,
+                })
+                .set(0);
+        }
+    }
+
+    async fn post_write(&self) {
+        let Some(action) = &self.settings.post_write else {
+            return;
+        };
+        let result = action::run(action, self.settings.post_write_timeout).await;
+        let labels = |result| ResultLabels {
+            path: self.path_label.clone(),
+            result,
+        };
+        match result {
+            Ok(summary) => {
+                tracing::info!(%summary, "post-write action done");
+                self.metrics
+                    .post_write_actions
+                    .get_or_create(&labels("ok"))
+                    .inc();
+            }
+            Err(error) => {
+                tracing::error!(%error, "post-write action failed");
+                self.metrics
+                    .post_write_actions
+                    .get_or_create(&labels("error"))
+                    .inc();
+                let path = self.target.path().display().to_string();
+                self.events
+                    .record(
+                        "PostWriteActionFailed",
+                        &path,
+                        format!("{path}: {error}"),
+                        true,
+                    )
+                    .await;
+            }
+        }
+    }
+}
