@@ -76,6 +76,7 @@
 mod client;
 mod error;
 pub mod fs;
+mod layout;
 mod material;
 #[cfg(feature = "metrics")]
 pub mod metrics;

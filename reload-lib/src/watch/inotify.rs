@@ -20,6 +20,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use super::{Changes, Interest};
+use crate::layout;
 use inotify::{EventMask, Inotify, WatchDescriptor, WatchMask, Watches};
 
 /// One mask for every watch: inotify keeps one watch per inode, so a directory watched in
@@ -64,6 +65,8 @@ struct State {
     aliases: HashMap<PathBuf, HashSet<PathBuf>>,
     /// Subscribers marked by events read so far, woken once the queue is drained (see `run`).
     to_wake: Vec<Arc<Changes>>,
+    /// A cap on kernel watches below the kernel's own (tests: see [`Watcher::limit_watches`]).
+    limit: Option<usize>,
 }
 
 #[derive(Debug)]
@@ -119,6 +122,7 @@ impl Watcher {
                 triggers: HashMap::new(),
                 aliases: HashMap::new(),
                 to_wake: Vec::new(),
+                limit: None,
             }),
         });
         let reader = Arc::clone(&watcher);
@@ -203,6 +207,13 @@ impl Watcher {
         self.lock().by_wd.len()
     }
 
+    /// Caps the number of kernel watches: adding one more then fails with `ENOSPC`, exactly as
+    /// when the kernel's `fs.inotify.max_user_watches` is reached. Tests use it to reach the
+    /// limit mid-run without changing a system-wide setting; `None` removes the cap.
+    pub(super) fn limit_watches(&self, max: Option<usize>) {
+        self.lock().limit = max;
+    }
+
     /// Reads events until the queue is empty, marking what they name, and only then wakes the
     /// subscribers: a writer's steps that are already queued together (a rotation's renames, the
     /// kubelet's `..data` sequence) cost one reload pass, not one each. It never waits for events
@@ -263,6 +274,21 @@ impl Watcher {
 }
 
 impl State {
+    /// `inotify_add_watch`, failing with `ENOSPC` past the [`limit`](State::limit) as the kernel
+    /// does past its own.
+    fn add_watch(&mut self, path: &Path) -> io::Result<WatchDescriptor> {
+        let wd = self.watches.add(path, mask())?;
+        if let Some(limit) = self.limit
+            && !self.by_wd.contains_key(&wd)
+            && self.by_wd.len() >= limit
+        {
+            // A watch nobody holds yet: undo it (its IN_IGNORED names an unknown descriptor).
+            let _ = self.watches.remove(wd);
+            return Err(io::Error::from_raw_os_error(libc::ENOSPC));
+        }
+        Ok(wd)
+    }
+
     /// Resolves what `dir` must hold and takes those watches (for `dir`). Retries when a
     /// component appears meanwhile (a `mkdir -p` racing the arming).
     fn arm(&mut self, dir: &Path) -> io::Result<DirWatch> {
@@ -293,7 +319,7 @@ impl State {
                 watch.triggers.insert(link.to_owned());
             }
         }
-        match self.watches.add(dir, mask()) {
+        match self.add_watch(dir) {
             Ok(wd) => {
                 self.take(watch, dir, wd, dir);
                 self.alias_symlinked_files(dir, watch)?;
@@ -303,7 +329,7 @@ impl State {
             Err(err) if is_missing(&err) => {
                 let mut child = dir;
                 while let Some(candidate) = child.parent() {
-                    match self.watches.add(candidate, mask()) {
+                    match self.add_watch(candidate) {
                         Ok(wd) => {
                             self.take(watch, candidate, wd, dir);
                             watch.triggers.insert(child.to_owned());
@@ -336,7 +362,7 @@ impl State {
             let Ok(link) = std::fs::read_link(&file) else {
                 continue;
             };
-            if link.starts_with("..data") {
+            if layout::through_data(&link).is_some() {
                 continue;
             }
             let Ok(target) = std::fs::canonicalize(&file) else {
@@ -362,7 +388,7 @@ impl State {
         dir: &Path,
         watch: &mut DirWatch,
     ) -> io::Result<()> {
-        match self.watches.add(path, mask()) {
+        match self.add_watch(path) {
             Ok(wd) => {
                 self.take(watch, path, wd, dir);
                 Ok(())
@@ -545,7 +571,7 @@ impl State {
                     .get(path)
                     .is_some_and(|w| w.aliases.iter().any(|(_, file)| *file == entry))
                     || (self.dirs.contains_key(path)
-                        && !name.as_encoded_bytes().starts_with(b"..")
+                        && !layout::is_internal(name)
                         && is_symlink(&entry))
                 {
                     repair.insert(path.clone());
@@ -563,7 +589,7 @@ impl State {
     /// Names starting with `..` are the kubelet's `..data` machinery and concern every file of
     /// the directory that resolves through them; `None` means the directory itself.
     fn wake_for(&mut self, dir: &Path, name: Option<&OsStr>) {
-        let dotted = name.is_some_and(|n| n.as_encoded_bytes().starts_with(b".."));
+        let dotted = name.is_some_and(layout::is_internal);
         for subscriber in self.subscribers.values() {
             let Some(names) = subscriber.dirs.get(dir) else {
                 continue;
