@@ -5,7 +5,6 @@
 
 mod common;
 
-use std::sync::Mutex;
 use std::time::Duration;
 
 use common::*;
@@ -13,7 +12,7 @@ use reload_lib::watch::{__limit_watches, active_watch_count};
 use reload_lib::{CertKeyPaths, ServingSet, WatchMode};
 
 /// The cap and the watch count are per process: the tests of this file take turns.
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Removes the cap when the test ends, even by a panic.
 struct Uncap;
@@ -52,7 +51,7 @@ async fn served(set: &ServingSet, serial: &str, what: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reaching_the_watch_limit_mid_run_falls_back_to_polling() {
-    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let _turn = ONE_AT_A_TIME.lock().await;
     init_tracing();
     let baseline = active_watch_count();
     let ca = Ca::new("ca");
@@ -92,7 +91,7 @@ async fn reaching_the_watch_limit_mid_run_falls_back_to_polling() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_subscribe_that_fails_halfway_leaves_no_watch_behind_and_polls() {
-    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let _turn = ONE_AT_A_TIME.lock().await;
     init_tracing();
     let ca = Ca::new("ca");
     let tmp = tempfile::tempdir().unwrap();

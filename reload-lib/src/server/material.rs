@@ -14,8 +14,9 @@ use sha2::{Digest as _, Sha256};
 use crate::error::{Error, InvalidMaterial, Result};
 use crate::material::{CertInfo, ParsedBundle, ParsedPair, covers, normalize_name};
 use crate::policy;
-use crate::reload::{Material, Pass, Served, ServedCert};
+use crate::reload::{Material, Pass};
 use crate::source::{CertKeyPaths, PassReader};
+use crate::status::{Served, ServedCert};
 use crate::watch::{Dirty, Interest, watch_path};
 
 use super::builder::{ClientCaConfig, Configure, SniEntry, SniNames};

@@ -9,7 +9,7 @@ use rustls::ServerConfig;
 use rustls::server::{ServerSessionMemoryCache, StoresServerSessions};
 
 use crate::error::{Error, Result};
-use crate::reload::{Served, ServedCert};
+use crate::status::{Served, ServedCert};
 
 use super::material::{AcceptedCa, AcceptedPair, Digest, ServingMaterial};
 use super::resolver::SniResolver;

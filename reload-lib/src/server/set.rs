@@ -11,8 +11,9 @@ use tokio::sync::watch;
 
 use crate::error::Result;
 use crate::material::{CertInfo, normalize_name};
-use crate::reload::{Handle, Served, Status};
+use crate::reload::Handle;
 use crate::source::CertKeyPaths;
+use crate::status::{Served, Status};
 use crate::watch::WatchMode;
 
 use super::resolver::{PairEntry, SniResolver};
