@@ -57,9 +57,7 @@ impl State {
                     .dirs
                     .get(path)
                     .is_some_and(|w| w.aliases.iter().any(|(_, file)| *file == entry))
-                    || (self.dirs.contains_key(path)
-                        && !layout::is_internal(name)
-                        && is_symlink(&entry))
+                    || (self.is_file_of_interest(path, name) && is_symlink(&entry))
                 {
                     repair.insert(path.clone());
                 }
@@ -102,6 +100,16 @@ impl State {
                 self.to_wake.push(Arc::clone(&subscriber.changes));
             }
         }
+    }
+
+    /// Whether some subscriber reads `dir/name`. Asked before anything costs a system call:
+    /// most events name files nobody reads (a writer's temporary file, its `MODIFY`s).
+    fn is_file_of_interest(&self, dir: &Path, name: &OsStr) -> bool {
+        self.dirs.contains_key(dir)
+            && self
+                .subscribers
+                .values()
+                .any(|s| s.dirs.get(dir).is_some_and(|names| names.contains(name)))
     }
 
     /// Wakes the subscribers of the file of interest `file` (`dir/name`).
