@@ -53,7 +53,8 @@ impl FileContent {
         self.mode
     }
 }
-/// Errors of the atomic writers. See [`AtomicDirWriter::write`] for an example.
+/// Errors of the atomic writers. See [`AtomicDirWriter::write`](super::AtomicDirWriter::write)
+/// for an example.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {

@@ -339,8 +339,9 @@ impl ServingSetBuilder {
 
     /// How long one pass of reading and checking the files may take (default 30 s). Reads run
     /// on the crate's own thread, never on an async worker; a pass that takes longer (a hung
-    /// network filesystem) is reported in [`Status::last_error`] as [`Error::ReadTimeout`], and
-    /// the set keeps serving its last good material until the pass ends. At start-up,
+    /// network filesystem) is reported in [`Status::last_error`](crate::Status::last_error) as
+    /// [`Error::ReadTimeout`](crate::Error::ReadTimeout), and the set keeps serving its last
+    /// good material until the pass ends. At start-up,
     /// [`start`](Self::start) fails with that error instead.
     pub fn read_timeout(mut self, timeout: Duration) -> Self {
         self.timing.read_timeout = timeout;
