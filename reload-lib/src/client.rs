@@ -17,8 +17,9 @@ use tokio::sync::watch;
 use crate::error::{Error, Result};
 use crate::material::{ParsedBundle, ParsedPair, Validity};
 use crate::policy;
-use crate::reload::{self, Handle, Material, Pass, Served, ServedCert, Status, Timing};
+use crate::reload::{self, Handle, Material, Pass, Timing};
 use crate::source::{CertKeyPaths, PassReader};
+use crate::status::{Served, ServedCert, Status};
 use crate::watch::{Dirty, Interest};
 
 /// Configures and starts a [`ClientTls`]. Made by [`ClientTls::builder`]; see there for an

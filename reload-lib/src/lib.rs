@@ -76,6 +76,7 @@
 mod client;
 mod error;
 pub mod fs;
+mod layout;
 mod material;
 #[cfg(feature = "metrics")]
 pub mod metrics;
@@ -85,17 +86,18 @@ mod reload;
 mod runtime;
 mod server;
 mod source;
+mod status;
 pub mod watch;
 
 // The public interface is:
 pub use client::{ClientTls, ClientTlsBuilder};
 pub use error::{Error, InvalidMaterial, Result};
 pub use material::CertInfo;
-pub use reload::{Served, ServedCert, Status};
 pub use server::{
     Acceptor, ClientAuth, ClientIdentity, ServingSet, ServingSetBuilder, ServingSnapshot,
 };
 pub use source::CertKeyPaths;
+pub use status::{Served, ServedCert, Status};
 pub use watch::WatchMode;
 
 /// Entry points for the fuzz targets in `fuzz/`; not part of the API.

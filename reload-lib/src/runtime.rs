@@ -47,6 +47,9 @@ struct State {
     next_id: u64,
     /// The watchdog sleeps without a deadline: the next pass must wake it.
     idle: bool,
+    /// The deadline the watchdog sleeps towards, if any: a pass with an earlier one (a set with
+    /// a shorter read timeout) must wake it too.
+    sleeping_until: Option<Instant>,
     started: bool,
 }
 
@@ -62,8 +65,9 @@ static WATCHDOG: OnceLock<Arc<Watchdog>> = OnceLock::new();
 ///
 /// Nothing on the fast path waits for it: starting a pass takes an uncontended lock and wakes
 /// the watchdog thread only when it sleeps without a deadline (the first pass after a quiet
-/// period); passes that start while it sleeps towards an earlier deadline just replace what it
-/// will look at when it wakes. Idle, it does not wake at all.
+/// period) or towards a later deadline than the new pass's (a set with a shorter read timeout);
+/// passes that start while it sleeps towards an earlier deadline just replace what it will look
+/// at when it wakes. Idle, it does not wake at all.
 pub(crate) mod watchdog {
     use super::*;
 
@@ -73,8 +77,9 @@ pub(crate) mod watchdog {
         let mut state = dog.state.lock().unwrap_or_else(|p| p.into_inner());
         let id = state.next_id;
         state.next_id += 1;
+        let deadline = Instant::now() + timeout;
         let watched = Watched {
-            deadline: Instant::now() + timeout,
+            deadline,
             on_stuck,
             reported: false,
         };
@@ -89,8 +94,9 @@ pub(crate) mod watchdog {
             if let Err(err) = spawned {
                 tracing::warn!(error = %err, "cannot start the reload watchdog thread");
             }
-        } else if state.idle {
+        } else if state.idle || state.sleeping_until.is_some_and(|until| deadline < until) {
             state.idle = false;
+            state.sleeping_until = None;
             dog.wake.notify_one();
         }
         Guard { id, ended: false }
@@ -156,9 +162,12 @@ pub(crate) mod watchdog {
             state = match next {
                 None => {
                     state.idle = true;
+                    state.sleeping_until = None;
                     dog.wake.wait(state).unwrap_or_else(|p| p.into_inner())
                 }
                 Some(wait) => {
+                    state.idle = false;
+                    state.sleeping_until = Some(now + wait);
                     dog.wake
                         .wait_timeout(state, wait)
                         .unwrap_or_else(|p| p.into_inner())
@@ -198,5 +207,28 @@ mod tests {
         );
         assert!(again.finish());
         assert!(reports.try_recv().is_err(), "nothing reported twice");
+    }
+
+    #[test]
+    fn a_pass_with_a_shorter_timeout_wakes_a_watchdog_sleeping_towards_a_later_deadline() {
+        let (reported, reports) = std::sync::mpsc::channel();
+        let long = watchdog::watch(Duration::from_secs(3600), Arc::new(|| {}));
+        // Until the watchdog thread sleeps towards the long pass's deadline (bounded).
+        let dog = WATCHDOG.get().unwrap();
+        let asleep = Instant::now() + Duration::from_secs(30);
+        while dog.state.lock().unwrap().sleeping_until.is_none() {
+            assert!(Instant::now() < asleep, "the watchdog never went to sleep");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let short = watchdog::watch(
+            Duration::from_millis(20),
+            Arc::new(move || reported.send(()).unwrap()),
+        );
+        // Reported after about 20 ms, not after the hour the watchdog was sleeping for.
+        reports
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the shorter deadline was not reported");
+        assert!(short.finish());
+        assert!(!long.finish());
     }
 }

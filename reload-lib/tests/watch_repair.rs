@@ -57,8 +57,18 @@ async fn a_parent_directory_stays_watched_when_a_subdirectory_is_recreated() {
     let outer = set_for(pair_in(&parent)).await;
     let inner = set_for(pair_in(&parent.join("sub"))).await;
 
-    // The subdirectory goes away (its set watches the parent meanwhile) and comes back.
+    // The subdirectory goes away; once its set has seen that (it then also watches the parent,
+    // for the subdirectory's return), it comes back. Without the wait the watcher may only see
+    // the subdirectory already recreated, and the parent's watch is never shared.
+    let mut inner_rx = inner.subscribe();
     std::fs::remove_dir_all(parent.join("sub")).unwrap();
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        inner_rx.wait_for(|s| s.last_error.is_some()),
+    )
+    .await
+    .expect("the deleted subdirectory was not reported")
+    .unwrap();
     let back = ca.leaf(&["localhost"], 30);
     write_pair(&parent.join("sub"), &back);
     served(&inner, &back.serial, "the recreated subdirectory").await;

@@ -38,13 +38,14 @@
 //! directories named `..*` inside `dir` are pruned.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt, symlink};
+use std::fs;
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt, symlink};
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::source::current_generation;
+use super::file::{Error, FileContent, io_err, sync_dir, write_new_file};
+use crate::layout::{self, current_generation};
 
 /// The longest key accepted, in bytes (a DNS subdomain: the apiserver's own limit for keys).
 ///
@@ -54,54 +55,6 @@ use crate::source::current_generation;
 /// assert!(validate_key(&"k".repeat(MAX_KEY_LEN + 1)).is_err());
 /// ```
 pub const MAX_KEY_LEN: usize = 253;
-
-/// The content and mode of one file. `Debug` shows the length only: the bytes may be a private
-/// key.
-///
-/// ```
-/// use reload_lib::fs::FileContent;
-///
-/// let key = FileContent::new(b"-----BEGIN PRIVATE KEY-----".to_vec(), 0o600);
-/// assert_eq!(format!("{key:?}"), "FileContent { len: 27, mode: 600 }");
-/// // Only permission bits are kept: no file type, never more than 0o7777.
-/// assert_eq!(FileContent::new(Vec::new(), 0o100644).mode(), 0o644);
-/// ```
-#[derive(Clone, PartialEq, Eq)]
-pub struct FileContent {
-    bytes: Vec<u8>,
-    mode: u32,
-}
-
-impl std::fmt::Debug for FileContent {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FileContent")
-            .field("len", &self.bytes.len())
-            .field("mode", &format_args!("{:o}", self.mode))
-            .finish()
-    }
-}
-
-impl FileContent {
-    /// `bytes` to be written with permission bits `mode` (e.g. `0o600` for keys, `0o644` for
-    /// certificates); bits above `0o7777` are dropped.
-    pub fn new(bytes: Vec<u8>, mode: u32) -> Self {
-        Self {
-            bytes,
-            mode: mode & 0o7777,
-        }
-    }
-
-    /// The content.
-    pub fn bytes(&self) -> &[u8] {
-        &self.bytes
-    }
-
-    /// The permission bits.
-    pub fn mode(&self) -> u32 {
-        self.mode
-    }
-}
-
 /// What a write did. See [`AtomicDirWriter`] for an example.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -116,52 +69,6 @@ pub enum WriteOutcome {
         removed_keys: Vec<String>,
     },
 }
-
-/// Errors of the atomic writers. See [`AtomicDirWriter::write`] for an example.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum Error {
-    /// A key cannot be a file name here; nothing was written.
-    #[error("invalid key {key:?}: {reason}")]
-    InvalidKey {
-        /// The key as received.
-        key: String,
-        /// What is wrong with it.
-        reason: &'static str,
-    },
-    /// A directory on the way to the managed directory (or the managed directory itself) is a
-    /// symbolic link or not a directory: writing or removing through it could touch files
-    /// outside the destination. Nothing was written or removed.
-    #[error("refusing to write or remove through {path}: {reason}")]
-    Unsafe {
-        /// The offending path.
-        path: PathBuf,
-        /// What it is.
-        reason: &'static str,
-    },
-    /// A filesystem step failed. A failure before the commit leaves the previous generation in
-    /// place (and removes what the failed write created); after it, the new one is committed
-    /// and only clean-up is incomplete.
-    #[error("failed to {step} {path}")]
-    Io {
-        /// The step (e.g. `write`, `rename`).
-        step: &'static str,
-        /// The path involved.
-        path: PathBuf,
-        /// The I/O error.
-        #[source]
-        source: io::Error,
-    },
-}
-
-fn io_err<'a>(step: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> Error + 'a {
-    move |source| Error::Io {
-        step,
-        path: path.to_owned(),
-        source,
-    }
-}
-
 /// Checks that `key` can be a file name in a managed directory (see the module docs).
 ///
 /// ```
@@ -181,7 +88,7 @@ pub fn validate_key(key: &str) -> Result<(), Error> {
         "contains '/'"
     } else if key.contains('\0') {
         "contains NUL"
-    } else if key.starts_with("..") {
+    } else if layout::is_internal(std::ffi::OsStr::new(key)) {
         "starts with '..' (reserved for the writer)"
     } else {
         return Ok(());
@@ -383,7 +290,7 @@ impl AtomicDirWriter {
         self.prune(previous.as_deref())?;
         let generation = self.new_generation_dir()?;
         let generation_path = dir.join(&generation);
-        let tmp = dir.join("..data_tmp");
+        let tmp = dir.join(layout::DATA_TMP);
         if let Err(err) = self.stage(payload, &generation, &generation_path, &tmp) {
             // Nothing was committed: remove what this write created, so a failure (disk full)
             // does not leave the disk fuller than it found it.
@@ -436,7 +343,7 @@ impl AtomicDirWriter {
             Err(err) => return Err(io_err("remove", tmp)(err)),
         }
         symlink(generation, tmp).map_err(io_err("symlink", tmp))?;
-        fs::rename(tmp, self.dir.join("..data")).map_err(io_err("rename", tmp))?;
+        fs::rename(tmp, self.dir.join(layout::DATA)).map_err(io_err("rename", tmp))?;
         // After the rename the new generation is committed and must stay (it is what `..data`
         // points at), so a failed directory fsync is only reported.
         if let Err(err) = sync_dir(&self.dir) {
@@ -488,16 +395,8 @@ impl AtomicDirWriter {
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default();
-        let stamp = crate::material::rfc3339(now.as_secs() as i64)
-            .replace(['-', ':', 'T'], "_")
-            .trim_end_matches('Z')
-            .to_owned();
         for attempt in 0u32.. {
-            let name = PathBuf::from(format!(
-                "..{stamp}.{:09}{}",
-                now.subsec_nanos(),
-                suffix(attempt)
-            ));
+            let name = layout::generation_name(now.as_secs() as i64, now.subsec_nanos(), attempt);
             let path = self.dir.join(&name);
             match fs::DirBuilder::new().mode(0o755).create(&path) {
                 Ok(()) => {
@@ -523,7 +422,7 @@ impl AtomicDirWriter {
             if is_our_link(&link, key) {
                 continue;
             }
-            let target = Path::new("..data").join(key);
+            let target = layout::key_link_target(key);
             match fs::symlink_metadata(&link) {
                 Err(err) if err.kind() == io::ErrorKind::NotFound => {
                     symlink(&target, &link).map_err(io_err("symlink", &link))?;
@@ -537,7 +436,7 @@ impl AtomicDirWriter {
                     });
                 }
                 Ok(_) => {
-                    let tmp = self.dir.join("..link_tmp");
+                    let tmp = self.dir.join(layout::LINK_TMP);
                     let _ = fs::remove_file(&tmp);
                     symlink(&target, &tmp).map_err(io_err("symlink", &tmp))?;
                     fs::rename(&tmp, &link).map_err(io_err("rename", &tmp))?;
@@ -555,7 +454,10 @@ impl AtomicDirWriter {
             let entry = entry.map_err(io_err("list", &self.dir))?;
             let name = PathBuf::from(entry.file_name());
             let Some(text) = name.to_str() else { continue };
-            if !text.starts_with("..") || text == "..data" || Some(name.as_path()) == keep {
+            if !layout::is_internal(name.as_os_str())
+                || text == layout::DATA
+                || Some(name.as_path()) == keep
+            {
                 continue;
             }
             let path = entry.path();
@@ -564,7 +466,7 @@ impl AtomicDirWriter {
             };
             if meta.is_dir() {
                 fs::remove_dir_all(&path).map_err(io_err("remove", &path))?;
-            } else if text == "..data_tmp" || text == "..link_tmp" {
+            } else if text == layout::DATA_TMP || text == layout::LINK_TMP {
                 fs::remove_file(&path).map_err(io_err("remove", &path))?;
             }
         }
@@ -572,16 +474,8 @@ impl AtomicDirWriter {
     }
 }
 
-fn suffix(attempt: u32) -> String {
-    if attempt == 0 {
-        String::new()
-    } else {
-        format!("-{attempt}")
-    }
-}
-
 fn is_our_link(link: &Path, key: &str) -> bool {
-    fs::read_link(link).is_ok_and(|target| target == Path::new("..data").join(key))
+    fs::read_link(link).is_ok_and(|target| target == layout::key_link_target(key))
 }
 
 fn list_files(dir: &Path) -> Result<BTreeSet<String>, Error> {
@@ -605,450 +499,11 @@ fn holds_exactly(
         && payload.iter().all(|(key, content)| {
             let path = generation.join(key);
             let mode_matches = fs::symlink_metadata(&path).is_ok_and(|meta| {
-                meta.is_file() && meta.permissions().mode() & 0o7777 == content.mode
+                meta.is_file() && meta.permissions().mode() & 0o7777 == content.mode()
             });
-            mode_matches && fs::read(&path).is_ok_and(|bytes| bytes == content.bytes)
+            mode_matches && fs::read(&path).is_ok_and(|bytes| bytes == content.bytes())
         })
 }
 
-/// Creates `path` (it must not exist) with `content`'s mode from the start, sets the exact mode
-/// (the umask may have narrowed it), writes and fsyncs.
-fn write_new_file(path: &Path, content: &FileContent) -> Result<(), Error> {
-    let mut file = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(content.mode)
-        .open(path)
-        .map_err(io_err("create", path))?;
-    file.set_permissions(fs::Permissions::from_mode(content.mode))
-        .map_err(io_err("chmod", path))?;
-    file.write_all(&content.bytes)
-        .map_err(io_err("write", path))?;
-    file.sync_all().map_err(io_err("fsync", path))?;
-    Ok(())
-}
-
-fn sync_dir(dir: &Path) -> Result<(), Error> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io_err("fsync", dir))
-}
-
-/// Replaces one file atomically: a temporary file in the same directory (created with `mode`),
-/// fsync, rename over `path`, fsync the directory. Returns `false` without writing when `path`
-/// already holds `bytes` with `mode`.
-///
-/// # Errors
-/// [`Error::Io`] naming the step; on failure `path` is untouched.
-///
-/// # Security
-/// The temporary file is created exclusively with `mode` (then chmod-ed to exactly `mode`), so
-/// the content is never readable with wider permissions, and readers see the old file or the
-/// new one, never a partial write.
-///
-/// ```
-/// # let dir = tempfile::tempdir()?;
-/// use reload_lib::fs::write_file_atomic;
-/// use std::os::unix::fs::PermissionsExt;
-///
-/// let path = dir.path().join("tls.key");
-/// assert!(write_file_atomic(&path, b"key PEM", 0o600)?);
-/// assert!(!write_file_atomic(&path, b"key PEM", 0o600)?); // already there: not written
-/// assert_eq!(std::fs::metadata(&path)?.permissions().mode() & 0o7777, 0o600);
-/// # Ok::<(), Box<dyn std::error::Error>>(())
-/// ```
-pub fn write_file_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<bool, Error> {
-    let mode = mode & 0o7777;
-    if let Ok(meta) = fs::metadata(path)
-        && meta.is_file()
-        && meta.permissions().mode() & 0o7777 == mode
-        && fs::read(path).is_ok_and(|current| current == bytes)
-    {
-        return Ok(false);
-    }
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let name = path.file_name().ok_or_else(|| Error::Io {
-        step: "write",
-        path: path.to_owned(),
-        source: io::Error::other("not a file path"),
-    })?;
-    let tmp = dir.join(format!(
-        ".{}.tmp.{}",
-        name.to_string_lossy(),
-        std::process::id()
-    ));
-    let _ = fs::remove_file(&tmp);
-    let result = write_new_file(&tmp, &FileContent::new(bytes.to_vec(), mode))
-        .and_then(|()| fs::rename(&tmp, path).map_err(io_err("rename", &tmp)))
-        .and_then(|()| sync_dir(dir));
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    result.map(|()| true)
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn payload(entries: &[(&str, &str, u32)]) -> BTreeMap<String, FileContent> {
-        entries
-            .iter()
-            .map(|(k, v, m)| (k.to_string(), FileContent::new(v.as_bytes().to_vec(), *m)))
-            .collect()
-    }
-
-    fn generations(dir: &Path) -> Vec<String> {
-        let mut names: Vec<String> = fs::read_dir(dir)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().into_string().unwrap())
-            .filter(|n| n.starts_with("..") && n != "..data")
-            .collect();
-        names.sort();
-        names
-    }
-
-    fn mode(path: &Path) -> u32 {
-        fs::metadata(path).unwrap().permissions().mode() & 0o7777
-    }
-
-    #[test]
-    fn the_first_write_creates_the_kubelet_layout_with_exact_modes() {
-        let tmp = tempfile::tempdir().unwrap();
-        let dir = tmp.path().join("secrets/serving");
-        let writer = AtomicDirWriter::new(&dir);
-        let outcome = writer
-            .write(&payload(&[
-                ("tls.crt", "cert", 0o600),
-                ("ca.crt", "ca", 0o644),
-            ]))
-            .unwrap();
-        assert!(matches!(outcome, WriteOutcome::Written { .. }));
-        assert_eq!(
-            fs::read_link(dir.join("tls.crt")).unwrap(),
-            Path::new("..data/tls.crt")
-        );
-        assert_eq!(fs::read(dir.join("tls.crt")).unwrap(), b"cert");
-        assert_eq!(mode(&dir.join("tls.crt")), 0o600);
-        assert_eq!(mode(&dir.join("ca.crt")), 0o644);
-        assert_eq!(mode(&dir.join("..data")), 0o755);
-    }
-
-    #[test]
-    fn unchanged_content_writes_nothing_and_repairs_missing_links() {
-        let tmp = tempfile::tempdir().unwrap();
-        let writer = AtomicDirWriter::new(tmp.path());
-        let content = payload(&[("a", "1", 0o600)]);
-        writer.write(&content).unwrap();
-        let before = generations(tmp.path());
-        fs::remove_file(tmp.path().join("a")).unwrap();
-        assert_eq!(writer.write(&content).unwrap(), WriteOutcome::Unchanged);
-        assert_eq!(generations(tmp.path()), before);
-        assert_eq!(fs::read(tmp.path().join("a")).unwrap(), b"1");
-        // A mode change is a change.
-        assert!(matches!(
-            writer.write(&payload(&[("a", "1", 0o644)])).unwrap(),
-            WriteOutcome::Written { .. }
-        ));
-    }
-
-    #[test]
-    fn the_previous_generation_is_removed_right_after_the_swap() {
-        let tmp = tempfile::tempdir().unwrap();
-        let writer = AtomicDirWriter::new(tmp.path());
-        for i in 0..5 {
-            writer
-                .write(&payload(&[("a", &i.to_string(), 0o600)]))
-                .unwrap();
-            assert_eq!(generations(tmp.path()).len(), 1, "after write {i}");
-        }
-        assert_eq!(fs::read(tmp.path().join("a")).unwrap(), b"4");
-    }
-
-    #[test]
-    fn keys_that_left_the_object_are_pruned() {
-        let tmp = tempfile::tempdir().unwrap();
-        let writer = AtomicDirWriter::new(tmp.path());
-        writer
-            .write(&payload(&[("a", "1", 0o600), ("b", "2", 0o600)]))
-            .unwrap();
-        let outcome = writer.write(&payload(&[("a", "1", 0o600)])).unwrap();
-        assert!(
-            matches!(outcome, WriteOutcome::Written { ref removed_keys, .. } if removed_keys == &["b".to_owned()])
-        );
-        assert!(fs::symlink_metadata(tmp.path().join("b")).is_err());
-    }
-
-    #[test]
-    fn bad_keys_are_rejected_before_anything_is_written() {
-        let tmp = tempfile::tempdir().unwrap();
-        let dir = tmp.path().join("obj");
-        let writer = AtomicDirWriter::new(&dir);
-        for key in [
-            "../x",
-            "..data",
-            "a/b",
-            "",
-            ".",
-            "..",
-            "a\0b",
-            &"k".repeat(254),
-        ] {
-            let err = writer
-                .write(&payload(&[("ok", "1", 0o600), (key, "2", 0o600)]))
-                .unwrap_err();
-            assert!(matches!(err, Error::InvalidKey { .. }), "{key:?}: {err}");
-            assert!(!dir.exists(), "{key:?} wrote something");
-        }
-        assert!(!tmp.path().join("x").exists());
-    }
-
-    #[test]
-    fn a_plain_directory_is_migrated_without_a_missing_key() {
-        let tmp = tempfile::tempdir().unwrap();
-        fs::write(tmp.path().join("tls.crt"), "installer").unwrap();
-        fs::write(tmp.path().join("unrelated"), "keep me").unwrap();
-        let writer = AtomicDirWriter::new(tmp.path());
-        writer
-            .write(&payload(&[("tls.crt", "synced", 0o600)]))
-            .unwrap();
-        assert!(
-            fs::symlink_metadata(tmp.path().join("tls.crt"))
-                .unwrap()
-                .file_type()
-                .is_symlink()
-        );
-        assert_eq!(fs::read(tmp.path().join("tls.crt")).unwrap(), b"synced");
-        assert_eq!(fs::read(tmp.path().join("unrelated")).unwrap(), b"keep me");
-    }
-
-    #[test]
-    fn a_data_link_pointing_outside_is_never_followed_for_deletion() {
-        let tmp = tempfile::tempdir().unwrap();
-        let outside = tmp.path().join("outside");
-        fs::create_dir(&outside).unwrap();
-        fs::write(outside.join("precious"), "x").unwrap();
-        let dir = tmp.path().join("obj");
-        fs::create_dir(&dir).unwrap();
-        symlink(&outside, dir.join("..data")).unwrap();
-        AtomicDirWriter::new(&dir)
-            .write(&payload(&[("a", "1", 0o600)]))
-            .unwrap();
-        AtomicDirWriter::new(&dir)
-            .write(&payload(&[("a", "2", 0o600)]))
-            .unwrap();
-        assert_eq!(fs::read(outside.join("precious")).unwrap(), b"x");
-        assert_eq!(fs::read(dir.join("a")).unwrap(), b"2");
-    }
-
-    #[test]
-    fn leftovers_of_an_interrupted_write_are_cleaned_up() {
-        let tmp = tempfile::tempdir().unwrap();
-        let writer = AtomicDirWriter::new(tmp.path());
-        writer.write(&payload(&[("a", "1", 0o600)])).unwrap();
-        fs::create_dir(tmp.path().join("..orphan")).unwrap();
-        symlink("..orphan", tmp.path().join("..data_tmp")).unwrap();
-        writer.write(&payload(&[("a", "2", 0o600)])).unwrap();
-        assert!(!tmp.path().join("..orphan").exists());
-        assert!(fs::symlink_metadata(tmp.path().join("..data_tmp")).is_err());
-    }
-
-    #[test]
-    fn a_symlinked_object_directory_or_parent_is_never_written_or_removed_through() {
-        let tmp = tempfile::tempdir().unwrap();
-        let dest = tmp.path().join("dest");
-        let outside = tmp.path().join("outside");
-        fs::create_dir_all(outside.join("..olddir")).unwrap();
-        fs::write(outside.join("..olddir/keep"), "x").unwrap();
-        fs::write(outside.join("tls.crt"), "precious").unwrap();
-        let snapshot = |dir: &Path| {
-            let mut names: Vec<String> = fs::read_dir(dir)
-                .unwrap()
-                .map(|e| e.unwrap().file_name().into_string().unwrap())
-                .collect();
-            names.sort();
-            names
-        };
-        let before = snapshot(&outside);
-        let content = payload(&[("tls.crt", "synced", 0o600), ("tls.key", "key", 0o600)]);
-        // The object directory itself, then its parent, a symlink to elsewhere.
-        fs::create_dir_all(dest.join("secrets")).unwrap();
-        symlink(&outside, dest.join("secrets/serving")).unwrap();
-        let writer = AtomicDirWriter::new(dest.join("secrets/serving")).with_root(&dest);
-        let err = writer.write(&content).unwrap_err();
-        assert!(
-            matches!(&err, Error::Unsafe { path, .. } if path == &dest.join("secrets/serving")),
-            "{err}"
-        );
-        assert!(err.to_string().contains("symbolic link"), "{err}");
-        assert!(matches!(writer.remove_all(), Err(Error::Unsafe { .. })));
-        // Without a root the directory itself is still checked.
-        let plain = AtomicDirWriter::new(dest.join("secrets/serving"));
-        assert!(matches!(plain.write(&content), Err(Error::Unsafe { .. })));
-        assert!(matches!(plain.remove_all(), Err(Error::Unsafe { .. })));
-        fs::remove_file(dest.join("secrets/serving")).unwrap();
-        fs::remove_dir(dest.join("secrets")).unwrap();
-        symlink(&outside, dest.join("secrets")).unwrap();
-        let err = writer.write(&content).unwrap_err();
-        assert!(
-            matches!(&err, Error::Unsafe { path, .. } if path == &dest.join("secrets")),
-            "{err}"
-        );
-        assert!(matches!(writer.remove_all(), Err(Error::Unsafe { .. })));
-        assert_eq!(snapshot(&outside), before);
-        assert_eq!(fs::read(outside.join("tls.crt")).unwrap(), b"precious");
-        assert!(outside.join("..olddir/keep").exists());
-        // Real directories: written.
-        fs::remove_file(dest.join("secrets")).unwrap();
-        writer.write(&content).unwrap();
-        assert_eq!(
-            fs::read(dest.join("secrets/serving/tls.crt")).unwrap(),
-            b"synced"
-        );
-    }
-
-    /// Mounts a tmpfs of `size` at `at`; `false` (with the reason printed) where mounting is not
-    /// permitted (not root, no CAP_SYS_ADMIN, a restricted container).
-    fn mount_tmpfs(at: &Path, size: &str) -> bool {
-        let output = std::process::Command::new("mount")
-            .args([
-                "-t",
-                "tmpfs",
-                "-o",
-                &format!("size={size},mode=0755"),
-                "tmpfs",
-            ])
-            .arg(at)
-            .output();
-        match output {
-            Ok(output) if output.status.success() => true,
-            Ok(output) => {
-                eprintln!(
-                    "SKIPPED: cannot mount a tmpfs: {}",
-                    String::from_utf8_lossy(&output.stderr).trim()
-                );
-                false
-            }
-            Err(err) => {
-                eprintln!("SKIPPED: cannot run mount: {err}");
-                false
-            }
-        }
-    }
-
-    struct Unmount(PathBuf);
-    impl Drop for Unmount {
-        fn drop(&mut self) {
-            let _ = std::process::Command::new("umount").arg(&self.0).status();
-        }
-    }
-
-    #[test]
-    fn a_write_that_fills_the_disk_removes_what_it_created_so_the_next_one_fits() {
-        let tmp = tempfile::tempdir().unwrap();
-        let mnt = tmp.path().join("mnt");
-        fs::create_dir(&mnt).unwrap();
-        if !mount_tmpfs(&mnt, "1m") {
-            return;
-        }
-        let _unmount = Unmount(mnt.clone());
-        let writer = AtomicDirWriter::new(mnt.join("secrets/serving"));
-        let small = |fill: u8| {
-            BTreeMap::from([(
-                "tls.crt".to_owned(),
-                FileContent::new(vec![fill; 200 * 1024], 0o600),
-            )])
-        };
-        writer.write(&small(b'a')).unwrap();
-        // 600 KiB + 600 KiB: the second file does not fit next to the first one.
-        let big = BTreeMap::from([
-            (
-                "a".to_owned(),
-                FileContent::new(vec![b'b'; 600 * 1024], 0o600),
-            ),
-            (
-                "b".to_owned(),
-                FileContent::new(vec![b'b'; 600 * 1024], 0o600),
-            ),
-        ]);
-        let err = writer.write(&big).unwrap_err();
-        assert!(matches!(err, Error::Io { .. }), "{err}");
-        assert_eq!(
-            generations(writer.dir()).len(),
-            1,
-            "only the committed generation is left: {:?}",
-            generations(writer.dir())
-        );
-        assert_eq!(
-            fs::read(writer.dir().join("tls.crt")).unwrap(),
-            vec![b'a'; 200 * 1024]
-        );
-        assert!(fs::symlink_metadata(writer.dir().join("..data_tmp")).is_err());
-        // The next, smaller write fits again (200 KiB old + 200 KiB new on a 1 MiB disk).
-        writer.write(&small(b'c')).unwrap();
-        assert_eq!(
-            fs::read(writer.dir().join("tls.crt")).unwrap(),
-            vec![b'c'; 200 * 1024]
-        );
-        // An orphan left by a crash (not by us) is removed before the next write needs its room.
-        fs::create_dir(writer.dir().join("..orphan")).unwrap();
-        fs::write(writer.dir().join("..orphan/blob"), vec![0u8; 500 * 1024]).unwrap();
-        writer.write(&small(b'd')).unwrap();
-        assert_eq!(generations(writer.dir()).len(), 1);
-    }
-
-    #[test]
-    fn a_single_file_is_replaced_atomically_and_keeps_its_mode() {
-        let tmp = tempfile::tempdir().unwrap();
-        let path = tmp.path().join("kubelet-ca.crt");
-        assert!(write_file_atomic(&path, b"one", 0o644).unwrap());
-        assert!(!write_file_atomic(&path, b"one", 0o644).unwrap());
-        assert!(write_file_atomic(&path, b"two", 0o644).unwrap());
-        assert_eq!(fs::read(&path).unwrap(), b"two");
-        assert_eq!(mode(&path), 0o644);
-        assert_eq!(
-            fs::read_dir(tmp.path()).unwrap().count(),
-            1,
-            "no temporary file left"
-        );
-    }
-
-    #[test]
-    fn a_reader_never_sees_two_generations_mixed() {
-        let tmp = tempfile::tempdir().unwrap();
-        let dir = tmp.path().to_owned();
-        let writer = AtomicDirWriter::new(&dir);
-        writer
-            .write(&payload(&[("cert", "0", 0o600), ("key", "0", 0o600)]))
-            .unwrap();
-        let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let reader = {
-            let (dir, done) = (dir.clone(), done.clone());
-            std::thread::spawn(move || {
-                let mut reads = 0;
-                while !done.load(std::sync::atomic::Ordering::Relaxed) {
-                    let mut pass = crate::source::PassReader::default();
-                    let (Ok(cert), Ok(key)) =
-                        (pass.read(&dir.join("cert")), pass.read(&dir.join("key")))
-                    else {
-                        continue;
-                    };
-                    assert_eq!(cert, key, "mixed generations");
-                    reads += 1;
-                }
-                reads
-            })
-        };
-        for i in 1..=500 {
-            let n = i.to_string();
-            writer
-                .write(&payload(&[("cert", &n, 0o600), ("key", &n, 0o600)]))
-                .unwrap();
-        }
-        done.store(true, std::sync::atomic::Ordering::Relaxed);
-        assert!(reader.join().unwrap() > 0);
-    }
-}
+mod tests;

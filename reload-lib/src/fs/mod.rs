@@ -33,10 +33,10 @@
 //! ```
 
 mod atomic_writer;
+mod file;
 
-pub use atomic_writer::{
-    AtomicDirWriter, Error, FileContent, MAX_KEY_LEN, WriteOutcome, validate_key, write_file_atomic,
-};
+pub use atomic_writer::{AtomicDirWriter, MAX_KEY_LEN, WriteOutcome, validate_key};
+pub use file::{Error, FileContent, write_file_atomic};
 
 /// The generation directory `dir/..data` points to, if `dir` has the kubelet layout (a `..name`
 /// inside `dir`; anything else is not followed).
@@ -58,5 +58,5 @@ pub use atomic_writer::{
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn current_generation(dir: &std::path::Path) -> Option<std::path::PathBuf> {
-    crate::source::current_generation(dir)
+    crate::layout::current_generation(dir)
 }

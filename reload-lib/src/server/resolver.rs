@@ -11,7 +11,7 @@ use std::sync::Arc;
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 
-use crate::reload::ServedCert;
+use crate::status::ServedCert;
 
 /// One parsed pair as served: shared (same `Arc`) by every snapshot until its files change.
 pub(crate) struct PairEntry {

@@ -14,12 +14,15 @@
 //! subscribers re-read it.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsString;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
+mod events;
+
 use super::{Changes, Interest};
+use crate::layout;
 use inotify::{EventMask, Inotify, WatchDescriptor, WatchMask, Watches};
 
 /// One mask for every watch: inotify keeps one watch per inode, so a directory watched in
@@ -64,6 +67,8 @@ struct State {
     aliases: HashMap<PathBuf, HashSet<PathBuf>>,
     /// Subscribers marked by events read so far, woken once the queue is drained (see `run`).
     to_wake: Vec<Arc<Changes>>,
+    /// A cap on kernel watches below the kernel's own (tests: see [`Watcher::limit_watches`]).
+    limit: Option<usize>,
 }
 
 #[derive(Debug)]
@@ -119,6 +124,7 @@ impl Watcher {
                 triggers: HashMap::new(),
                 aliases: HashMap::new(),
                 to_wake: Vec::new(),
+                limit: None,
             }),
         });
         let reader = Arc::clone(&watcher);
@@ -203,6 +209,13 @@ impl Watcher {
         self.lock().by_wd.len()
     }
 
+    /// Caps the number of kernel watches: adding one more then fails with `ENOSPC`, exactly as
+    /// when the kernel's `fs.inotify.max_user_watches` is reached. Tests use it to reach the
+    /// limit mid-run without changing a system-wide setting; `None` removes the cap.
+    pub(super) fn limit_watches(&self, max: Option<usize>) {
+        self.lock().limit = max;
+    }
+
     /// Reads events until the queue is empty, marking what they name, and only then wakes the
     /// subscribers: a writer's steps that are already queued together (a rotation's renames, the
     /// kubelet's `..data` sequence) cost one reload pass, not one each. It never waits for events
@@ -263,6 +276,21 @@ impl Watcher {
 }
 
 impl State {
+    /// `inotify_add_watch`, failing with `ENOSPC` past the [`limit`](State::limit) as the kernel
+    /// does past its own.
+    fn add_watch(&mut self, path: &Path) -> io::Result<WatchDescriptor> {
+        let wd = self.watches.add(path, mask())?;
+        if let Some(limit) = self.limit
+            && !self.by_wd.contains_key(&wd)
+            && self.by_wd.len() >= limit
+        {
+            // A watch nobody holds yet: undo it (its IN_IGNORED names an unknown descriptor).
+            let _ = self.watches.remove(wd);
+            return Err(io::Error::from_raw_os_error(libc::ENOSPC));
+        }
+        Ok(wd)
+    }
+
     /// Resolves what `dir` must hold and takes those watches (for `dir`). Retries when a
     /// component appears meanwhile (a `mkdir -p` racing the arming).
     fn arm(&mut self, dir: &Path) -> io::Result<DirWatch> {
@@ -293,7 +321,7 @@ impl State {
                 watch.triggers.insert(link.to_owned());
             }
         }
-        match self.watches.add(dir, mask()) {
+        match self.add_watch(dir) {
             Ok(wd) => {
                 self.take(watch, dir, wd, dir);
                 self.alias_symlinked_files(dir, watch)?;
@@ -303,7 +331,7 @@ impl State {
             Err(err) if is_missing(&err) => {
                 let mut child = dir;
                 while let Some(candidate) = child.parent() {
-                    match self.watches.add(candidate, mask()) {
+                    match self.add_watch(candidate) {
                         Ok(wd) => {
                             self.take(watch, candidate, wd, dir);
                             watch.triggers.insert(child.to_owned());
@@ -336,7 +364,7 @@ impl State {
             let Ok(link) = std::fs::read_link(&file) else {
                 continue;
             };
-            if link.starts_with("..data") {
+            if layout::through_data(&link).is_some() {
                 continue;
             }
             let Ok(target) = std::fs::canonicalize(&file) else {
@@ -362,7 +390,7 @@ impl State {
         dir: &Path,
         watch: &mut DirWatch,
     ) -> io::Result<()> {
-        match self.watches.add(path, mask()) {
+        match self.add_watch(path) {
             Ok(wd) => {
                 self.take(watch, path, wd, dir);
                 Ok(())
@@ -500,132 +528,6 @@ impl State {
             }
         }
     }
-
-    fn handle(&mut self, wd: &WatchDescriptor, mask: EventMask, name: Option<&OsStr>) {
-        let Some(paths) = self.by_wd.get(wd).cloned() else {
-            return;
-        };
-        let gone =
-            mask.intersects(EventMask::IGNORED | EventMask::DELETE_SELF | EventMask::MOVE_SELF);
-        if mask.contains(EventMask::IGNORED) {
-            // The kernel dropped the watch: no path holds it any more.
-            self.by_wd.remove(wd);
-            for path in &paths {
-                if let Some(held) = self.paths.get_mut(path)
-                    && held.wd.as_ref() == Some(wd)
-                {
-                    held.wd = None;
-                }
-            }
-        }
-        let mut repair: BTreeSet<PathBuf> = BTreeSet::new();
-        for path in &paths {
-            if gone {
-                if let Some(held) = self.paths.get(path) {
-                    repair.extend(held.holders.keys().cloned());
-                }
-                continue;
-            }
-            if self.dirs.contains_key(path) {
-                self.wake_for(path, name);
-            }
-            if let Some(name) = name {
-                let entry = path.join(name);
-                if let Some(dirs) = self.triggers.get(&entry) {
-                    repair.extend(dirs.iter().cloned());
-                }
-                if let Some(files) = self.aliases.get(&entry).cloned() {
-                    for file in files {
-                        self.wake_file(&file);
-                    }
-                }
-                // A symlinked file of interest changed: where it points may have changed too.
-                if self
-                    .dirs
-                    .get(path)
-                    .is_some_and(|w| w.aliases.iter().any(|(_, file)| *file == entry))
-                    || (self.dirs.contains_key(path)
-                        && !name.as_encoded_bytes().starts_with(b"..")
-                        && is_symlink(&entry))
-                {
-                    repair.insert(path.clone());
-                }
-            }
-        }
-        for dir in repair {
-            tracing::debug!(dir = %dir.display(), "re-arming directory watch");
-            self.repair(&dir);
-            self.wake_for(&dir, None);
-        }
-    }
-
-    /// Marks the subscribers of `dir` that care about `name` (woken once the queue is drained).
-    /// Names starting with `..` are the kubelet's `..data` machinery and concern every file of
-    /// the directory that resolves through them; `None` means the directory itself.
-    fn wake_for(&mut self, dir: &Path, name: Option<&OsStr>) {
-        let dotted = name.is_some_and(|n| n.as_encoded_bytes().starts_with(b".."));
-        for subscriber in self.subscribers.values() {
-            let Some(names) = subscriber.dirs.get(dir) else {
-                continue;
-            };
-            match name {
-                None => subscriber.changes.mark_dir(dir),
-                // Only an entry some file resolves through: the kubelet's swap also creates the
-                // next revision directory and `..data_tmp` and deletes the old revision, and a
-                // pass for each of those would find nothing changed.
-                Some(name)
-                    if dotted && names.iter().any(|file| resolves_through(dir, file, name)) =>
-                {
-                    subscriber.changes.mark_dir(dir)
-                }
-                Some(name) if names.contains(name) => subscriber.changes.mark_file(dir.join(name)),
-                _ => continue,
-            }
-            if !self
-                .to_wake
-                .iter()
-                .any(|c| Arc::ptr_eq(c, &subscriber.changes))
-            {
-                self.to_wake.push(Arc::clone(&subscriber.changes));
-            }
-        }
-    }
-
-    /// Wakes the subscribers of the file of interest `file` (`dir/name`).
-    fn wake_file(&mut self, file: &Path) {
-        if let (Some(dir), Some(name)) = (file.parent(), file.file_name()) {
-            self.wake_for(dir, Some(name));
-        }
-    }
-
-    fn wake_all(&self) {
-        for subscriber in self.subscribers.values() {
-            subscriber.changes.mark_all();
-        }
-    }
-}
-
-/// Whether `dir/file` resolves through the entry `dir/name`, following the relative symlinks it
-/// meets in `dir` (`tls.crt -> ..data/tls.crt`, `..data -> ..2026_01_01`). True when unsure (a
-/// link missing mid-swap, an absolute target, a chain too long), so no change is ever missed.
-fn resolves_through(dir: &Path, file: &OsStr, name: &OsStr) -> bool {
-    let mut entry = file.to_owned();
-    for _ in 0..8 {
-        if entry == name {
-            return true;
-        }
-        let target = match std::fs::read_link(dir.join(&entry)) {
-            Ok(target) => target,
-            // A regular file or directory: the resolution ends here, away from `name`.
-            Err(err) if err.kind() == io::ErrorKind::InvalidInput => return false,
-            Err(_) => return true,
-        };
-        match target.components().next() {
-            Some(std::path::Component::Normal(first)) => entry = first.to_owned(),
-            _ => return true,
-        }
-    }
-    true
 }
 
 fn is_missing(err: &io::Error) -> bool {

@@ -241,6 +241,16 @@ pub fn active_watch_count() -> usize {
         .unwrap_or(0)
 }
 
+/// Caps the kernel watches of this process's inotify instance at `max` (`None`: the kernel's
+/// limit only), so a test can reach the watch limit mid-run, and see the polling fallback,
+/// without lowering the system-wide `fs.inotify.max_user_watches`. Not part of the API.
+#[doc(hidden)]
+pub fn __limit_watches(max: Option<usize>) {
+    if let Ok(watcher) = inotify::Watcher::global() {
+        watcher.limit_watches(max);
+    }
+}
+
 /// How many times this process's inotify queue overflowed (each time, every reloader re-read
 /// everything, so no change was lost). Worth a metric; a growing count means the kernel's
 /// `max_queued_events` is too small for the write rate.

@@ -1,0 +1,141 @@
+//! Issue 14, items 6 and 13: the inotify watch limit reached mid-run falls back to polling, and a
+//! subscribe that fails halfway (the limit reached on its second directory) leaves no watch
+//! behind. The limit is the watcher's own cap (`watch::__limit_watches`), which fails exactly as
+//! the kernel's `max_user_watches` does, so no system-wide setting is touched.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use reload_lib::watch::{__limit_watches, active_watch_count};
+use reload_lib::{CertKeyPaths, ServingSet, WatchMode};
+
+/// The cap and the watch count are per process: the tests of this file take turns.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Removes the cap when the test ends, even by a panic.
+struct Uncap;
+
+impl Drop for Uncap {
+    fn drop(&mut self) {
+        __limit_watches(None);
+    }
+}
+
+/// Waits (bounded) until the sets dropped by a test have released their watches: a set's
+/// watches go when its reload task ends, after the drop.
+async fn watches_back_to(baseline: usize) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while active_watch_count() > baseline {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "watches not released"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+async fn served(set: &ServingSet, serial: &str, what: &str) {
+    let mut rx = set.subscribe();
+    let result = tokio::time::timeout(
+        Duration::from_secs(10),
+        rx.wait_for(|s| s.served[0].info.serial == serial),
+    )
+    .await;
+    assert!(
+        result.is_ok(),
+        "{what}: serial {serial} not served within 10 s"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reaching_the_watch_limit_mid_run_falls_back_to_polling() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    init_tracing();
+    let baseline = active_watch_count();
+    let ca = Ca::new("ca");
+    let tmp = tempfile::tempdir().unwrap();
+    let certs = tmp.path().join("certs");
+    let mut dir = PairDir::new(&certs, Writer::Rename, &ca.leaf(&["localhost"], 30));
+    // No resync: after the fallback only polling can see a change.
+    let set = ServingSet::builder(dir.paths())
+        .resync_interval(None)
+        .poll_interval(Duration::from_millis(100))
+        .start()
+        .await
+        .unwrap();
+    if *set.watch_mode() != WatchMode::Inotify {
+        eprintln!("skipped: inotify unavailable here ({:?})", set.watch_mode());
+        return;
+    }
+    let _uncap = Uncap;
+    // Not one watch more from now on.
+    __limit_watches(Some(active_watch_count()));
+
+    // The directory is replaced: watching its new inode (or the parent, while it is missing)
+    // needs a watch the limit refuses.
+    std::fs::rename(&certs, tmp.path().join("certs-old")).unwrap();
+    let replaced = ca.leaf(&["localhost"], 30);
+    dir = PairDir::new(&certs, Writer::Rename, &replaced);
+    served(&set, &replaced.serial, "the replaced directory").await;
+    // Nothing watches the new directory: these are seen by polling alone.
+    for round in 0..3 {
+        let next = ca.leaf(&["localhost"], 30);
+        dir.write(&next);
+        served(&set, &next.serial, &format!("polled write {round}")).await;
+    }
+    drop(set);
+    watches_back_to(baseline).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscribe_that_fails_halfway_leaves_no_watch_behind_and_polls() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    init_tracing();
+    let ca = Ca::new("ca");
+    let tmp = tempfile::tempdir().unwrap();
+    // The certificate and the key in two directories: two watches to add.
+    let (cert_dir, key_dir) = (tmp.path().join("a-cert"), tmp.path().join("b-key"));
+    std::fs::create_dir_all(&cert_dir).unwrap();
+    std::fs::create_dir_all(&key_dir).unwrap();
+    let paths = CertKeyPaths::new(cert_dir.join("tls.crt"), key_dir.join("tls.key"));
+    let write = |pair: &Pair| {
+        rename_into(paths.key(), pair.key_pem.as_bytes());
+        rename_into(paths.cert(), pair.cert_pem.as_bytes());
+    };
+    write(&ca.leaf(&["localhost"], 30));
+
+    // Starts the process's inotify instance if no test did.
+    let before = active_watch_count();
+    let _uncap = Uncap;
+    // Room for the first directory only.
+    __limit_watches(Some(before + 1));
+    let set = ServingSet::builder(paths.clone())
+        .resync_interval(None)
+        .poll_interval(Duration::from_millis(100))
+        .start()
+        .await
+        .unwrap();
+    match set.watch_mode() {
+        WatchMode::Polling(reason) if reason.contains("unavailable") => {
+            eprintln!("skipped: {reason}");
+            return;
+        }
+        WatchMode::Polling(reason) => assert!(
+            reason.contains("inotify watches"),
+            "unexpected reason: {reason}"
+        ),
+        WatchMode::Inotify => panic!("the second directory's watch should have been refused"),
+    }
+    assert_eq!(
+        active_watch_count(),
+        before,
+        "the first directory's watch was left behind"
+    );
+    let next = ca.leaf(&["localhost"], 30);
+    write(&next);
+    served(&set, &next.serial, "a write seen by polling").await;
+    drop(set);
+    watches_back_to(before).await;
+}
