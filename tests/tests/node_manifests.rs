@@ -178,7 +178,8 @@ fn the_roles_grant_exactly_what_the_flags_need() {
         roles,
         bindings,
     } = objects();
-    let required = cert_syncer::access::node_access(&node_args(&daemon_set)).unwrap();
+    let required =
+        cert_syncer::access::required_access(&CliCommand::Node(node_args(&daemon_set))).unwrap();
     let mut needed: BTreeSet<Atom> = BTreeSet::new();
     for access in &required {
         for verb in &access.verbs {
