@@ -198,7 +198,7 @@ impl ApiServer {
     }
 
     /// `GET /metrics` as the admin: open watches and requests by verb (see
-    /// `examples::mini_apiserver::metrics`).
+    /// `mini_apiserver::metrics`).
     ///
     /// # Panics
     /// When the request fails.

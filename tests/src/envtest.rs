@@ -492,7 +492,7 @@ fn log_tail(dir: &Path, name: &str) -> String {
 ///
 /// # Panics
 /// On a line that is not an audit event.
-pub fn audit_records(path: &Path) -> Vec<examples::mini_apiserver::audit::Record> {
+pub fn audit_records(path: &Path) -> Vec<mini_apiserver::audit::Record> {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let mut seen = std::collections::BTreeSet::new();
     let mut records = Vec::new();
@@ -510,7 +510,7 @@ pub fn audit_records(path: &Path) -> Vec<examples::mini_apiserver::audit::Record
         if !seen.insert(id) {
             continue;
         }
-        records.push(examples::mini_apiserver::audit::Record {
+        records.push(mini_apiserver::audit::Record {
             user: field("/user/username").unwrap_or_default().to_owned(),
             verb: field("/verb").unwrap_or_default().to_owned(),
             api_group: field("/objectRef/apiGroup").unwrap_or_default().to_owned(),

@@ -25,10 +25,10 @@ use e2e::{
     ApiOptions, Backend, Ca, CertSpec, ChildProcess, SyncerSpec, TestApi, bin_path, both_backends,
     install_crypto_provider, rbac,
 };
-use examples::mini_apiserver::audit::Record;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, DeleteParams, PostParams};
 use kube::config::Kubeconfig;
+use mini_apiserver::audit::Record;
 use time::OffsetDateTime;
 
 fn wait_for(what: &str, timeout: Duration, mut condition: impl FnMut() -> bool) {

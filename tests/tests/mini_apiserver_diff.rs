@@ -7,7 +7,7 @@
 //!
 //! Asserted: mini-apiserver never answers 5xx and never drops a connection on any corpus
 //! request, and agrees on at least 95 % of them (the differences kept on purpose are listed in
-//! `examples::mini_apiserver`'s docs).
+//! `mini_apiserver`'s docs).
 
 use std::time::Duration;
 

@@ -134,7 +134,7 @@ pub fn run(settings: &Settings) -> anyhow::Result<Vec<(Scenario, Vec<Figures>)>>
         let path = settings.bin_dir.join(bin);
         if !path.exists() {
             bail!(
-                "{} not found (build it: cargo build --release -p cert-syncer -p examples, or pass --bin-dir)",
+                "{} not found (build it: cargo build --release -p cert-syncer -p mini-apiserver, or pass --bin-dir)",
                 path.display()
             );
         }
