@@ -27,8 +27,9 @@ use std::time::{Duration, Instant};
 use rustls_pki_types::ServerName;
 
 pub use crate::apiserver::{ADMIN_TOKEN, VIEWER_TOKEN};
-use crate::pki::{Ca, CertSpec, write_atomic, write_files};
 use crate::process::ChildProcess;
+use testkit::files::rename_into;
+use testkit::pki::{Ca, CertSpec, write_pair};
 
 /// The environment variable naming the directory with `kube-apiserver` and `etcd`.
 pub const ASSETS_ENV: &str = "KUBEBUILDER_ASSETS";
@@ -222,23 +223,23 @@ impl RealApiServer {
     pub fn start_with(dir: &Path, options: &RealOptions) -> RealApiServer {
         let assets = assets().unwrap_or_else(|reason| panic!("{reason}"));
         std::fs::create_dir_all(dir).expect("the apiserver directory");
-        let mut serving = Ca::new();
-        let mut recovery = Ca::new();
-        let client_ca = Ca::new();
-        write_files(
+        let serving = Ca::default();
+        let recovery = Ca::default();
+        let client_ca = Ca::default();
+        write_pair(
             &dir.join("serving.crt"),
             &dir.join("serving.key"),
             &serving.issue(&CertSpec::server(&["localhost", "127.0.0.1"])),
         );
-        write_files(
+        write_pair(
             &dir.join("recovery/tls.crt"),
             &dir.join("recovery/tls.key"),
             &recovery.issue(&CertSpec::server(&["localhost-recovery"])),
         );
-        write_atomic(&dir.join("serving-ca.crt"), serving.pem.as_bytes());
-        write_atomic(&dir.join("recovery-ca.crt"), recovery.pem.as_bytes());
-        write_atomic(&dir.join("client-ca.crt"), client_ca.pem.as_bytes());
-        write_atomic(&dir.join("token"), ADMIN_TOKEN.as_bytes());
+        rename_into(&dir.join("serving-ca.crt"), serving.cert_pem.as_bytes());
+        rename_into(&dir.join("recovery-ca.crt"), recovery.cert_pem.as_bytes());
+        rename_into(&dir.join("client-ca.crt"), client_ca.cert_pem.as_bytes());
+        rename_into(&dir.join("token"), ADMIN_TOKEN.as_bytes());
         let mut users = vec![
             User::new(ADMIN_TOKEN, "admin", &["system:masters"]),
             User::new(VIEWER_TOKEN, "viewer", &["viewers"]),
@@ -257,14 +258,14 @@ impl RealApiServer {
                 format!("{},{},{}{groups}\n", user.token, user.name, uid + 1)
             })
             .collect();
-        write_atomic(&dir.join("tokens.csv"), tokens.as_bytes());
+        rename_into(&dir.join("tokens.csv"), tokens.as_bytes());
         // The service-account token signer: kube-apiserver refuses to start without one.
-        let sa = rcgen::KeyPair::generate().expect("key generation");
-        write_atomic(&dir.join("sa.key"), sa.serialize_pem().as_bytes());
-        write_atomic(&dir.join("sa.pub"), sa.public_key_pem().as_bytes());
+        let (sa_key, sa_pub) = testkit::pki::key_pair_pem(testkit::pki::KeyKind::EcdsaP256);
+        rename_into(&dir.join("sa.key"), sa_key.as_bytes());
+        rename_into(&dir.join("sa.pub"), sa_pub.as_bytes());
         let mut args = Vec::new();
         if options.audit {
-            write_atomic(
+            rename_into(
                 &dir.join("audit-policy.yaml"),
                 b"apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\n\
                   rules:\n- level: Metadata\n",
@@ -298,14 +299,14 @@ impl RealApiServer {
                 SocketAddr::from(([127, 0, 0, 1], port)),
             )
             .unwrap_or_else(|err| panic!("{err}"));
-            match wait_ready(&mut etcd, &mut apiserver, dir, &recovery.pem) {
+            match wait_ready(&mut etcd, &mut apiserver, dir, &recovery.cert_pem) {
                 Ok(()) => {
                     return RealApiServer {
                         apiserver,
                         etcd,
                         dir: dir.to_owned(),
-                        serving_ca: serving.pem.clone(),
-                        recovery_ca: recovery.pem.clone(),
+                        serving_ca: serving.cert_pem.clone(),
+                        recovery_ca: recovery.cert_pem.clone(),
                         client_ca,
                         token: ADMIN_TOKEN.to_owned(),
                         args,

@@ -11,9 +11,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 pub use testkit::files::{PairDir, WRITERS, Writer, kubelet_swap, rename_into};
-pub use testkit::pki::{Ca, CertSpec, KeyKind};
 /// An issued certificate and its key (the kit's `Issued`; the name these tests were written with).
 pub use testkit::pki::Issued as Pair;
+pub use testkit::pki::{Ca, CertSpec, KeyKind};
 pub use testkit::tls::{client_config, client_config_tls12, no_resumption};
 
 /// What one handshake saw.

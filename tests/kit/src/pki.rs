@@ -53,10 +53,11 @@ impl KeyKind {
     }
 }
 
-/// A fresh private key, PEM (PKCS#8), for tests that need a key and no certificate (a service
-/// account signing key, a key that matches nothing).
-pub fn key_pem(kind: KeyKind) -> String {
-    kind.generate().serialize_pem()
+/// A fresh key pair as PEM: (private key, PKCS#8; public key, SPKI), for tests that need a
+/// key and no certificate (a service-account signing key, a key that matches nothing).
+pub fn key_pair_pem(kind: KeyKind) -> (String, String) {
+    let key = kind.generate();
+    (key.serialize_pem(), key.public_key_pem())
 }
 
 /// What to put in a certificate. Start from [`CertSpec::server`] or [`CertSpec::client`].
