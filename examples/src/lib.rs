@@ -3,7 +3,6 @@
 //! `src/bin/`. The Kubernetes-API-compatible `mini-apiserver` is its own package
 //! (`examples/mini-apiserver/`), built on [`serve`].
 
-pub mod child;
 pub mod demo;
 pub mod load;
 pub mod recovery;

@@ -24,19 +24,16 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::{Arc, Mutex, mpsc};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
-use crate::child::Proc;
 use base64::Engine;
-use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-    SanType,
-};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, ServerName};
+use testkit::pki::{Ca, CertSpec};
+use testkit::process::Child as Proc;
 use time::OffsetDateTime;
 
 /// Where the apiserver's own objects live.
@@ -95,18 +92,7 @@ pub enum Apiserver {
 /// `../shared/envtest/setup` prints (looked for beside the current directory and beside the
 /// workspace this was built from).
 pub fn find_envtest_assets() -> Option<PathBuf> {
-    if let Some(dir) = std::env::var_os("KUBEBUILDER_ASSETS").filter(|d| !d.is_empty()) {
-        return Some(PathBuf::from(dir));
-    }
-    let candidates = [
-        PathBuf::from("../shared/envtest/setup"),
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/envtest/setup"),
-    ];
-    let setup = candidates.into_iter().find(|p| p.is_file())?;
-    let output = Command::new(&setup).output().ok()?;
-    let dir = PathBuf::from(String::from_utf8_lossy(&output.stdout).trim());
-    (output.status.success() && dir.join("kube-apiserver").is_file() && dir.join("etcd").is_file())
-        .then_some(dir)
+    testkit::envtest::find_assets().ok()
 }
 
 /// The outcome of a successful run.
@@ -170,48 +156,23 @@ struct Pair {
     key: String,
 }
 
-fn signer(
-    cn: &str,
-    not_before: OffsetDateTime,
-    not_after: OffsetDateTime,
-) -> anyhow::Result<(Pair, Issuer<'static, KeyPair>)> {
-    let key = KeyPair::generate()?;
-    let mut params = CertificateParams::new(Vec::<String>::new())?;
-    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    params.distinguished_name.push(DnType::CommonName, cn);
-    params.not_before = not_before;
-    params.not_after = not_after;
-    let cert = params.self_signed(&key)?.pem();
+/// A signer (a root CA) named `cn`, valid in the window, and its certificate and key as a pair.
+fn signer(cn: &str, not_before: OffsetDateTime, not_after: OffsetDateTime) -> (Pair, Ca) {
+    let ca = Ca::root(cn, not_before, not_after);
     let pair = Pair {
-        cert,
-        key: key.serialize_pem(),
+        cert: ca.cert_pem.clone(),
+        key: ca.key_pem(),
     };
-    Ok((pair, Issuer::new(params, key)))
+    (pair, ca)
 }
 
-fn leaf(
-    issuer: &Issuer<'_, KeyPair>,
-    names: &[&str],
-    not_before: OffsetDateTime,
-    not_after: OffsetDateTime,
-) -> anyhow::Result<Pair> {
-    let key = KeyPair::generate()?;
-    let mut params = CertificateParams::new(Vec::<String>::new())?;
-    for name in names {
-        params.subject_alt_names.push(match name.parse() {
-            Ok(ip) => SanType::IpAddress(ip),
-            Err(_) => SanType::DnsName((*name).try_into()?),
-        });
+/// A serving certificate of `ca` for `names` (CN = the first), valid in the window.
+fn leaf(ca: &Ca, names: &[&str], not_before: OffsetDateTime, not_after: OffsetDateTime) -> Pair {
+    let issued = ca.issue(&CertSpec::server(names).valid(not_before, not_after));
+    Pair {
+        cert: issued.cert_pem,
+        key: issued.key_pem,
     }
-    params.distinguished_name.push(DnType::CommonName, names[0]);
-    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-    params.not_before = not_before;
-    params.not_after = not_after;
-    let cert = params.signed_by(&key, issuer)?.pem();
-    Ok(Pair {
-        cert,
-        key: key.serialize_pem(),
-    })
 }
 
 fn tls_secret(namespace: &str, name: &str, pair: &Pair) -> serde_json::Value {
@@ -294,24 +255,24 @@ pub fn run(options: &Options) -> anyhow::Result<Recovered> {
         "openshift-kube-apiserver-operator_localhost-serving-signer@1",
         now - day * 400,
         now - day * 35,
-    )?;
+    );
     let serving = leaf(
         &serving_issuer,
         &["localhost", "127.0.0.1"],
         now - day * 65,
         now - day * 35,
-    )?;
+    );
     let (recovery_signer, recovery_issuer) = signer(
         "openshift-kube-apiserver-operator_localhost-recovery-serving-signer@1",
         now - day * 400,
         now + day * 3250,
-    )?;
+    );
     let recovery = leaf(
         &recovery_issuer,
         &["localhost-recovery"],
         now - day * 400,
         now + day * 3250,
-    )?;
+    );
     let recovery_serial = serial(&recovery.cert)?;
     let token = random_token()?;
 
@@ -410,23 +371,18 @@ pub fn run(options: &Options) -> anyhow::Result<Recovered> {
             "localhost-serving-ca,localhost-recovery-serving-ca",
         ]);
     let marks = timeline.clone();
-    let mut sync = Proc::spawn(
-        "cert-syncer sync",
-        sync_command,
-        move |line| {
-            // Writes before the regeneration only align the installer's files with the API.
-            if line.contains(" written ") && marks.has("regenerate: serving certificate re-issued")
-            {
-                if line.contains("secret/localhost-serving-cert-certkey") {
-                    marks.mark_once("sync: wrote the new serving certificate to the resource dir");
-                }
-                if line.contains("configmap/localhost-serving-ca") {
-                    marks.mark_once("sync: wrote the new CA bundle to the resource dir");
-                }
+    let mut sync = Proc::spawn_logging("cert-syncer sync", sync_command, move |line| {
+        // Writes before the regeneration only align the installer's files with the API.
+        if line.contains(" written ") && marks.has("regenerate: serving certificate re-issued") {
+            if line.contains("secret/localhost-serving-cert-certkey") {
+                marks.mark_once("sync: wrote the new serving certificate to the resource dir");
             }
-        },
-        None,
-    )?;
+            if line.contains("configmap/localhost-serving-ca") {
+                marks.mark_once("sync: wrote the new CA bundle to the resource dir");
+            }
+        }
+    })
+    .map_err(anyhow::Error::msg)?;
     let mut regenerate_command = Command::new(options.bin_dir.join("cert-syncer"));
     regenerate_command.arg("regenerate");
     connection(&mut regenerate_command);
@@ -434,7 +390,7 @@ pub fn run(options: &Options) -> anyhow::Result<Recovered> {
         .arg("--config")
         .arg(dir.join("rotation.yaml"));
     let marks = timeline.clone();
-    let mut regenerate = Proc::spawn(
+    let mut regenerate = Proc::spawn_logging(
         "cert-syncer regenerate",
         regenerate_command,
         move |line| {
@@ -448,8 +404,8 @@ pub fn run(options: &Options) -> anyhow::Result<Recovered> {
                 marks.mark_once("regenerate: serving certificate re-issued");
             }
         },
-        None,
-    )?;
+    )
+    .map_err(anyhow::Error::msg)?;
     timeline.mark("cert-syncer sync and regenerate started (SNI localhost-recovery, token)");
     let sidecars_started = Instant::now();
 
@@ -518,7 +474,6 @@ fn start_mini(
     seed: &Path,
     timeline: &Timeline,
 ) -> anyhow::Result<(Vec<Proc>, SocketAddr)> {
-    let (tx, rx) = mpsc::channel();
     let mut apiserver_command = Command::new(options.bin_dir.join("mini-apiserver"));
     apiserver_command
         .args(["--listen", "127.0.0.1:0", "--cert"])
@@ -537,38 +492,22 @@ fn start_mini(
         .arg(seed);
     let reloads = timeline.clone();
     let loads = std::sync::atomic::AtomicUsize::new(0);
-    let apiserver = Proc::spawn(
-        "mini-apiserver",
-        apiserver_command,
-        move |line| {
-            if line.contains("now serving") && line.contains("localhost-serving-cert-certkey") {
-                // The first load is the start-up; the next one is the reload after the sync.
-                if loads.fetch_add(1, std::sync::atomic::Ordering::Relaxed) == 0 {
-                    reloads.mark("mini-apiserver: loaded the expired serving certificate");
-                } else {
-                    reloads.mark_once("mini-apiserver: reloaded the new serving certificate");
-                }
+    let mut apiserver = Proc::spawn_logging("mini-apiserver", apiserver_command, move |line| {
+        if line.contains("now serving") && line.contains("localhost-serving-cert-certkey") {
+            // The first load is the start-up; the next one is the reload after the sync.
+            if loads.fetch_add(1, std::sync::atomic::Ordering::Relaxed) == 0 {
+                reloads.mark("mini-apiserver: loaded the expired serving certificate");
+            } else {
+                reloads.mark_once("mini-apiserver: reloaded the new serving certificate");
             }
-        },
-        Some(tx),
-    )?;
-    let addr = rx
-        .recv_timeout(Duration::from_secs(10))
-        .map_err(|_| anyhow::anyhow!("mini-apiserver did not start:\n{}", apiserver.tail(20)))?;
+        }
+    })
+    .map_err(anyhow::Error::msg)?;
+    let addr = apiserver
+        .wait_listening(Duration::from_secs(10))
+        .map_err(anyhow::Error::msg)?;
     timeline.mark(&format!("mini-apiserver listening on {addr}"));
     Ok((vec![apiserver], addr))
-}
-
-/// Free 127.0.0.1 ports, bound together and released (the processes bind them just after).
-fn free_ports<const N: usize>() -> anyhow::Result<[u16; N]> {
-    let listeners = (0..N)
-        .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
-        .collect::<Result<Vec<_>, _>>()?;
-    let mut ports = [0; N];
-    for (port, listener) in ports.iter_mut().zip(&listeners) {
-        *port = listener.local_addr()?.port();
-    }
-    Ok(ports)
 }
 
 /// etcd and a real kube-apiserver that serve the expired pair for `localhost`
@@ -588,75 +527,35 @@ fn start_real(
     recovery_ca: &str,
     timeline: &Timeline,
 ) -> anyhow::Result<(Vec<Proc>, SocketAddr)> {
-    let [etcd_port, peer_port, port] = free_ports::<3>()?;
-    let (client_url, peer_url) = (
-        format!("http://127.0.0.1:{etcd_port}"),
-        format!("http://127.0.0.1:{peer_port}"),
-    );
-    let mut etcd_command = Command::new(assets.join("etcd"));
-    etcd_command
-        .arg("--data-dir")
-        .arg(dir.join("etcd"))
-        .args(["--listen-client-urls", &client_url])
-        .args(["--advertise-client-urls", &client_url])
-        .args(["--listen-peer-urls", &peer_url])
-        .args(["--initial-advertise-peer-urls", &peer_url])
-        .args(["--initial-cluster", &format!("default={peer_url}")]);
-    let etcd = Proc::spawn("etcd", etcd_command, |_| {}, None)?;
+    let [etcd_port, peer_port, port] = testkit::envtest::free_ports::<3>();
+    let etcd = Proc::spawn_logging(
+        "etcd",
+        testkit::envtest::etcd_command(assets, &dir.join("etcd"), etcd_port, peer_port),
+        |_| {},
+    )
+    .map_err(anyhow::Error::msg)?;
     // The service-account token signer kube-apiserver insists on.
-    let sa = KeyPair::generate()?;
-    reload_lib::fs::write_file_atomic(&dir.join("sa.key"), sa.serialize_pem().as_bytes(), 0o600)?;
-    std::fs::write(dir.join("sa.pub"), sa.public_key_pem())?;
-    let pair = |d: &Path| {
-        format!(
-            "{},{}",
-            d.join("tls.crt").display(),
-            d.join("tls.key").display()
-        )
+    let (sa_key, sa_pub) = testkit::pki::key_pair_pem(testkit::pki::KeyKind::EcdsaP256);
+    reload_lib::fs::write_file_atomic(&dir.join("sa.key"), sa_key.as_bytes(), 0o600)?;
+    std::fs::write(dir.join("sa.pub"), sa_pub)?;
+    let serving = (serving_dir.join("tls.crt"), serving_dir.join("tls.key"));
+    let files = testkit::envtest::ApiserverFiles {
+        serving: serving.clone(),
+        sni: vec![
+            (serving.0, serving.1, "localhost".to_owned()),
+            (
+                recovery_dir.join("tls.crt"),
+                recovery_dir.join("tls.key"),
+                "localhost-recovery".to_owned(),
+            ),
+        ],
+        client_ca: bundle_file.to_owned(),
+        tokens: dir.join("tokens.csv"),
+        service_account: (dir.join("sa.key"), dir.join("sa.pub")),
     };
-    let mut command = Command::new(assets.join("kube-apiserver"));
-    command
-        .args(["--etcd-servers", &client_url])
-        .args([
-            "--bind-address",
-            "127.0.0.1",
-            "--advertise-address",
-            "127.0.0.1",
-        ])
-        .args(["--secure-port", &port.to_string()])
-        .arg(format!(
-            "--tls-cert-file={}",
-            serving_dir.join("tls.crt").display()
-        ))
-        .arg(format!(
-            "--tls-private-key-file={}",
-            serving_dir.join("tls.key").display()
-        ))
-        .args([
-            "--tls-sni-cert-key",
-            &format!("{}:localhost", pair(serving_dir)),
-        ])
-        .args([
-            "--tls-sni-cert-key",
-            &format!("{}:localhost-recovery", pair(recovery_dir)),
-        ])
-        .arg(format!("--client-ca-file={}", bundle_file.display()))
-        .arg(format!(
-            "--token-auth-file={}",
-            dir.join("tokens.csv").display()
-        ))
-        .args(["--authorization-mode", "RBAC"])
-        .arg(format!(
-            "--service-account-key-file={}",
-            dir.join("sa.pub").display()
-        ))
-        .arg(format!(
-            "--service-account-signing-key-file={}",
-            dir.join("sa.key").display()
-        ))
-        .args(["--service-account-issuer", "https://kubernetes.default.svc"])
-        .args(["--service-cluster-ip-range", "10.0.0.0/24"]);
-    let apiserver = Proc::spawn("kube-apiserver", command, |_| {}, None)?;
+    let command = testkit::envtest::kube_apiserver_command(assets, &files, etcd_port, port);
+    let apiserver =
+        Proc::spawn_logging("kube-apiserver", command, |_| {}).map_err(anyhow::Error::msg)?;
     let mut servers = vec![apiserver, etcd];
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     let deadline = Instant::now() + Duration::from_secs(60);

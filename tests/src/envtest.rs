@@ -45,44 +45,7 @@ pub const READY_TIMEOUT: Duration = Duration::from_secs(90);
 /// Why there is none: the reason a test prints when it skips.
 pub fn assets() -> Result<PathBuf, String> {
     static FOUND: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    FOUND.get_or_init(find_assets).clone()
-}
-
-fn find_assets() -> Result<PathBuf, String> {
-    let check = |dir: PathBuf, from: &str| -> Result<PathBuf, String> {
-        for binary in ["kube-apiserver", "etcd"] {
-            if !dir.join(binary).is_file() {
-                return Err(format!(
-                    "{from} names {}, which has no {binary}",
-                    dir.display()
-                ));
-            }
-        }
-        Ok(dir)
-    };
-    if let Some(dir) = std::env::var_os(ASSETS_ENV).filter(|d| !d.is_empty()) {
-        return check(PathBuf::from(dir), ASSETS_ENV);
-    }
-    let setup = repo_root().join("../shared/envtest/setup");
-    if !setup.is_file() {
-        return Err(format!(
-            "no real kube-apiserver: {ASSETS_ENV} is unset and {} does not exist",
-            setup.display()
-        ));
-    }
-    let output = Command::new(&setup)
-        .output()
-        .map_err(|err| format!("cannot run {}: {err}", setup.display()))?;
-    if !output.status.success() {
-        return Err(format!(
-            "{} failed ({}): {}",
-            setup.display(),
-            output.status,
-            String::from_utf8_lossy(&output.stderr).trim()
-        ));
-    }
-    let dir = String::from_utf8_lossy(&output.stdout).trim().to_owned();
-    check(PathBuf::from(dir), &setup.display().to_string())
+    FOUND.get_or_init(testkit::envtest::find_assets).clone()
 }
 
 /// The workspace root (this package lives in `<root>/tests`).
@@ -196,14 +159,6 @@ impl std::fmt::Debug for RealApiServer {
     }
 }
 
-/// Free 127.0.0.1 ports (bound together, then released; the processes bind them just after).
-fn free_ports<const N: usize>() -> [u16; N] {
-    let listeners: Vec<TcpListener> = (0..N)
-        .map(|_| TcpListener::bind("127.0.0.1:0").expect("a free port"))
-        .collect();
-    std::array::from_fn(|i| listeners[i].local_addr().expect("bound").port())
-}
-
 impl RealApiServer {
     /// [`RealApiServer::start_with`] with the default options.
     ///
@@ -284,7 +239,7 @@ impl RealApiServer {
         // Ports are chosen free, then bound by the processes a moment later: another test may
         // take one in between. Such a start fails fast and is retried on other ports.
         for _ in 0..3 {
-            let [etcd_port, peer_port, port] = free_ports::<3>();
+            let [etcd_port, peer_port, port] = testkit::envtest::free_ports::<3>();
             let _ = std::fs::remove_dir_all(dir.join("etcd"));
             let mut etcd = match start_etcd(&assets, dir, etcd_port, peer_port) {
                 Ok(etcd) => etcd,
@@ -555,19 +510,8 @@ fn start_etcd(
     client_port: u16,
     peer_port: u16,
 ) -> Result<ChildProcess, String> {
-    let client = format!("http://127.0.0.1:{client_port}");
-    let peer = format!("http://127.0.0.1:{peer_port}");
-    let mut command = Command::new(assets.join("etcd"));
-    command
-        .arg("--data-dir")
-        .arg(dir.join("etcd"))
-        .args(["--listen-client-urls", &client])
-        .args(["--advertise-client-urls", &client])
-        .args(["--listen-peer-urls", &peer])
-        .args(["--initial-advertise-peer-urls", &peer])
-        .args(["--initial-cluster", &format!("default={peer}")]);
     ChildProcess::spawn_logged(
-        command,
+        testkit::envtest::etcd_command(assets, &dir.join("etcd"), client_port, peer_port),
         &dir.join("etcd.log"),
         SocketAddr::from(([127, 0, 0, 1], client_port)),
     )
@@ -580,35 +524,19 @@ fn apiserver_command(
     port: u16,
     extra: &[String],
 ) -> Command {
-    let path = |name: &str| dir.join(name).display().to_string();
-    let mut command = Command::new(assets.join("kube-apiserver"));
-    command
-        .args(["--etcd-servers", &format!("http://127.0.0.1:{etcd_port}")])
-        .args([
-            "--bind-address",
-            "127.0.0.1",
-            "--advertise-address",
-            "127.0.0.1",
-        ])
-        .args(["--secure-port", &port.to_string()])
-        .args(["--tls-cert-file", &path("serving.crt")])
-        .args(["--tls-private-key-file", &path("serving.key")])
-        .args([
-            "--tls-sni-cert-key",
-            &format!(
-                "{},{}:localhost-recovery",
-                path("recovery/tls.crt"),
-                path("recovery/tls.key")
-            ),
-        ])
-        .args(["--client-ca-file", &path("client-ca.crt")])
-        .args(["--token-auth-file", &path("tokens.csv")])
-        .args(["--authorization-mode", "RBAC"])
-        .args(["--service-account-key-file", &path("sa.pub")])
-        .args(["--service-account-signing-key-file", &path("sa.key")])
-        .args(["--service-account-issuer", "https://kubernetes.default.svc"])
-        .args(["--service-cluster-ip-range", "10.0.0.0/24"])
-        .args(extra);
+    let files = testkit::envtest::ApiserverFiles {
+        serving: (dir.join("serving.crt"), dir.join("serving.key")),
+        sni: vec![(
+            dir.join("recovery/tls.crt"),
+            dir.join("recovery/tls.key"),
+            "localhost-recovery".to_owned(),
+        )],
+        client_ca: dir.join("client-ca.crt"),
+        tokens: dir.join("tokens.csv"),
+        service_account: (dir.join("sa.key"), dir.join("sa.pub")),
+    };
+    let mut command = testkit::envtest::kube_apiserver_command(assets, &files, etcd_port, port);
+    command.args(extra);
     command
 }
 

@@ -10,12 +10,14 @@
 //! - [`process`]: child processes with captured logs, their `listening on ADDR` line awaited,
 //!   killed on drop.
 //! - [`wait`]: bounded polling for a condition (async and blocking).
+//! - [`envtest`]: the real kube-apiserver and etcd: finding them, their command lines.
 //!
 //! Everything here panics on failure with a message that names what failed: a failure is a bug
 //! in the test or the machine, never input to handle. reload-lib takes this package as a
 //! dev-dependency (the kit depends on reload-lib, so reload-lib must never depend on it
 //! normally).
 
+pub mod envtest;
 pub mod files;
 pub mod pki;
 pub mod process;

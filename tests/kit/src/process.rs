@@ -51,6 +51,24 @@ pub fn log_info_unless_set(command: &mut Command) {
 }
 
 impl Child {
+    /// [`Child::spawn`] as the demos run their children: `RUST_LOG=info` unless the command sets
+    /// it (see [`log_info_unless_set`]), and `on_stderr` sees each log line.
+    ///
+    /// # Errors
+    /// When the program cannot start, naming it.
+    pub fn spawn_logging(
+        name: &str,
+        mut command: Command,
+        on_stderr: impl Fn(&str) + Send + Sync + 'static,
+    ) -> Result<Child, String> {
+        log_info_unless_set(&mut command);
+        Child::spawn(Some(name), command, move |stream, line| {
+            if stream == Stream::Stderr {
+                on_stderr(line);
+            }
+        })
+    }
+
     /// Spawns `command` with stdout and stderr piped; every line goes to `hook`, stderr lines
     /// are also kept ([`Child::stderr_text`], [`Child::tail`]).
     ///
