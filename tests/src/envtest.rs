@@ -18,7 +18,7 @@
 //! | `audit-policy.yaml`, `audit.log` | with [`RealOptions::audit`]: every request at `Metadata` level |
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;

@@ -116,16 +116,10 @@ fn list_versions_are_checked_against_the_store() {
 
 #[test]
 fn client_certificates_name_the_user_and_groups() {
-    let key = rcgen::KeyPair::generate().unwrap();
-    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, "system:admin");
-    params
-        .distinguished_name
-        .push(rcgen::DnType::OrganizationName, "system:masters");
-    let cert = params.self_signed(&key).unwrap();
-    let user = user_from_certificate(cert.der()).unwrap();
+    let cert = testkit::pki::self_signed(
+        &testkit::pki::CertSpec::client("system:admin").organization("system:masters"),
+    );
+    let user = user_from_certificate(&cert.der).unwrap();
     assert_eq!(user.name, "system:admin");
     assert_eq!(user.groups, ["system:masters"]);
     assert!(user_from_certificate(b"not a certificate").is_none());
