@@ -660,18 +660,7 @@ fn recovery_request(
     {
         return Err(err.into());
     }
-    let text = String::from_utf8_lossy(&response).into_owned();
-    let status = text
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    Ok((
-        status,
-        text.split_once("\r\n\r\n")
-            .map(|(_, b)| b.to_owned())
-            .unwrap_or_default(),
-    ))
+    Ok(testkit::http::RawResponse::parse(&response).status_and_body())
 }
 
 fn serial(pem: &str) -> anyhow::Result<String> {

@@ -309,15 +309,7 @@ fn percentiles() {
             let target = watched.status().generation + 1;
             let start = Instant::now();
             write_bundle(&bundle, &pairs[(i % 2) as usize]);
-            rt.block_on(async {
-                tokio::time::timeout(
-                    Duration::from_secs(10),
-                    rx.wait_for(|s| s.generation >= target),
-                )
-                .await
-                .unwrap()
-                .unwrap();
-            });
+            testkit::wait::block_until_generation(&rt, &mut rx, target);
             samples.push(start.elapsed());
         }
         println!(

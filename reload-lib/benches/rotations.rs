@@ -153,15 +153,7 @@ fn main() {
         let target = set.status().generation + 1;
         let start = Instant::now();
         write(&pair);
-        rt.block_on(async {
-            tokio::time::timeout(
-                Duration::from_secs(10),
-                rx.wait_for(|s| s.generation >= target),
-            )
-            .await
-            .expect("a rotation was not published within 10 s")
-            .unwrap();
-        });
+        testkit::wait::block_until_generation(&rt, &mut rx, target);
         if i > o.warm_up {
             let sample = usize::try_from(i - o.warm_up - 1).unwrap();
             round_trips[sample] = start.elapsed();

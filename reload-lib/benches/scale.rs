@@ -236,15 +236,7 @@ impl SwapTarget {
         let target = rx.borrow_and_update().generation + 1;
         let start = Instant::now();
         rename_into(path, version.as_bytes());
-        self.rt.block_on(async {
-            tokio::time::timeout(
-                Duration::from_secs(10),
-                rx.wait_for(|s| s.generation >= target),
-            )
-            .await
-            .expect("swap not published within 10 s")
-            .unwrap();
-        });
+        testkit::wait::block_until_generation(&self.rt, &mut rx, target);
         start.elapsed()
     }
 }
@@ -359,15 +351,7 @@ fn rss_child(dir: PathBuf) {
     for i in 0..200 {
         let target = rx.borrow_and_update().generation + 1;
         rename_into(&path, &versions[i % 2]);
-        rt.block_on(async {
-            tokio::time::timeout(
-                Duration::from_secs(10),
-                rx.wait_for(|s| s.generation >= target),
-            )
-            .await
-            .expect("rewrite not published within 10 s")
-            .unwrap();
-        });
+        testkit::wait::block_until_generation(&rt, &mut rx, target);
     }
     let (after_swaps, _) = memory();
     println!(

@@ -51,6 +51,28 @@ impl std::fmt::Debug for ApiServer {
     }
 }
 
+/// The serving PKI every apiserver of the harness has, written into `dir`: `serving.crt` and
+/// `serving.key` (`localhost`, `127.0.0.1`) from the CA in `serving-ca.crt`, and
+/// `recovery/tls.crt` and `recovery/tls.key` (`localhost-recovery`) from the CA in
+/// `recovery-ca.crt`. Returns the two CAs (serving, recovery).
+pub fn write_serving_pki(dir: &Path) -> (Ca, Ca) {
+    let serving = Ca::default();
+    let recovery = Ca::default();
+    write_pair(
+        &dir.join("serving.crt"),
+        &dir.join("serving.key"),
+        &serving.issue(&CertSpec::server(&["localhost", "127.0.0.1"])),
+    );
+    write_pair(
+        &dir.join("recovery/tls.crt"),
+        &dir.join("recovery/tls.key"),
+        &recovery.issue(&CertSpec::server(&["localhost-recovery"])),
+    );
+    rename_into(&dir.join("serving-ca.crt"), serving.cert_pem.as_bytes());
+    rename_into(&dir.join("recovery-ca.crt"), recovery.cert_pem.as_bytes());
+    (serving, recovery)
+}
+
 impl ApiServer {
     /// Writes the PKI and token files into `dir` and starts the server on `127.0.0.1:0`.
     ///
@@ -67,18 +89,7 @@ impl ApiServer {
     /// # Panics
     /// When the server does not start.
     pub fn start_with_tokens(dir: &Path, extra: &[&str], users: &[(&str, &str)]) -> ApiServer {
-        let serving = Ca::default();
-        let recovery = Ca::default();
-        write_pair(
-            &dir.join("serving.crt"),
-            &dir.join("serving.key"),
-            &serving.issue(&CertSpec::server(&["localhost", "127.0.0.1"])),
-        );
-        write_pair(
-            &dir.join("recovery/tls.crt"),
-            &dir.join("recovery/tls.key"),
-            &recovery.issue(&CertSpec::server(&["localhost-recovery"])),
-        );
+        let (serving, recovery) = write_serving_pki(dir);
         let mut tokens = format!(
             "{ADMIN_TOKEN},admin,1,\"system:masters\"\n{VIEWER_TOKEN},viewer,2\n\
              syncer-token,cert-syncer,3,\"syncers\"\n"
@@ -88,8 +99,6 @@ impl ApiServer {
         }
         rename_into(&dir.join("tokens.csv"), tokens.as_bytes());
         rename_into(&dir.join("token"), ADMIN_TOKEN.as_bytes());
-        rename_into(&dir.join("serving-ca.crt"), serving.cert_pem.as_bytes());
-        rename_into(&dir.join("recovery-ca.crt"), recovery.cert_pem.as_bytes());
         let extra: Vec<String> = extra.iter().map(|s| (*s).to_owned()).collect();
         let server = ChildProcess::start(Self::command(dir, "127.0.0.1:0", &extra));
         ApiServer {

@@ -29,7 +29,7 @@ use rustls_pki_types::ServerName;
 pub use crate::apiserver::{ADMIN_TOKEN, VIEWER_TOKEN};
 use crate::process::ChildProcess;
 use testkit::files::rename_into;
-use testkit::pki::{Ca, CertSpec, write_pair};
+use testkit::pki::Ca;
 
 /// The environment variable naming the directory with `kube-apiserver` and `etcd`.
 pub const ASSETS_ENV: &str = "KUBEBUILDER_ASSETS";
@@ -178,21 +178,8 @@ impl RealApiServer {
     pub fn start_with(dir: &Path, options: &RealOptions) -> RealApiServer {
         let assets = assets().unwrap_or_else(|reason| panic!("{reason}"));
         std::fs::create_dir_all(dir).expect("the apiserver directory");
-        let serving = Ca::default();
-        let recovery = Ca::default();
+        let (serving, recovery) = crate::apiserver::write_serving_pki(dir);
         let client_ca = Ca::default();
-        write_pair(
-            &dir.join("serving.crt"),
-            &dir.join("serving.key"),
-            &serving.issue(&CertSpec::server(&["localhost", "127.0.0.1"])),
-        );
-        write_pair(
-            &dir.join("recovery/tls.crt"),
-            &dir.join("recovery/tls.key"),
-            &recovery.issue(&CertSpec::server(&["localhost-recovery"])),
-        );
-        rename_into(&dir.join("serving-ca.crt"), serving.cert_pem.as_bytes());
-        rename_into(&dir.join("recovery-ca.crt"), recovery.cert_pem.as_bytes());
         rename_into(&dir.join("client-ca.crt"), client_ca.cert_pem.as_bytes());
         rename_into(&dir.join("token"), ADMIN_TOKEN.as_bytes());
         let mut users = vec![
@@ -574,15 +561,5 @@ pub fn blocking_get(
         Err(err) if err.kind() == std::io::ErrorKind::UnexpectedEof && !response.is_empty() => {}
         Err(err) => return Err(err),
     }
-    let text = String::from_utf8_lossy(&response).into_owned();
-    let status = text
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    Ok((status, body))
+    Ok(testkit::http::RawResponse::parse(&response).status_and_body())
 }

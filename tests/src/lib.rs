@@ -149,16 +149,7 @@ pub fn plain_http_get(addr: &str, path: &str) -> (u16, String) {
         "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
     )
     .unwrap();
-    let mut response = String::new();
-    tcp.read_to_string(&mut response).unwrap();
-    let status = response
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    (status, body)
+    let mut response = Vec::new();
+    tcp.read_to_end(&mut response).unwrap();
+    testkit::http::RawResponse::parse(&response).status_and_body()
 }

@@ -122,15 +122,5 @@ pub async fn https_get(
     .await?;
     let mut response = Vec::new();
     let _ = tls.read_to_end(&mut response).await;
-    let text = String::from_utf8_lossy(&response).into_owned();
-    let status = text
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    Ok((status, body))
+    Ok(testkit::http::RawResponse::parse(&response).status_and_body())
 }

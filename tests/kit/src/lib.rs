@@ -6,6 +6,7 @@
 //!   and [`pki::TempPki`] to write them to files (keys 0600).
 //! - [`files`]: the ways a rotation reaches the disk: rename over, in-place write, and the
 //!   kubelet's `..data` symlink swap.
+//! - [`http`]: raw HTTP/1.1 responses of hand-written requests.
 //! - [`tls`]: rustls client configs trusting test CAs, with or without a client identity.
 //! - [`process`]: child processes with captured logs, their `listening on ADDR` line awaited,
 //!   killed on drop.
@@ -19,6 +20,7 @@
 
 pub mod envtest;
 pub mod files;
+pub mod http;
 pub mod pki;
 pub mod process;
 pub mod tls;

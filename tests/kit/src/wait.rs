@@ -40,3 +40,24 @@ pub fn poll_until<T>(timeout: Duration, mut probe: impl FnMut() -> Option<T>) ->
         std::thread::sleep(POLL);
     }
 }
+
+/// Blocks on `rt` until the serving set behind `rx` has published generation `target` or a
+/// later one (a reload pass took a change), for at most 10 s.
+///
+/// # Panics
+/// When it was not published within 10 s, or the set stopped.
+pub fn block_until_generation(
+    rt: &tokio::runtime::Runtime,
+    rx: &mut tokio::sync::watch::Receiver<reload_lib::Status>,
+    target: u64,
+) {
+    rt.block_on(async {
+        tokio::time::timeout(
+            Duration::from_secs(10),
+            rx.wait_for(|s| s.generation >= target),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("generation {target} was not published within 10 s"))
+        .expect("the serving set is running");
+    });
+}
