@@ -31,8 +31,7 @@ use crate::process::ChildProcess;
 use testkit::files::rename_into;
 use testkit::pki::Ca;
 
-/// The environment variable naming the directory with `kube-apiserver` and `etcd`.
-pub const ASSETS_ENV: &str = "KUBEBUILDER_ASSETS";
+pub use testkit::envtest::ASSETS_ENV;
 
 /// How long etcd plus kube-apiserver may take to answer `/readyz` (2–4 s on an idle 2-core
 /// machine; CI runs several test processes at once).
@@ -48,12 +47,9 @@ pub fn assets() -> Result<PathBuf, String> {
     FOUND.get_or_init(testkit::envtest::find_assets).clone()
 }
 
-/// The workspace root (this package lives in `<root>/tests`).
+/// The workspace root.
 pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("the e2e package is inside the workspace")
-        .to_owned()
+    testkit::envtest::workspace_root()
 }
 
 /// Why the real-apiserver tests cannot run here, or `None` when they can.

@@ -3,8 +3,9 @@
 //! to.
 //!
 //! Serials come from one counter per process, so a serial names one certificate across every
-//! CA of a test; they print as lowercase hex without leading zeros (as reload-lib's
-//! `CertInfo::serial`).
+//! CA of a test. They print as lowercase hex without leading zeros; the counter starts at
+//! `0x1000_0000`, so they have 8 digits, the form reload-lib's `CertInfo::serial` (whole bytes)
+//! gives them too.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -19,7 +20,7 @@ use time::{Duration, OffsetDateTime};
 use crate::files;
 
 /// The next serial number (and CRL number) of this process.
-static SERIAL: AtomicU64 = AtomicU64::new(0x1000);
+static SERIAL: AtomicU64 = AtomicU64::new(0x1000_0000);
 /// Numbers the CAs made without a name.
 static NEXT_CA: AtomicU64 = AtomicU64::new(0);
 
