@@ -8,7 +8,7 @@
 //!    the `localhost-recovery` certificate by SNI, both from the resource directory, through
 //!    reload-lib. Or ([`Apiserver::Real`]) a real kube-apiserver with etcd does, from the same
 //!    files (`--tls-sni-cert-key`, `--client-ca-file` on the synced bundle), reloading them
-//!    through its own file watches ([`apiserver`]; the command lines are the test kit's, as in
+//!    through its own file watches (`recovery/apiserver.rs`; the command lines are the test kit's, as in
 //!    the e2e harness).
 //! 3. `cert-syncer sync` and `cert-syncer regenerate` connect to `https://127.0.0.1:PORT` with
 //!    SNI `localhost-recovery`, the recovery CA and a token.

@@ -1,5 +1,5 @@
-//! HTTP → verbs: the router (path → [`Route`]), authentication, then [`objects`] (the verbs on
-//! objects), [`discovery`], [`body`] (reading and decoding bodies) and [`query`].
+//! HTTP → verbs: the router (path → `Route`), authentication, then `objects` (the verbs on
+//! objects), `discovery`, [`body`] (reading and decoding bodies) and `query`.
 //!
 //! Paths: `/api/v1[/watch][/namespaces/NS]/{secrets,configmaps,events}[/NAME]` and
 //! `/apis/coordination.k8s.io/v1[/watch][/namespaces/NS]/leases[/NAME]` (`/watch/`: the legacy
