@@ -1,11 +1,10 @@
-//! Servers and tools built on `reload-lib`: the shared HTTPS accept loop, the
-//! Kubernetes-API-compatible `mini-apiserver`, the engines of the `tls-load` and `sync-load`
-//! load tools, and helpers used by the binaries in `src/bin/`.
+//! Servers and tools built on `reload-lib`: the shared HTTPS accept loop, the engines of the
+//! `tls-load` and `sync-load` load tools, the recovery demo, and helpers used by the binaries in
+//! `src/bin/`. The Kubernetes-API-compatible `mini-apiserver` is its own package
+//! (`examples/mini-apiserver/`), built on [`serve`].
 
-pub mod child;
 pub mod demo;
 pub mod load;
-pub mod mini_apiserver;
 pub mod recovery;
 pub mod serve;
 pub mod sync_load;

@@ -8,9 +8,8 @@
 //!    the `localhost-recovery` certificate by SNI, both from the resource directory, through
 //!    reload-lib. Or ([`Apiserver::Real`]) a real kube-apiserver with etcd does, from the same
 //!    files (`--tls-sni-cert-key`, `--client-ca-file` on the synced bundle), reloading them
-//!    through its own file watches. The starter is kept small here (a few flags, no harness):
-//!    the e2e harness (`tests/src/envtest.rs`) has the full one, and `examples` must not
-//!    depend on the test package.
+//!    through its own file watches (`recovery/apiserver.rs`; the command lines are the test kit's, as in
+//!    the e2e harness).
 //! 3. `cert-syncer sync` and `cert-syncer regenerate` connect to `https://127.0.0.1:PORT` with
 //!    SNI `localhost-recovery`, the recovery CA and a token.
 //! 4. `regenerate` (expired-only) replaces the expired signer, updates the CA bundle and issues
@@ -19,25 +18,26 @@
 //!
 //! Every step is printed on a timeline with its time since start.
 
+mod apiserver;
+
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::{Arc, Mutex, mpsc};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
-use crate::child::Proc;
 use base64::Engine;
-use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-    SanType,
-};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, ServerName};
+use testkit::pki::{Ca, CertSpec};
+use testkit::process::Child as Proc;
 use time::OffsetDateTime;
+
+use apiserver::{start_mini, start_real};
 
 /// Where the apiserver's own objects live.
 pub const NAMESPACE: &str = "openshift-kube-apiserver";
@@ -95,18 +95,7 @@ pub enum Apiserver {
 /// `../shared/envtest/setup` prints (looked for beside the current directory and beside the
 /// workspace this was built from).
 pub fn find_envtest_assets() -> Option<PathBuf> {
-    if let Some(dir) = std::env::var_os("KUBEBUILDER_ASSETS").filter(|d| !d.is_empty()) {
-        return Some(PathBuf::from(dir));
-    }
-    let candidates = [
-        PathBuf::from("../shared/envtest/setup"),
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/envtest/setup"),
-    ];
-    let setup = candidates.into_iter().find(|p| p.is_file())?;
-    let output = Command::new(&setup).output().ok()?;
-    let dir = PathBuf::from(String::from_utf8_lossy(&output.stdout).trim());
-    (output.status.success() && dir.join("kube-apiserver").is_file() && dir.join("etcd").is_file())
-        .then_some(dir)
+    testkit::envtest::find_assets().ok()
 }
 
 /// The outcome of a successful run.
@@ -170,48 +159,23 @@ struct Pair {
     key: String,
 }
 
-fn signer(
-    cn: &str,
-    not_before: OffsetDateTime,
-    not_after: OffsetDateTime,
-) -> anyhow::Result<(Pair, Issuer<'static, KeyPair>)> {
-    let key = KeyPair::generate()?;
-    let mut params = CertificateParams::new(Vec::<String>::new())?;
-    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    params.distinguished_name.push(DnType::CommonName, cn);
-    params.not_before = not_before;
-    params.not_after = not_after;
-    let cert = params.self_signed(&key)?.pem();
+/// A signer (a root CA) named `cn`, valid in the window, and its certificate and key as a pair.
+fn signer(cn: &str, not_before: OffsetDateTime, not_after: OffsetDateTime) -> (Pair, Ca) {
+    let ca = Ca::root(cn, not_before, not_after);
     let pair = Pair {
-        cert,
-        key: key.serialize_pem(),
+        cert: ca.cert_pem.clone(),
+        key: ca.key_pem(),
     };
-    Ok((pair, Issuer::new(params, key)))
+    (pair, ca)
 }
 
-fn leaf(
-    issuer: &Issuer<'_, KeyPair>,
-    names: &[&str],
-    not_before: OffsetDateTime,
-    not_after: OffsetDateTime,
-) -> anyhow::Result<Pair> {
-    let key = KeyPair::generate()?;
-    let mut params = CertificateParams::new(Vec::<String>::new())?;
-    for name in names {
-        params.subject_alt_names.push(match name.parse() {
-            Ok(ip) => SanType::IpAddress(ip),
-            Err(_) => SanType::DnsName((*name).try_into()?),
-        });
+/// A serving certificate of `ca` for `names` (CN = the first), valid in the window.
+fn leaf(ca: &Ca, names: &[&str], not_before: OffsetDateTime, not_after: OffsetDateTime) -> Pair {
+    let issued = ca.issue(&CertSpec::server(names).valid(not_before, not_after));
+    Pair {
+        cert: issued.cert_pem,
+        key: issued.key_pem,
     }
-    params.distinguished_name.push(DnType::CommonName, names[0]);
-    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-    params.not_before = not_before;
-    params.not_after = not_after;
-    let cert = params.signed_by(&key, issuer)?.pem();
-    Ok(Pair {
-        cert,
-        key: key.serialize_pem(),
-    })
 }
 
 fn tls_secret(namespace: &str, name: &str, pair: &Pair) -> serde_json::Value {
@@ -294,24 +258,24 @@ pub fn run(options: &Options) -> anyhow::Result<Recovered> {
         "openshift-kube-apiserver-operator_localhost-serving-signer@1",
         now - day * 400,
         now - day * 35,
-    )?;
+    );
     let serving = leaf(
         &serving_issuer,
         &["localhost", "127.0.0.1"],
         now - day * 65,
         now - day * 35,
-    )?;
+    );
     let (recovery_signer, recovery_issuer) = signer(
         "openshift-kube-apiserver-operator_localhost-recovery-serving-signer@1",
         now - day * 400,
         now + day * 3250,
-    )?;
+    );
     let recovery = leaf(
         &recovery_issuer,
         &["localhost-recovery"],
         now - day * 400,
         now + day * 3250,
-    )?;
+    );
     let recovery_serial = serial(&recovery.cert)?;
     let token = random_token()?;
 
@@ -410,23 +374,18 @@ pub fn run(options: &Options) -> anyhow::Result<Recovered> {
             "localhost-serving-ca,localhost-recovery-serving-ca",
         ]);
     let marks = timeline.clone();
-    let mut sync = Proc::spawn(
-        "cert-syncer sync",
-        sync_command,
-        move |line| {
-            // Writes before the regeneration only align the installer's files with the API.
-            if line.contains(" written ") && marks.has("regenerate: serving certificate re-issued")
-            {
-                if line.contains("secret/localhost-serving-cert-certkey") {
-                    marks.mark_once("sync: wrote the new serving certificate to the resource dir");
-                }
-                if line.contains("configmap/localhost-serving-ca") {
-                    marks.mark_once("sync: wrote the new CA bundle to the resource dir");
-                }
+    let mut sync = Proc::spawn_logging("cert-syncer sync", sync_command, move |line| {
+        // Writes before the regeneration only align the installer's files with the API.
+        if line.contains(" written ") && marks.has("regenerate: serving certificate re-issued") {
+            if line.contains("secret/localhost-serving-cert-certkey") {
+                marks.mark_once("sync: wrote the new serving certificate to the resource dir");
             }
-        },
-        None,
-    )?;
+            if line.contains("configmap/localhost-serving-ca") {
+                marks.mark_once("sync: wrote the new CA bundle to the resource dir");
+            }
+        }
+    })
+    .map_err(anyhow::Error::msg)?;
     let mut regenerate_command = Command::new(options.bin_dir.join("cert-syncer"));
     regenerate_command.arg("regenerate");
     connection(&mut regenerate_command);
@@ -434,7 +393,7 @@ pub fn run(options: &Options) -> anyhow::Result<Recovered> {
         .arg("--config")
         .arg(dir.join("rotation.yaml"));
     let marks = timeline.clone();
-    let mut regenerate = Proc::spawn(
+    let mut regenerate = Proc::spawn_logging(
         "cert-syncer regenerate",
         regenerate_command,
         move |line| {
@@ -448,8 +407,8 @@ pub fn run(options: &Options) -> anyhow::Result<Recovered> {
                 marks.mark_once("regenerate: serving certificate re-issued");
             }
         },
-        None,
-    )?;
+    )
+    .map_err(anyhow::Error::msg)?;
     timeline.mark("cert-syncer sync and regenerate started (SNI localhost-recovery, token)");
     let sidecars_started = Instant::now();
 
@@ -507,272 +466,6 @@ pub fn run(options: &Options) -> anyhow::Result<Recovered> {
     );
     drop((regenerate, sync, servers));
     Ok(Recovered { elapsed, serial })
-}
-
-/// `mini-apiserver` on the resource directory's files, seeded with `seed/objects.json`.
-fn start_mini(
-    options: &Options,
-    dir: &Path,
-    serving_dir: &Path,
-    recovery_dir: &Path,
-    seed: &Path,
-    timeline: &Timeline,
-) -> anyhow::Result<(Vec<Proc>, SocketAddr)> {
-    let (tx, rx) = mpsc::channel();
-    let mut apiserver_command = Command::new(options.bin_dir.join("mini-apiserver"));
-    apiserver_command
-        .args(["--listen", "127.0.0.1:0", "--cert"])
-        .arg(serving_dir.join("tls.crt"))
-        .arg("--key")
-        .arg(serving_dir.join("tls.key"))
-        .arg("--sni")
-        .arg(format!(
-            "localhost-recovery={},{}",
-            recovery_dir.join("tls.crt").display(),
-            recovery_dir.join("tls.key").display()
-        ))
-        .arg("--token-auth-file")
-        .arg(dir.join("tokens.csv"))
-        .arg("--seed-dir")
-        .arg(seed);
-    let reloads = timeline.clone();
-    let loads = std::sync::atomic::AtomicUsize::new(0);
-    let apiserver = Proc::spawn(
-        "mini-apiserver",
-        apiserver_command,
-        move |line| {
-            if line.contains("now serving") && line.contains("localhost-serving-cert-certkey") {
-                // The first load is the start-up; the next one is the reload after the sync.
-                if loads.fetch_add(1, std::sync::atomic::Ordering::Relaxed) == 0 {
-                    reloads.mark("mini-apiserver: loaded the expired serving certificate");
-                } else {
-                    reloads.mark_once("mini-apiserver: reloaded the new serving certificate");
-                }
-            }
-        },
-        Some(tx),
-    )?;
-    let addr = rx
-        .recv_timeout(Duration::from_secs(10))
-        .map_err(|_| anyhow::anyhow!("mini-apiserver did not start:\n{}", apiserver.tail(20)))?;
-    timeline.mark(&format!("mini-apiserver listening on {addr}"));
-    Ok((vec![apiserver], addr))
-}
-
-/// Free 127.0.0.1 ports, bound together and released (the processes bind them just after).
-fn free_ports<const N: usize>() -> anyhow::Result<[u16; N]> {
-    let listeners = (0..N)
-        .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
-        .collect::<Result<Vec<_>, _>>()?;
-    let mut ports = [0; N];
-    for (port, listener) in ports.iter_mut().zip(&listeners) {
-        *port = listener.local_addr()?.port();
-    }
-    Ok(ports)
-}
-
-/// etcd and a real kube-apiserver that serve the expired pair for `localhost`
-/// (`--tls-sni-cert-key`, from the resource directory) and the recovery pair for
-/// `localhost-recovery`, read `--client-ca-file` from the synced bundle, and hold `objects`
-/// (created through the API once it is ready). Its certificate files are reloaded by its own
-/// file watches, so it is the consumer of what `sync` writes.
-#[allow(clippy::too_many_arguments)]
-fn start_real(
-    assets: &Path,
-    dir: &Path,
-    serving_dir: &Path,
-    recovery_dir: &Path,
-    bundle_file: &Path,
-    objects: &serde_json::Value,
-    token: &str,
-    recovery_ca: &str,
-    timeline: &Timeline,
-) -> anyhow::Result<(Vec<Proc>, SocketAddr)> {
-    let [etcd_port, peer_port, port] = free_ports::<3>()?;
-    let (client_url, peer_url) = (
-        format!("http://127.0.0.1:{etcd_port}"),
-        format!("http://127.0.0.1:{peer_port}"),
-    );
-    let mut etcd_command = Command::new(assets.join("etcd"));
-    etcd_command
-        .arg("--data-dir")
-        .arg(dir.join("etcd"))
-        .args(["--listen-client-urls", &client_url])
-        .args(["--advertise-client-urls", &client_url])
-        .args(["--listen-peer-urls", &peer_url])
-        .args(["--initial-advertise-peer-urls", &peer_url])
-        .args(["--initial-cluster", &format!("default={peer_url}")]);
-    let etcd = Proc::spawn("etcd", etcd_command, |_| {}, None)?;
-    // The service-account token signer kube-apiserver insists on.
-    let sa = KeyPair::generate()?;
-    reload_lib::fs::write_file_atomic(&dir.join("sa.key"), sa.serialize_pem().as_bytes(), 0o600)?;
-    std::fs::write(dir.join("sa.pub"), sa.public_key_pem())?;
-    let pair = |d: &Path| {
-        format!(
-            "{},{}",
-            d.join("tls.crt").display(),
-            d.join("tls.key").display()
-        )
-    };
-    let mut command = Command::new(assets.join("kube-apiserver"));
-    command
-        .args(["--etcd-servers", &client_url])
-        .args([
-            "--bind-address",
-            "127.0.0.1",
-            "--advertise-address",
-            "127.0.0.1",
-        ])
-        .args(["--secure-port", &port.to_string()])
-        .arg(format!(
-            "--tls-cert-file={}",
-            serving_dir.join("tls.crt").display()
-        ))
-        .arg(format!(
-            "--tls-private-key-file={}",
-            serving_dir.join("tls.key").display()
-        ))
-        .args([
-            "--tls-sni-cert-key",
-            &format!("{}:localhost", pair(serving_dir)),
-        ])
-        .args([
-            "--tls-sni-cert-key",
-            &format!("{}:localhost-recovery", pair(recovery_dir)),
-        ])
-        .arg(format!("--client-ca-file={}", bundle_file.display()))
-        .arg(format!(
-            "--token-auth-file={}",
-            dir.join("tokens.csv").display()
-        ))
-        .args(["--authorization-mode", "RBAC"])
-        .arg(format!(
-            "--service-account-key-file={}",
-            dir.join("sa.pub").display()
-        ))
-        .arg(format!(
-            "--service-account-signing-key-file={}",
-            dir.join("sa.key").display()
-        ))
-        .args(["--service-account-issuer", "https://kubernetes.default.svc"])
-        .args(["--service-cluster-ip-range", "10.0.0.0/24"]);
-    let apiserver = Proc::spawn("kube-apiserver", command, |_| {}, None)?;
-    let mut servers = vec![apiserver, etcd];
-    let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Ok((200, _)) = recovery_request(addr, recovery_ca, token, "GET", "/readyz", None) {
-            break;
-        }
-        for proc in &mut servers {
-            if let Ok(Some(status)) = proc.child.try_wait() {
-                bail!("{} exited ({status}):\n{}", proc.name, proc.tail(20));
-            }
-        }
-        if Instant::now() >= deadline {
-            bail!(
-                "kube-apiserver not ready within 60 s:\n{}",
-                servers[0].tail(20)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    timeline.mark(&format!(
-        "kube-apiserver (real, with etcd) listening on {addr}: serving the expired certificate for localhost"
-    ));
-    // Its objects: the namespaces, then every Secret and ConfigMap of the seed list.
-    for namespace in [NAMESPACE, OPERATOR_NAMESPACE] {
-        let body = serde_json::json!({
-            "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": namespace },
-        });
-        create(addr, recovery_ca, token, "/api/v1/namespaces", &body)?;
-    }
-    for item in objects["items"].as_array().into_iter().flatten() {
-        let namespace = item["metadata"]["namespace"].as_str().unwrap_or_default();
-        let plural = match item["kind"].as_str() {
-            Some("Secret") => "secrets",
-            _ => "configmaps",
-        };
-        create(
-            addr,
-            recovery_ca,
-            token,
-            &format!("/api/v1/namespaces/{namespace}/{plural}"),
-            item,
-        )?;
-    }
-    Ok((servers, addr))
-}
-
-/// POSTs `body` to `path` over the recovery connection; an existing object is fine.
-fn create(
-    addr: SocketAddr,
-    recovery_ca: &str,
-    token: &str,
-    path: &str,
-    body: &serde_json::Value,
-) -> anyhow::Result<()> {
-    let (status, text) = recovery_request(addr, recovery_ca, token, "POST", path, Some(body))?;
-    anyhow::ensure!(
-        status == 201 || status == 409,
-        "POST {path}: {status} {text}"
-    );
-    Ok(())
-}
-
-/// One HTTP/1.1 request over a fresh TLS connection with SNI `localhost-recovery`, trusting
-/// `recovery_ca`, with the bearer `token`; returns (status, body).
-fn recovery_request(
-    addr: SocketAddr,
-    recovery_ca: &str,
-    token: &str,
-    method: &str,
-    path: &str,
-    body: Option<&serde_json::Value>,
-) -> anyhow::Result<(u16, String)> {
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in CertificateDer::pem_slice_iter(recovery_ca.as_bytes()) {
-        roots.add(cert?)?;
-    }
-    let config = rustls::ClientConfig::builder()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    let connection = rustls::ClientConnection::new(
-        Arc::new(config),
-        ServerName::try_from("localhost-recovery")?,
-    )?;
-    let tcp = TcpStream::connect(addr)?;
-    tcp.set_read_timeout(Some(Duration::from_secs(10)))?;
-    let mut tls = rustls::StreamOwned::new(connection, tcp);
-    let body = body
-        .map(serde_json::to_vec)
-        .transpose()?
-        .unwrap_or_default();
-    write!(
-        tls,
-        "{method} {path} HTTP/1.1\r\nHost: localhost-recovery\r\nAuthorization: Bearer {token}\r\n\
-         Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    )?;
-    tls.write_all(&body)?;
-    let mut response = Vec::new();
-    if let Err(err) = tls.read_to_end(&mut response)
-        && response.is_empty()
-    {
-        return Err(err.into());
-    }
-    let text = String::from_utf8_lossy(&response).into_owned();
-    let status = text
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    Ok((
-        status,
-        text.split_once("\r\n\r\n")
-            .map(|(_, b)| b.to_owned())
-            .unwrap_or_default(),
-    ))
 }
 
 fn serial(pem: &str) -> anyhow::Result<String> {

@@ -1,4 +1,4 @@
-//! mini-apiserver's request decoders (`examples::mini_apiserver::fuzz`): bodies as protobuf
+//! mini-apiserver's request decoders (`mini_apiserver::fuzz`): bodies as protobuf
 //! (`proto::decode`), YAML and JSON; the create and merge-patch validation of the decoded
 //! object; DeleteOptions; label and field selectors (`Selector::parse`).
 //!
@@ -13,7 +13,7 @@
 
 #![no_main]
 
-use examples::mini_apiserver::fuzz::{RESOURCES, create_and_patch, delete_options, select};
+use mini_apiserver::fuzz::{RESOURCES, create_and_patch, delete_options, select};
 use libfuzzer_sys::fuzz_target;
 use serde_json::json;
 

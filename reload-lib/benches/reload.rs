@@ -21,10 +21,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group};
-use rcgen::{CertificateParams, DnType, KeyPair};
 use reload_lib::{CertKeyPaths, ServingSet};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use testkit::files::rename_into;
+use testkit::pki::{CertSpec, KeyKind};
 use tokio::runtime::Runtime;
 
 struct Pair {
@@ -32,29 +33,18 @@ struct Pair {
     key: String,
 }
 
+/// A self-signed certificate for `localhost`, valid for 30 days: RSA 2048 or ECDSA P-256.
 fn pair(rsa: bool) -> Pair {
-    let key = if rsa {
-        KeyPair::generate_rsa_for(&rcgen::PKCS_RSA_SHA256, rcgen::RsaKeySize::_2048).unwrap()
+    let kind = if rsa {
+        KeyKind::Rsa2048
     } else {
-        KeyPair::generate().unwrap()
+        KeyKind::EcdsaP256
     };
-    let mut params = CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
-    params
-        .distinguished_name
-        .push(DnType::CommonName, "localhost");
-    params.not_before = time::OffsetDateTime::now_utc() - time::Duration::hours(1);
-    params.not_after = time::OffsetDateTime::now_utc() + time::Duration::days(30);
-    let cert = params.self_signed(&key).unwrap();
+    let issued = testkit::pki::self_signed(&CertSpec::server(&["localhost"]).key(kind).days(30));
     Pair {
-        cert: cert.pem(),
-        key: key.serialize_pem(),
+        cert: issued.cert_pem,
+        key: issued.key_pem,
     }
-}
-
-fn rename_into(path: &Path, bytes: &[u8]) {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, bytes).unwrap();
-    std::fs::rename(&tmp, path).unwrap();
 }
 
 /// Writes the pair as one bundle file (key + chain), so one rename is one atomic change.
@@ -63,19 +53,7 @@ fn write_bundle(path: &Path, pair: &Pair) {
 }
 
 fn client_for(pair: &Pair) -> Arc<rustls::ClientConfig> {
-    let mut roots = rustls::RootCertStore::empty();
-    roots
-        .add(CertificateDer::from_pem_slice(pair.cert.as_bytes()).unwrap())
-        .unwrap();
-    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::aws_lc_rs::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    config.resumption = rustls::client::Resumption::disabled();
-    Arc::new(config)
+    testkit::tls::no_resumption(&testkit::tls::client_config(&[&pair.cert], None))
 }
 
 fn static_acceptor(pair: &Pair) -> tokio_rustls::TlsAcceptor {
@@ -331,15 +309,7 @@ fn percentiles() {
             let target = watched.status().generation + 1;
             let start = Instant::now();
             write_bundle(&bundle, &pairs[(i % 2) as usize]);
-            rt.block_on(async {
-                tokio::time::timeout(
-                    Duration::from_secs(10),
-                    rx.wait_for(|s| s.generation >= target),
-                )
-                .await
-                .unwrap()
-                .unwrap();
-            });
+            testkit::wait::block_until_generation(&rt, &mut rx, target);
             samples.push(start.elapsed());
         }
         println!(

@@ -14,11 +14,11 @@
 //! the rest of the run), a panic (non-zero) otherwise. `cargo test --benches` runs 200
 //! rotations as a smoke test, without the bound.
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
-use rcgen::{CertificateParams, DnType, KeyPair};
 use reload_lib::{CertKeyPaths, ServingSet};
+use testkit::files::rename_into;
+use testkit::pki::CertSpec;
 use tokio::runtime::Runtime;
 
 struct Options {
@@ -57,21 +57,8 @@ fn options() -> Options {
 
 /// A fresh self-signed ECDSA P-256 certificate and key for `localhost`: (cert PEM, key PEM).
 fn fresh_pair() -> (String, String) {
-    let key = KeyPair::generate().unwrap();
-    let mut params = CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
-    params
-        .distinguished_name
-        .push(DnType::CommonName, "localhost");
-    params.not_before = time::OffsetDateTime::now_utc() - time::Duration::hours(1);
-    params.not_after = time::OffsetDateTime::now_utc() + time::Duration::days(30);
-    let cert = params.self_signed(&key).unwrap();
-    (cert.pem(), key.serialize_pem())
-}
-
-fn rename_into(path: &Path, bytes: &[u8]) {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, bytes).unwrap();
-    std::fs::rename(&tmp, path).unwrap();
+    let issued = testkit::pki::self_signed(&CertSpec::server(&["localhost"]).days(30));
+    (issued.cert_pem, issued.key_pem)
 }
 
 /// Resident set size of this process, in KiB (`VmRSS` of `/proc/self/status`).
@@ -166,15 +153,7 @@ fn main() {
         let target = set.status().generation + 1;
         let start = Instant::now();
         write(&pair);
-        rt.block_on(async {
-            tokio::time::timeout(
-                Duration::from_secs(10),
-                rx.wait_for(|s| s.generation >= target),
-            )
-            .await
-            .expect("a rotation was not published within 10 s")
-            .unwrap();
-        });
+        testkit::wait::block_until_generation(&rt, &mut rx, target);
         if i > o.warm_up {
             let sample = usize::try_from(i - o.warm_up - 1).unwrap();
             round_trips[sample] = start.elapsed();

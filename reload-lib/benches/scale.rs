@@ -21,9 +21,10 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, criterion_group};
-use rcgen::{CertificateParams, DnType, ExtendedKeyUsagePurpose, Issuer, KeyPair};
 use reload_lib::{Acceptor, CertKeyPaths, ServingSet};
-use rustls_pki_types::{CertificateDer, ServerName};
+use rustls_pki_types::ServerName;
+use testkit::files::rename_into;
+use testkit::pki::{Ca, CertSpec, KeyKind};
 use tokio::runtime::Runtime;
 
 /// Leaf key pairs shared by the generated certificates.
@@ -39,9 +40,9 @@ struct Fixture {
     _tmp: tempfile::TempDir,
     dir: PathBuf,
     count: usize,
-    ca: CertificateDer<'static>,
-    issuer: Issuer<'static, KeyPair>,
-    keys: Vec<KeyPair>,
+    ca: Ca,
+    /// Leaf private keys, PEM.
+    keys: Vec<String>,
     names: Vec<ServerName<'static>>,
 }
 
@@ -56,22 +57,14 @@ fn bundle_path(dir: &Path, i: usize) -> PathBuf {
 impl Fixture {
     fn generate(count: usize) -> Fixture {
         let started = Instant::now();
-        let ca_key = KeyPair::generate().unwrap();
-        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        params
-            .distinguished_name
-            .push(DnType::CommonName, "scale-ca");
-        let ca = params.self_signed(&ca_key).unwrap();
         let tmp = tempfile::tempdir().unwrap();
         let fixture = Fixture {
             dir: tmp.path().to_owned(),
             _tmp: tmp,
             count,
-            ca: ca.der().clone(),
-            issuer: Issuer::new(params, ca_key),
+            ca: Ca::new("scale-ca"),
             keys: (0..LEAF_KEYS)
-                .map(|_| KeyPair::generate().unwrap())
+                .map(|_| testkit::pki::key_pair_pem(KeyKind::EcdsaP256).0)
                 .collect(),
             names: (0..count)
                 .map(|i| ServerName::try_from(name(i)).unwrap())
@@ -95,15 +88,11 @@ impl Fixture {
 
     /// Key + chain PEM for `name`; `version` makes a distinct certificate (serial) per call.
     fn bundle(&self, name: &str, i: usize, version: u64) -> String {
-        let key = &self.keys[i % LEAF_KEYS];
-        let mut params = CertificateParams::new(vec![name.to_owned()]).unwrap();
-        params.distinguished_name.push(DnType::CommonName, name);
-        params.serial_number = Some(((i as u64) << 20 | version).into());
-        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-        params.not_before = time::OffsetDateTime::now_utc() - time::Duration::hours(1);
-        params.not_after = time::OffsetDateTime::now_utc() + time::Duration::days(30);
-        let cert = params.signed_by(key, &self.issuer).unwrap();
-        format!("{}{}", key.serialize_pem(), cert.pem())
+        let spec = CertSpec::server(&[name])
+            .serial((i as u64) << 20 | version)
+            .days(30)
+            .reuse_key(&self.keys[i % LEAF_KEYS]);
+        self.ca.issue(&spec).bundle()
     }
 
     /// A set of the default pair plus SNI pairs `0..size`, each configured with its name.
@@ -117,24 +106,8 @@ impl Fixture {
     }
 
     fn client(&self) -> Arc<rustls::ClientConfig> {
-        let mut roots = rustls::RootCertStore::empty();
-        roots.add(self.ca.clone()).unwrap();
-        let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
-            rustls::crypto::aws_lc_rs::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-        config.resumption = rustls::client::Resumption::disabled();
-        Arc::new(config)
+        self.ca.client_config()
     }
-}
-
-fn rename_into(path: &Path, bytes: &[u8]) {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, bytes).unwrap();
-    std::fs::rename(&tmp, path).unwrap();
 }
 
 /// One full handshake for `name` over an in-memory duplex; checks the served leaf is the one for
@@ -263,15 +236,7 @@ impl SwapTarget {
         let target = rx.borrow_and_update().generation + 1;
         let start = Instant::now();
         rename_into(path, version.as_bytes());
-        self.rt.block_on(async {
-            tokio::time::timeout(
-                Duration::from_secs(10),
-                rx.wait_for(|s| s.generation >= target),
-            )
-            .await
-            .expect("swap not published within 10 s")
-            .unwrap();
-        });
+        testkit::wait::block_until_generation(&self.rt, &mut rx, target);
         start.elapsed()
     }
 }
@@ -386,15 +351,7 @@ fn rss_child(dir: PathBuf) {
     for i in 0..200 {
         let target = rx.borrow_and_update().generation + 1;
         rename_into(&path, &versions[i % 2]);
-        rt.block_on(async {
-            tokio::time::timeout(
-                Duration::from_secs(10),
-                rx.wait_for(|s| s.generation >= target),
-            )
-            .await
-            .expect("rewrite not published within 10 s")
-            .unwrap();
-        });
+        testkit::wait::block_until_generation(&rt, &mut rx, target);
     }
     let (after_swaps, _) = memory();
     println!(

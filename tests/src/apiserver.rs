@@ -8,8 +8,9 @@ use std::time::Duration;
 use rustls_pki_types::CertificateDer;
 use rustls_pki_types::pem::PemObject;
 
-use crate::pki::{Ca, CertSpec, write_atomic, write_files};
 use crate::process::{ChildProcess, bin_path};
+use testkit::files::rename_into;
+use testkit::pki::{Ca, CertSpec, write_pair};
 
 /// The token of the `admin` user (group `system:masters`) in the token file.
 pub const ADMIN_TOKEN: &str = "e2e-token-0123456789";
@@ -50,6 +51,28 @@ impl std::fmt::Debug for ApiServer {
     }
 }
 
+/// The serving PKI every apiserver of the harness has, written into `dir`: `serving.crt` and
+/// `serving.key` (`localhost`, `127.0.0.1`) from the CA in `serving-ca.crt`, and
+/// `recovery/tls.crt` and `recovery/tls.key` (`localhost-recovery`) from the CA in
+/// `recovery-ca.crt`. Returns the two CAs (serving, recovery).
+pub fn write_serving_pki(dir: &Path) -> (Ca, Ca) {
+    let serving = Ca::default();
+    let recovery = Ca::default();
+    write_pair(
+        &dir.join("serving.crt"),
+        &dir.join("serving.key"),
+        &serving.issue(&CertSpec::server(&["localhost", "127.0.0.1"])),
+    );
+    write_pair(
+        &dir.join("recovery/tls.crt"),
+        &dir.join("recovery/tls.key"),
+        &recovery.issue(&CertSpec::server(&["localhost-recovery"])),
+    );
+    rename_into(&dir.join("serving-ca.crt"), serving.cert_pem.as_bytes());
+    rename_into(&dir.join("recovery-ca.crt"), recovery.cert_pem.as_bytes());
+    (serving, recovery)
+}
+
 impl ApiServer {
     /// Writes the PKI and token files into `dir` and starts the server on `127.0.0.1:0`.
     ///
@@ -66,18 +89,7 @@ impl ApiServer {
     /// # Panics
     /// When the server does not start.
     pub fn start_with_tokens(dir: &Path, extra: &[&str], users: &[(&str, &str)]) -> ApiServer {
-        let mut serving = Ca::new();
-        let mut recovery = Ca::new();
-        write_files(
-            &dir.join("serving.crt"),
-            &dir.join("serving.key"),
-            &serving.issue(&CertSpec::server(&["localhost", "127.0.0.1"])),
-        );
-        write_files(
-            &dir.join("recovery/tls.crt"),
-            &dir.join("recovery/tls.key"),
-            &recovery.issue(&CertSpec::server(&["localhost-recovery"])),
-        );
+        let (serving, recovery) = write_serving_pki(dir);
         let mut tokens = format!(
             "{ADMIN_TOKEN},admin,1,\"system:masters\"\n{VIEWER_TOKEN},viewer,2\n\
              syncer-token,cert-syncer,3,\"syncers\"\n"
@@ -85,17 +97,15 @@ impl ApiServer {
         for (uid, (token, user)) in users.iter().enumerate() {
             tokens.push_str(&format!("{token},{user},{}\n", 100 + uid));
         }
-        write_atomic(&dir.join("tokens.csv"), tokens.as_bytes());
-        write_atomic(&dir.join("token"), ADMIN_TOKEN.as_bytes());
-        write_atomic(&dir.join("serving-ca.crt"), serving.pem.as_bytes());
-        write_atomic(&dir.join("recovery-ca.crt"), recovery.pem.as_bytes());
+        rename_into(&dir.join("tokens.csv"), tokens.as_bytes());
+        rename_into(&dir.join("token"), ADMIN_TOKEN.as_bytes());
         let extra: Vec<String> = extra.iter().map(|s| (*s).to_owned()).collect();
         let server = ChildProcess::start(Self::command(dir, "127.0.0.1:0", &extra));
         ApiServer {
             server,
             dir: dir.to_owned(),
-            serving_ca: serving.pem.clone(),
-            recovery_ca: recovery.pem.clone(),
+            serving_ca: serving.cert_pem.clone(),
+            recovery_ca: recovery.cert_pem.clone(),
             token: ADMIN_TOKEN.to_owned(),
             extra,
             serving,
@@ -156,7 +166,7 @@ impl ApiServer {
         let issued = self
             .recovery
             .issue(&CertSpec::server(&["localhost-recovery"]));
-        write_files(
+        write_pair(
             &self.dir.join("recovery/tls.crt"),
             &self.dir.join("recovery/tls.key"),
             &issued,
@@ -170,7 +180,7 @@ impl ApiServer {
         let issued = self
             .serving
             .issue(&CertSpec::server(&["localhost", "127.0.0.1"]));
-        write_files(
+        write_pair(
             &self.dir.join("serving.crt"),
             &self.dir.join("serving.key"),
             &issued,
@@ -198,7 +208,7 @@ impl ApiServer {
     }
 
     /// `GET /metrics` as the admin: open watches and requests by verb (see
-    /// `examples::mini_apiserver::metrics`).
+    /// `mini_apiserver::metrics`).
     ///
     /// # Panics
     /// When the request fails.

@@ -11,7 +11,7 @@ use crate::envtest::{RealApiServer, RealOptions, User};
 /// Which apiserver a test runs against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
-    /// `mini-apiserver` (examples/src/mini_apiserver).
+    /// `mini-apiserver` (examples/mini-apiserver).
     Mini,
     /// kube-apiserver v1.20 + etcd from `KUBEBUILDER_ASSETS` (see [`crate::envtest`]).
     Real,
@@ -261,7 +261,7 @@ impl TestApi {
     }
 
     /// `GET /metrics` as the admin. The metric names differ: mini's own (see
-    /// `examples::mini_apiserver::metrics`) or kube-apiserver's (`apiserver_request_total`,
+    /// `mini_apiserver::metrics`) or kube-apiserver's (`apiserver_request_total`,
     /// `apiserver_registered_watchers`).
     pub async fn metrics(&self) -> String {
         match &self.inner {
@@ -275,11 +275,9 @@ impl TestApi {
     /// Every request in the audit log so far (start with [`ApiOptions::audit`]), as mini's
     /// records: mini's own log, or kube-apiserver's read by
     /// [`crate::envtest::audit_records`].
-    pub fn audit_records(&self) -> Vec<examples::mini_apiserver::audit::Record> {
+    pub fn audit_records(&self) -> Vec<mini_apiserver::audit::Record> {
         match self.backend {
-            Backend::Mini => {
-                examples::mini_apiserver::audit::read(&self.dir.join("audit.jsonl")).unwrap()
-            }
+            Backend::Mini => mini_apiserver::audit::read(&self.dir.join("audit.jsonl")).unwrap(),
             Backend::Real => crate::envtest::audit_records(&self.dir.join("audit.log")),
         }
     }

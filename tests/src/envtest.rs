@@ -18,7 +18,7 @@
 //! | `audit-policy.yaml`, `audit.log` | with [`RealOptions::audit`]: every request at `Metadata` level |
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -27,11 +27,11 @@ use std::time::{Duration, Instant};
 use rustls_pki_types::ServerName;
 
 pub use crate::apiserver::{ADMIN_TOKEN, VIEWER_TOKEN};
-use crate::pki::{Ca, CertSpec, write_atomic, write_files};
 use crate::process::ChildProcess;
+use testkit::files::rename_into;
+use testkit::pki::Ca;
 
-/// The environment variable naming the directory with `kube-apiserver` and `etcd`.
-pub const ASSETS_ENV: &str = "KUBEBUILDER_ASSETS";
+pub use testkit::envtest::ASSETS_ENV;
 
 /// How long etcd plus kube-apiserver may take to answer `/readyz` (2–4 s on an idle 2-core
 /// machine; CI runs several test processes at once).
@@ -44,52 +44,12 @@ pub const READY_TIMEOUT: Duration = Duration::from_secs(90);
 /// Why there is none: the reason a test prints when it skips.
 pub fn assets() -> Result<PathBuf, String> {
     static FOUND: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    FOUND.get_or_init(find_assets).clone()
+    FOUND.get_or_init(testkit::envtest::find_assets).clone()
 }
 
-fn find_assets() -> Result<PathBuf, String> {
-    let check = |dir: PathBuf, from: &str| -> Result<PathBuf, String> {
-        for binary in ["kube-apiserver", "etcd"] {
-            if !dir.join(binary).is_file() {
-                return Err(format!(
-                    "{from} names {}, which has no {binary}",
-                    dir.display()
-                ));
-            }
-        }
-        Ok(dir)
-    };
-    if let Some(dir) = std::env::var_os(ASSETS_ENV).filter(|d| !d.is_empty()) {
-        return check(PathBuf::from(dir), ASSETS_ENV);
-    }
-    let setup = repo_root().join("../shared/envtest/setup");
-    if !setup.is_file() {
-        return Err(format!(
-            "no real kube-apiserver: {ASSETS_ENV} is unset and {} does not exist",
-            setup.display()
-        ));
-    }
-    let output = Command::new(&setup)
-        .output()
-        .map_err(|err| format!("cannot run {}: {err}", setup.display()))?;
-    if !output.status.success() {
-        return Err(format!(
-            "{} failed ({}): {}",
-            setup.display(),
-            output.status,
-            String::from_utf8_lossy(&output.stderr).trim()
-        ));
-    }
-    let dir = String::from_utf8_lossy(&output.stdout).trim().to_owned();
-    check(PathBuf::from(dir), &setup.display().to_string())
-}
-
-/// The workspace root (this package lives in `<root>/tests`).
+/// The workspace root.
 pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("the e2e package is inside the workspace")
-        .to_owned()
+    testkit::envtest::workspace_root()
 }
 
 /// Why the real-apiserver tests cannot run here, or `None` when they can.
@@ -195,14 +155,6 @@ impl std::fmt::Debug for RealApiServer {
     }
 }
 
-/// Free 127.0.0.1 ports (bound together, then released; the processes bind them just after).
-fn free_ports<const N: usize>() -> [u16; N] {
-    let listeners: Vec<TcpListener> = (0..N)
-        .map(|_| TcpListener::bind("127.0.0.1:0").expect("a free port"))
-        .collect();
-    std::array::from_fn(|i| listeners[i].local_addr().expect("bound").port())
-}
-
 impl RealApiServer {
     /// [`RealApiServer::start_with`] with the default options.
     ///
@@ -222,23 +174,10 @@ impl RealApiServer {
     pub fn start_with(dir: &Path, options: &RealOptions) -> RealApiServer {
         let assets = assets().unwrap_or_else(|reason| panic!("{reason}"));
         std::fs::create_dir_all(dir).expect("the apiserver directory");
-        let mut serving = Ca::new();
-        let mut recovery = Ca::new();
-        let client_ca = Ca::new();
-        write_files(
-            &dir.join("serving.crt"),
-            &dir.join("serving.key"),
-            &serving.issue(&CertSpec::server(&["localhost", "127.0.0.1"])),
-        );
-        write_files(
-            &dir.join("recovery/tls.crt"),
-            &dir.join("recovery/tls.key"),
-            &recovery.issue(&CertSpec::server(&["localhost-recovery"])),
-        );
-        write_atomic(&dir.join("serving-ca.crt"), serving.pem.as_bytes());
-        write_atomic(&dir.join("recovery-ca.crt"), recovery.pem.as_bytes());
-        write_atomic(&dir.join("client-ca.crt"), client_ca.pem.as_bytes());
-        write_atomic(&dir.join("token"), ADMIN_TOKEN.as_bytes());
+        let (serving, recovery) = crate::apiserver::write_serving_pki(dir);
+        let client_ca = Ca::default();
+        rename_into(&dir.join("client-ca.crt"), client_ca.cert_pem.as_bytes());
+        rename_into(&dir.join("token"), ADMIN_TOKEN.as_bytes());
         let mut users = vec![
             User::new(ADMIN_TOKEN, "admin", &["system:masters"]),
             User::new(VIEWER_TOKEN, "viewer", &["viewers"]),
@@ -257,14 +196,14 @@ impl RealApiServer {
                 format!("{},{},{}{groups}\n", user.token, user.name, uid + 1)
             })
             .collect();
-        write_atomic(&dir.join("tokens.csv"), tokens.as_bytes());
+        rename_into(&dir.join("tokens.csv"), tokens.as_bytes());
         // The service-account token signer: kube-apiserver refuses to start without one.
-        let sa = rcgen::KeyPair::generate().expect("key generation");
-        write_atomic(&dir.join("sa.key"), sa.serialize_pem().as_bytes());
-        write_atomic(&dir.join("sa.pub"), sa.public_key_pem().as_bytes());
+        let (sa_key, sa_pub) = testkit::pki::key_pair_pem(testkit::pki::KeyKind::EcdsaP256);
+        rename_into(&dir.join("sa.key"), sa_key.as_bytes());
+        rename_into(&dir.join("sa.pub"), sa_pub.as_bytes());
         let mut args = Vec::new();
         if options.audit {
-            write_atomic(
+            rename_into(
                 &dir.join("audit-policy.yaml"),
                 b"apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\n\
                   rules:\n- level: Metadata\n",
@@ -283,7 +222,7 @@ impl RealApiServer {
         // Ports are chosen free, then bound by the processes a moment later: another test may
         // take one in between. Such a start fails fast and is retried on other ports.
         for _ in 0..3 {
-            let [etcd_port, peer_port, port] = free_ports::<3>();
+            let [etcd_port, peer_port, port] = testkit::envtest::free_ports::<3>();
             let _ = std::fs::remove_dir_all(dir.join("etcd"));
             let mut etcd = match start_etcd(&assets, dir, etcd_port, peer_port) {
                 Ok(etcd) => etcd,
@@ -298,14 +237,14 @@ impl RealApiServer {
                 SocketAddr::from(([127, 0, 0, 1], port)),
             )
             .unwrap_or_else(|err| panic!("{err}"));
-            match wait_ready(&mut etcd, &mut apiserver, dir, &recovery.pem) {
+            match wait_ready(&mut etcd, &mut apiserver, dir, &recovery.cert_pem) {
                 Ok(()) => {
                     return RealApiServer {
                         apiserver,
                         etcd,
                         dir: dir.to_owned(),
-                        serving_ca: serving.pem.clone(),
-                        recovery_ca: recovery.pem.clone(),
+                        serving_ca: serving.cert_pem.clone(),
+                        recovery_ca: recovery.cert_pem.clone(),
                         client_ca,
                         token: ADMIN_TOKEN.to_owned(),
                         args,
@@ -492,7 +431,7 @@ fn log_tail(dir: &Path, name: &str) -> String {
 ///
 /// # Panics
 /// On a line that is not an audit event.
-pub fn audit_records(path: &Path) -> Vec<examples::mini_apiserver::audit::Record> {
+pub fn audit_records(path: &Path) -> Vec<mini_apiserver::audit::Record> {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let mut seen = std::collections::BTreeSet::new();
     let mut records = Vec::new();
@@ -510,7 +449,7 @@ pub fn audit_records(path: &Path) -> Vec<examples::mini_apiserver::audit::Record
         if !seen.insert(id) {
             continue;
         }
-        records.push(examples::mini_apiserver::audit::Record {
+        records.push(mini_apiserver::audit::Record {
             user: field("/user/username").unwrap_or_default().to_owned(),
             verb: field("/verb").unwrap_or_default().to_owned(),
             api_group: field("/objectRef/apiGroup").unwrap_or_default().to_owned(),
@@ -554,19 +493,8 @@ fn start_etcd(
     client_port: u16,
     peer_port: u16,
 ) -> Result<ChildProcess, String> {
-    let client = format!("http://127.0.0.1:{client_port}");
-    let peer = format!("http://127.0.0.1:{peer_port}");
-    let mut command = Command::new(assets.join("etcd"));
-    command
-        .arg("--data-dir")
-        .arg(dir.join("etcd"))
-        .args(["--listen-client-urls", &client])
-        .args(["--advertise-client-urls", &client])
-        .args(["--listen-peer-urls", &peer])
-        .args(["--initial-advertise-peer-urls", &peer])
-        .args(["--initial-cluster", &format!("default={peer}")]);
     ChildProcess::spawn_logged(
-        command,
+        testkit::envtest::etcd_command(assets, &dir.join("etcd"), client_port, peer_port),
         &dir.join("etcd.log"),
         SocketAddr::from(([127, 0, 0, 1], client_port)),
     )
@@ -579,35 +507,19 @@ fn apiserver_command(
     port: u16,
     extra: &[String],
 ) -> Command {
-    let path = |name: &str| dir.join(name).display().to_string();
-    let mut command = Command::new(assets.join("kube-apiserver"));
-    command
-        .args(["--etcd-servers", &format!("http://127.0.0.1:{etcd_port}")])
-        .args([
-            "--bind-address",
-            "127.0.0.1",
-            "--advertise-address",
-            "127.0.0.1",
-        ])
-        .args(["--secure-port", &port.to_string()])
-        .args(["--tls-cert-file", &path("serving.crt")])
-        .args(["--tls-private-key-file", &path("serving.key")])
-        .args([
-            "--tls-sni-cert-key",
-            &format!(
-                "{},{}:localhost-recovery",
-                path("recovery/tls.crt"),
-                path("recovery/tls.key")
-            ),
-        ])
-        .args(["--client-ca-file", &path("client-ca.crt")])
-        .args(["--token-auth-file", &path("tokens.csv")])
-        .args(["--authorization-mode", "RBAC"])
-        .args(["--service-account-key-file", &path("sa.pub")])
-        .args(["--service-account-signing-key-file", &path("sa.key")])
-        .args(["--service-account-issuer", "https://kubernetes.default.svc"])
-        .args(["--service-cluster-ip-range", "10.0.0.0/24"])
-        .args(extra);
+    let files = testkit::envtest::ApiserverFiles {
+        serving: (dir.join("serving.crt"), dir.join("serving.key")),
+        sni: vec![(
+            dir.join("recovery/tls.crt"),
+            dir.join("recovery/tls.key"),
+            "localhost-recovery".to_owned(),
+        )],
+        client_ca: dir.join("client-ca.crt"),
+        tokens: dir.join("tokens.csv"),
+        service_account: (dir.join("sa.key"), dir.join("sa.pub")),
+    };
+    let mut command = testkit::envtest::kube_apiserver_command(assets, &files, etcd_port, port);
+    command.args(extra);
     command
 }
 
@@ -645,15 +557,5 @@ pub fn blocking_get(
         Err(err) if err.kind() == std::io::ErrorKind::UnexpectedEof && !response.is_empty() => {}
         Err(err) => return Err(err),
     }
-    let text = String::from_utf8_lossy(&response).into_owned();
-    let status = text
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    Ok((status, body))
+    Ok(testkit::http::RawResponse::parse(&response).status_and_body())
 }

@@ -1,5 +1,6 @@
 //! Harness for the end-to-end tests: finding the workspace binaries and running them as child
-//! processes ([`process`]), a throwaway PKI ([`pki`]), client-side TLS helpers ([`tls`]), and a
+//! processes ([`process`], over `testkit::process`), the workspace's throwaway PKI ([`pki`], which
+//! is `testkit::pki`), client-side TLS helpers ([`tls`]), and a
 //! `mini-apiserver` with kube clients that connect as cert-syncer does ([`apiserver`]), a real
 //! kube-apiserver with etcd ([`envtest`]), one abstraction over both ([`backend`]), and
 //! `cert-syncer sync` connected to it ([`syncer`]), and `manifests/` read as Kubernetes
@@ -12,11 +13,13 @@ pub mod backend;
 pub mod envtest;
 pub mod log_scan;
 pub mod manifests;
-pub mod pki;
 pub mod process;
 pub mod rbac;
 pub mod syncer;
 pub mod tls;
+
+pub use testkit::pki;
+pub use testkit::wait::wait_until;
 
 pub use apiserver::ApiServer;
 pub use backend::{ApiEndpoint, ApiOptions, Backend, TestApi};
@@ -29,25 +32,6 @@ pub use tls::{Leaf, client_config, handshake_leaf, https_get, serial_of};
 /// Installs the process-wide rustls provider (aws-lc-rs) kube-client needs; idempotent.
 pub fn install_crypto_provider() {
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
-}
-
-/// Waits until `condition` holds, checking every 20 ms, for at most `timeout`.
-///
-/// # Panics
-/// On timeout, naming `what`.
-pub async fn wait_until<F, Fut>(what: &str, timeout: std::time::Duration, mut condition: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + timeout;
-    while !condition().await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
 }
 
 /// Items of a stream (a kube watcher, typically) turned into labels by a task, read with a
@@ -165,16 +149,7 @@ pub fn plain_http_get(addr: &str, path: &str) -> (u16, String) {
         "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
     )
     .unwrap();
-    let mut response = String::new();
-    tcp.read_to_string(&mut response).unwrap();
-    let status = response
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    (status, body)
+    let mut response = Vec::new();
+    tcp.read_to_end(&mut response).unwrap();
+    testkit::http::RawResponse::parse(&response).status_and_body()
 }

@@ -117,7 +117,7 @@ mod tests {
 
     #[test]
     fn known_positives_are_caught_and_redacted() {
-        let mut ca = crate::Ca::new();
+        let ca = crate::Ca::default();
         let issued = ca.issue(&crate::CertSpec::server(&["localhost"]));
         let key_body: String = issued
             .key_pem

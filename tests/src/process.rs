@@ -1,12 +1,12 @@
 //! Workspace binaries as child processes: finding them, starting them, waiting for their
 //! `listening on ADDR` line, killing them on drop.
 
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::Command;
 use std::time::Duration;
+
+use testkit::process::{Child, Stream};
 
 /// How long a child may take to print `listening on ADDR`.
 pub const START_TIMEOUT: Duration = Duration::from_secs(20);
@@ -41,16 +41,15 @@ pub fn bin(name: &str) -> PathBuf {
     bin_path(name)
 }
 
-/// A running child process, killed (and reaped) on drop. Its stdout and stderr are forwarded
-/// to the test's stderr, prefixed with the program name; stderr is also kept for assertions.
+/// A workspace binary (or etcd, kube-apiserver) as a child process: a [`testkit::process::Child`]
+/// (killed and reaped on drop; methods through `Deref`) whose output is forwarded to the test's
+/// stderr, prefixed with the program name, and scanned for secret bytes ([`crate::log_scan`]):
+/// the test fails on drop when any leaked.
 pub struct ChildProcess {
-    /// The process.
-    pub child: Child,
-    /// The address it printed as `listening on ADDR`.
+    process: Child,
+    /// The address it printed as `listening on ADDR` (the chosen one for
+    /// [`ChildProcess::spawn_logged`]).
     pub addr: SocketAddr,
-    /// Everything it wrote on stderr so far.
-    pub stderr: Arc<Mutex<String>>,
-    /// Secret bytes seen in its output ([`crate::log_scan`]): the test fails on drop.
     leaks: crate::log_scan::Leaks,
 }
 
@@ -60,9 +59,23 @@ pub type Server = ChildProcess;
 impl std::fmt::Debug for ChildProcess {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ChildProcess")
-            .field("pid", &self.child.id())
+            .field("pid", &self.process.child.id())
             .field("addr", &self.addr)
             .finish_non_exhaustive()
+    }
+}
+
+impl std::ops::Deref for ChildProcess {
+    type Target = Child;
+
+    fn deref(&self) -> &Child {
+        &self.process
+    }
+}
+
+impl std::ops::DerefMut for ChildProcess {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.process
     }
 }
 
@@ -80,76 +93,29 @@ impl ChildProcess {
     ///
     /// # Errors
     /// The program, why it failed, and its stderr.
-    pub fn try_start(mut command: Command) -> Result<ChildProcess, String> {
+    pub fn try_start(command: Command) -> Result<ChildProcess, String> {
+        let leaks = crate::log_scan::Leaks::default();
+        let scan = leaks.clone();
         let program = std::path::Path::new(command.get_program())
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
-        let mut child = command
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|err| format!("cannot start {program}: {err}"))?;
-        let stderr = Arc::new(Mutex::new(String::new()));
-        let sink = Arc::clone(&stderr);
-        let leaks = crate::log_scan::Leaks::default();
-        let (err_leaks, out_leaks) = (leaks.clone(), leaks.clone());
-        let err = child.stderr.take().expect("stderr is piped");
-        let prefix = program.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(err).lines().map_while(Result::ok) {
-                err_leaks.scan(&prefix, &line);
-                eprintln!("[{prefix}] {line}");
-                let mut sink = sink.lock().unwrap_or_else(|p| p.into_inner());
-                sink.push_str(&line);
-                sink.push('\n');
-            }
-        });
-        let (tx, rx) = std::sync::mpsc::channel();
-        let out = child.stdout.take().expect("stdout is piped");
-        let prefix = program.clone();
-        std::thread::spawn(move || {
-            let mut tx = Some(tx);
-            for line in BufReader::new(out).lines().map_while(Result::ok) {
-                out_leaks.scan(&prefix, &line);
-                if let Some(addr) = line.strip_prefix("listening on ")
-                    && let Some(tx) = tx.take()
-                {
-                    let _ = tx.send(addr.trim().parse::<SocketAddr>());
-                } else {
-                    eprintln!("[{prefix} stdout] {line}");
+        let mut process = Child::spawn(Some(&program.clone()), command, move |stream, line| {
+            scan.scan(&program, line);
+            match stream {
+                Stream::Stderr => eprintln!("[{program}] {line}"),
+                Stream::Stdout if !line.starts_with("listening on ") => {
+                    eprintln!("[{program} stdout] {line}");
                 }
+                Stream::Stdout => {}
             }
-        });
-        let outcome = rx.recv_timeout(START_TIMEOUT);
-        let failure = |why: String, child: &mut Child| {
-            let _ = child.kill();
-            let status = child.wait().map(|s| s.to_string()).unwrap_or_default();
-            // Give the stderr thread a moment to drain what the process wrote before exiting.
-            std::thread::sleep(Duration::from_millis(50));
-            let log = stderr.lock().unwrap_or_else(|p| p.into_inner()).clone();
-            format!("{program} {why} ({status}); stderr:\n{log}")
-        };
-        match outcome {
-            Ok(Ok(addr)) => Ok(ChildProcess {
-                child,
-                addr,
-                stderr,
-                leaks,
-            }),
-            Ok(Err(err)) => Err(failure(
-                format!("printed an unparsable address: {err}"),
-                &mut child,
-            )),
-            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Err(failure(
-                format!("did not print `listening on` within {START_TIMEOUT:?}"),
-                &mut child,
-            )),
-            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => Err(failure(
-                "exited before printing `listening on`".to_owned(),
-                &mut child,
-            )),
-        }
+        })?;
+        let addr = process.wait_listening(START_TIMEOUT)?;
+        Ok(ChildProcess {
+            process,
+            addr,
+            leaks,
+        })
     }
 
     /// Spawns `command` with stdout and stderr appended to `log` and returns at once: for
@@ -159,82 +125,23 @@ impl ChildProcess {
     /// # Errors
     /// The program and why it could not start.
     pub fn spawn_logged(
-        mut command: Command,
+        command: Command,
         log: &std::path::Path,
         addr: SocketAddr,
     ) -> Result<ChildProcess, String> {
-        let program = command.get_program().to_string_lossy().into_owned();
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(log)
-            .map_err(|err| format!("cannot open {}: {err}", log.display()))?;
-        let err_file = file
-            .try_clone()
-            .map_err(|err| format!("cannot open {}: {err}", log.display()))?;
-        let child = command
-            .stdin(Stdio::null())
-            .stdout(file)
-            .stderr(err_file)
-            .spawn()
-            .map_err(|err| format!("cannot start {program}: {err}"))?;
         // Not scanned for secrets: these are third-party servers (etcd, kube-apiserver) whose
         // output goes to a file; our binaries are started with `start`/`try_start`.
         Ok(ChildProcess {
-            child,
+            process: Child::spawn_to_file(command, log)?,
             addr,
-            stderr: Arc::new(Mutex::new(String::new())),
             leaks: crate::log_scan::Leaks::default(),
         })
-    }
-
-    /// Whether the process has exited (reaping it if so).
-    pub fn has_exited(&mut self) -> Option<std::process::ExitStatus> {
-        self.child.try_wait().ok().flatten()
-    }
-
-    /// Kills the process (SIGKILL: nothing gets to flush, as in a crash) and reaps it.
-    pub fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-
-    /// Sends SIGTERM (through `kill(1)`: the workspace forbids `unsafe`) and waits at most
-    /// `timeout` for the process to exit; returns its exit status, or `None` if it is still
-    /// running (it is then killed on drop).
-    ///
-    /// # Panics
-    /// When `kill` cannot run.
-    pub fn terminate(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
-        let sent = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .expect("kill(1) runs");
-        assert!(sent.success(), "kill -TERM {} failed", self.child.id());
-        let deadline = std::time::Instant::now() + timeout;
-        loop {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                return Some(status);
-            }
-            if std::time::Instant::now() >= deadline {
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    /// What it wrote on stderr so far.
-    pub fn stderr_text(&self) -> String {
-        self.stderr
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
     }
 }
 
 impl Drop for ChildProcess {
     fn drop(&mut self) {
-        self.kill();
+        self.process.kill();
         self.leaks.assert_none();
     }
 }

@@ -4,8 +4,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, ServerName};
+use rustls_pki_types::ServerName;
 
 /// A client config trusting every certificate in `ca_pem` (a bundle), with resumption off so
 /// every connection makes a full handshake.
@@ -13,21 +12,7 @@ use rustls_pki_types::{CertificateDer, ServerName};
 /// # Panics
 /// When `ca_pem` holds no valid certificate.
 pub fn client_config(ca_pem: &str) -> Arc<rustls::ClientConfig> {
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
-        roots
-            .add(cert.expect("a PEM certificate"))
-            .expect("a valid CA certificate");
-    }
-    assert!(!roots.is_empty(), "no CA certificate in the bundle");
-    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-    let mut config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .expect("the provider supports the default versions")
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    config.resumption = rustls::client::Resumption::disabled();
-    Arc::new(config)
+    testkit::tls::no_resumption(&testkit::tls::client_config(&[ca_pem], None))
 }
 
 /// [`client_config`] that also presents a client certificate (`cert_pem` chain, `key_pem`).
@@ -39,26 +24,11 @@ pub fn client_config_with_cert(
     cert_pem: &str,
     key_pem: &str,
 ) -> Arc<rustls::ClientConfig> {
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
-        roots
-            .add(cert.expect("a PEM certificate"))
-            .expect("a valid CA certificate");
-    }
-    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert_pem.as_bytes())
-        .collect::<Result<_, _>>()
-        .expect("a PEM certificate chain");
-    let key = rustls_pki_types::PrivateKeyDer::from_pem_slice(key_pem.as_bytes())
-        .expect("a PEM private key");
-    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-    let mut config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .expect("the provider supports the default versions")
-        .with_root_certificates(roots)
-        .with_client_auth_cert(chain, key)
-        .expect("the client certificate matches its key");
-    config.resumption = rustls::client::Resumption::disabled();
-    Arc::new(config)
+    testkit::tls::no_resumption(&testkit::tls::client_config_with_pems(
+        &[ca_pem],
+        cert_pem,
+        key_pem,
+    ))
 }
 
 /// The p50 and p99 of `samples` (nearest rank); `(0, 0)` when empty.
@@ -152,15 +122,5 @@ pub async fn https_get(
     .await?;
     let mut response = Vec::new();
     let _ = tls.read_to_end(&mut response).await;
-    let text = String::from_utf8_lossy(&response).into_owned();
-    let status = text
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    Ok((status, body))
+    Ok(testkit::http::RawResponse::parse(&response).status_and_body())
 }

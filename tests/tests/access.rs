@@ -19,16 +19,16 @@ use clap::Parser;
 use e2e::apiserver::ADMIN_TOKEN;
 use e2e::envtest::User;
 use e2e::manifests::{self, REGENERATE_CONTAINER, SYNC_CONTAINER};
-use e2e::pki::write_atomic;
 use e2e::syncer::{NS, bundle_config_map, read, tls_secret};
 use e2e::{
     ApiOptions, Backend, Ca, CertSpec, ChildProcess, SyncerSpec, TestApi, bin_path, both_backends,
     install_crypto_provider, rbac,
 };
-use examples::mini_apiserver::audit::Record;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, DeleteParams, PostParams};
 use kube::config::Kubeconfig;
+use mini_apiserver::audit::Record;
+use testkit::files::rename_into;
 use time::OffsetDateTime;
 
 fn wait_for(what: &str, timeout: Duration, mut condition: impl FnMut() -> bool) {
@@ -205,8 +205,8 @@ async fn audited_sync_run(backend: Backend, extra: &[&str]) -> (Vec<Access>, Vec
     let admin = api.client_with_token(ADMIN_TOKEN);
     let secrets: Api<Secret> = Api::namespaced(admin.clone(), NS);
     let config_maps: Api<ConfigMap> = Api::namespaced(admin, NS);
-    let mut ca = Ca::new();
-    let (cert, key, _) = ca.leaf();
+    let ca = Ca::default();
+    let (cert, key, _) = ca.localhost_leaf();
     let post = PostParams::default();
     secrets
         .create(&post, &tls_secret("a", &cert, &key))
@@ -217,13 +217,13 @@ async fn audited_sync_run(backend: Backend, extra: &[&str]) -> (Vec<Access>, Vec
         .await
         .unwrap();
     config_maps
-        .create(&post, &bundle_config_map("c", &ca.pem))
+        .create(&post, &bundle_config_map("c", &ca.cert_pem))
         .await
         .unwrap();
 
     // The syncer authenticates as its own user (`cert-syncer` in the token file).
     let token = tmp.path().join("syncer-token");
-    write_atomic(&token, b"syncer-token");
+    rename_into(&token, b"syncer-token");
     let dest = tmp.path().join("certs");
     let host_ca = tmp.path().join("host/ca.crt");
     let host_cert = tmp.path().join("host/e.crt");
@@ -253,7 +253,7 @@ async fn audited_sync_run(backend: Backend, extra: &[&str]) -> (Vec<Access>, Vec
     let timeout = Duration::from_secs(20);
     wait_for("the files", timeout, || {
         read(&dest.join("secrets/a/tls.crt")).is_some()
-            && read(&host_ca).as_deref() == Some(ca.pem.as_str())
+            && read(&host_ca).as_deref() == Some(ca.cert_pem.as_str())
             && read(&host_cert).as_deref() == Some(cert.as_str())
     });
     secrets
@@ -266,7 +266,7 @@ async fn audited_sync_run(backend: Backend, extra: &[&str]) -> (Vec<Access>, Vec
     secrets.delete("b", &DeleteParams::default()).await.unwrap();
     wait_for("its removal", timeout, || !dest.join("secrets/b").exists());
     config_maps
-        .create(&post, &bundle_config_map("d", &ca.pem))
+        .create(&post, &bundle_config_map("d", &ca.cert_pem))
         .await
         .unwrap();
     wait_for("the optional ConfigMap", timeout, || {
@@ -279,7 +279,7 @@ async fn audited_sync_run(backend: Backend, extra: &[&str]) -> (Vec<Access>, Vec
     wait_for("its removal", timeout, || {
         !dest.join("configmaps/d").exists()
     });
-    let (cert2, key2, _) = ca.leaf();
+    let (cert2, key2, _) = ca.localhost_leaf();
     secrets
         .replace("a", &post, &{
             let mut a = secrets.get("a").await.unwrap();
@@ -327,7 +327,7 @@ async fn every_request_of_a_regenerate_run_is_in_its_access_list(backend: Backen
     let admin = api.client_with_token(ADMIN_TOKEN);
     let post = PostParams::default();
     let now = OffsetDateTime::now_utc();
-    let mut old = Ca::with_validity(
+    let old = Ca::with_validity(
         now - time::Duration::days(40),
         now - time::Duration::days(1),
     );
@@ -336,11 +336,14 @@ async fn every_request_of_a_regenerate_run_is_in_its_access_list(backend: Backen
         now - time::Duration::days(2),
     ));
     Api::<Secret>::namespaced(admin.clone(), "operator")
-        .create(&post, &tls_secret("old-signer", &old.pem, &old.key_pem()))
+        .create(
+            &post,
+            &tls_secret("old-signer", &old.cert_pem, &old.key_pem()),
+        )
         .await
         .unwrap();
     Api::<ConfigMap>::namespaced(admin.clone(), "managed")
-        .create(&post, &bundle_config_map("old-ca", &old.pem))
+        .create(&post, &bundle_config_map("old-ca", &old.cert_pem))
         .await
         .unwrap();
     Api::<Secret>::namespaced(admin, "pods")
@@ -352,9 +355,9 @@ async fn every_request_of_a_regenerate_run_is_in_its_access_list(backend: Backen
         .unwrap();
 
     let config = tmp.path().join("rotation.yaml");
-    write_atomic(&config, ROTATION.as_bytes());
+    rename_into(&config, ROTATION.as_bytes());
     let token = tmp.path().join("regenerate-token");
-    write_atomic(&token, b"regenerate-token");
+    rename_into(&token, b"regenerate-token");
     let mut command = Command::new(bin_path("cert-syncer"));
     command
         .arg("regenerate")
@@ -419,19 +422,19 @@ async fn every_request_of_an_inspect_run_is_in_its_access_list(backend: Backend)
     let tmp = tempfile::tempdir().unwrap();
     let api = audited(backend, tmp.path(), Vec::new(), &[]).await;
     let admin = api.client_with_token(ADMIN_TOKEN);
-    let mut ca = Ca::new();
-    let (cert, key, _) = ca.leaf();
+    let ca = Ca::default();
+    let (cert, key, _) = ca.localhost_leaf();
     let post = PostParams::default();
     Api::<Secret>::namespaced(admin.clone(), NS)
         .create(&post, &tls_secret("serving", &cert, &key))
         .await
         .unwrap();
     Api::<ConfigMap>::namespaced(admin, NS)
-        .create(&post, &bundle_config_map("serving-ca", &ca.pem))
+        .create(&post, &bundle_config_map("serving-ca", &ca.cert_pem))
         .await
         .unwrap();
     let token = tmp.path().join("syncer-token");
-    write_atomic(&token, b"syncer-token");
+    rename_into(&token, b"syncer-token");
     let mut command = Command::new(bin_path("cert-syncer"));
     command
         .arg("inspect")
@@ -506,7 +509,7 @@ fn sidecar(name: &str, api: &TestApi, dir: &Path, token: &str) -> Sidecar {
     let (_, repo) = manifests::node_file(&pod, container, &template).expect("on a hostPath");
     let mut kubeconfig = Kubeconfig::read_from(&repo).unwrap();
     let token_file = dir.join(format!("{name}.token"));
-    write_atomic(&token_file, token.as_bytes());
+    rename_into(&token_file, token.as_bytes());
     let user = service_account_user(&pod, name);
     for auth in kubeconfig
         .auth_infos
@@ -528,7 +531,7 @@ fn sidecar(name: &str, api: &TestApi, dir: &Path, token: &str) -> Sidecar {
         cluster.certificate_authority = Some(api.dir.join("recovery-ca.crt").display().to_string());
     }
     let path = dir.join(format!("{name}.kubeconfig"));
-    write_atomic(
+    rename_into(
         &path,
         serde_json::to_string(&kubeconfig).unwrap().as_bytes(),
     );

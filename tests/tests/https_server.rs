@@ -14,14 +14,14 @@ fn write(dir: &std::path::Path, name: &str, content: &str) -> String {
 }
 
 fn with_identity(ca: &Ca, cert: &str, key: &str) -> Arc<rustls::ClientConfig> {
-    let mut config = (*ca.client()).clone();
+    let mut config = (*ca.client_config()).clone();
     let chain = CertificateDer::pem_slice_iter(cert.as_bytes())
         .collect::<Result<Vec<_>, _>>()
         .unwrap();
     let key = PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap();
     let mut roots = rustls::RootCertStore::empty();
     roots
-        .add(CertificateDer::from_pem_slice(ca.pem.as_bytes()).unwrap())
+        .add(CertificateDer::from_pem_slice(ca.cert_pem.as_bytes()).unwrap())
         .unwrap();
     config = rustls::ClientConfig::builder_with_provider(config.crypto_provider().clone())
         .with_safe_default_protocol_versions()
@@ -34,12 +34,12 @@ fn with_identity(ca: &Ca, cert: &str, key: &str) -> Arc<rustls::ClientConfig> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn whoami_returns_the_client_certificate_subject_in_reloading_and_static_modes() {
-    let mut ca = Ca::new();
+    let ca = Ca::default();
     let tmp = tempfile::tempdir().unwrap();
-    let (cert, key, _) = ca.leaf();
+    let (cert, key, _) = ca.localhost_leaf();
     let cert = write(tmp.path(), "tls.crt", &cert);
     let key = write(tmp.path(), "tls.key", &key);
-    let client_ca = write(tmp.path(), "client-ca.crt", &ca.pem);
+    let client_ca = write(tmp.path(), "client-ca.crt", &ca.cert_pem);
     let (client_cert, client_key) = ca.client_leaf("alice");
     let alice = with_identity(&ca, &client_cert, &client_key);
 
@@ -64,11 +64,11 @@ async fn whoami_returns_the_client_certificate_subject_in_reloading_and_static_m
             .await
             .unwrap();
         assert_eq!((status, body.trim()), (200, "CN=alice"), "{extra:?}");
-        let (status, _) = https_get(server.addr, "localhost", ca.client(), "/whoami")
+        let (status, _) = https_get(server.addr, "localhost", ca.client_config(), "/whoami")
             .await
             .unwrap();
         assert_eq!(status, 401, "{extra:?}: anonymous client");
-        let (status, body) = https_get(server.addr, "localhost", ca.client(), "/")
+        let (status, body) = https_get(server.addr, "localhost", ca.client_config(), "/")
             .await
             .unwrap();
         assert_eq!((status, body.as_str()), (200, "ok\n"));
@@ -77,9 +77,9 @@ async fn whoami_returns_the_client_certificate_subject_in_reloading_and_static_m
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_are_served_and_bad_start_up_material_is_refused_with_the_file_named() {
-    let mut ca = Ca::new();
+    let ca = Ca::default();
     let tmp = tempfile::tempdir().unwrap();
-    let (cert, key, _) = ca.leaf();
+    let (cert, key, _) = ca.localhost_leaf();
     let cert_path = write(tmp.path(), "tls.crt", &cert);
     let key_path = write(tmp.path(), "tls.key", &key);
     let mut command = Command::new(bin("https-server"));
@@ -119,7 +119,7 @@ async fn metrics_are_served_and_bad_start_up_material_is_refused_with_the_file_n
     let _ = child.wait();
 
     // A key that does not match: exit 1 and the culprit named.
-    let (_, other_key, _) = ca.leaf();
+    let (_, other_key, _) = ca.localhost_leaf();
     let other_key_path = write(tmp.path(), "other.key", &other_key);
     let output = Command::new(bin("https-server"))
         .args([

@@ -7,7 +7,6 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use e2e::pki::write_atomic;
 use e2e::syncer::{NS, bundle_config_map, tls_secret};
 use e2e::{
     Backend, Ca, CertSpec, Syncer, TestApi, bin_path, both_backends, install_crypto_provider,
@@ -15,6 +14,7 @@ use e2e::{
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, PostParams};
 use serde_json::Value;
+use testkit::files::rename_into;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
@@ -95,15 +95,15 @@ fn month(names: &[&str]) -> CertSpec {
 fn good_material_exits_0_and_every_fact_is_read_back() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let mut ca = Ca::new();
+    let ca = Ca::default();
     let not_before = at(DAY, false);
     let not_after = at(30 * DAY, true);
     let issued =
         ca.issue(&CertSpec::server(&["api.example", "10.0.0.1"]).valid(not_before, not_after));
-    write_atomic(&dir.join("ca-bundle.crt"), ca.pem.as_bytes());
-    write_atomic(&dir.join("serving.crt"), issued.cert_pem.as_bytes());
-    write_atomic(&dir.join("serving.key"), issued.key_pem.as_bytes());
-    write_atomic(&dir.join("token"), b"not certificate material");
+    rename_into(&dir.join("ca-bundle.crt"), ca.cert_pem.as_bytes());
+    rename_into(&dir.join("serving.crt"), issued.cert_pem.as_bytes());
+    rename_into(&dir.join("serving.key"), issued.key_pem.as_bytes());
+    rename_into(&dir.join("token"), b"not certificate material");
 
     let table = inspect(&["--dir", path(dir)]);
     assert_eq!(table.code, 0, "{}{}", table.stdout, table.stderr);
@@ -176,14 +176,14 @@ fn good_material_exits_0_and_every_fact_is_read_back() {
 fn an_expired_certificate_exits_1_and_its_row_says_so() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let mut ca = Ca::new();
+    let ca = Ca::default();
     let old = ca.issue(&CertSpec::server(&["old.example"]).expired(3));
     let fresh = ca.issue(&CertSpec::server(&["fresh.example"]));
-    write_atomic(&dir.join("ca.crt"), ca.pem.as_bytes());
-    write_atomic(&dir.join("old.crt"), old.cert_pem.as_bytes());
-    write_atomic(&dir.join("old.key"), old.key_pem.as_bytes());
-    write_atomic(&dir.join("fresh.crt"), fresh.cert_pem.as_bytes());
-    write_atomic(&dir.join("fresh.key"), fresh.key_pem.as_bytes());
+    rename_into(&dir.join("ca.crt"), ca.cert_pem.as_bytes());
+    rename_into(&dir.join("old.crt"), old.cert_pem.as_bytes());
+    rename_into(&dir.join("old.key"), old.key_pem.as_bytes());
+    rename_into(&dir.join("fresh.crt"), fresh.cert_pem.as_bytes());
+    rename_into(&dir.join("fresh.key"), fresh.key_pem.as_bytes());
 
     let table = inspect(&["--dir", path(dir)]);
     assert_eq!(table.code, 1, "{}{}", table.stdout, table.stderr);
@@ -228,12 +228,12 @@ fn an_expired_certificate_exits_1_and_its_row_says_so() {
 fn a_key_of_another_certificate_exits_1_naming_the_key_file() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let mut ca = Ca::new();
+    let ca = Ca::default();
     let a = ca.issue(&CertSpec::server(&["a.example"]));
     let b = ca.issue(&CertSpec::server(&["b.example"]));
-    write_atomic(&dir.join("ca-bundle.crt"), ca.pem.as_bytes());
-    write_atomic(&dir.join("tls.crt"), a.cert_pem.as_bytes());
-    write_atomic(&dir.join("tls.key"), b.key_pem.as_bytes());
+    rename_into(&dir.join("ca-bundle.crt"), ca.cert_pem.as_bytes());
+    rename_into(&dir.join("tls.crt"), a.cert_pem.as_bytes());
+    rename_into(&dir.join("tls.key"), b.key_pem.as_bytes());
 
     let table = inspect(&["--dir", path(dir)]);
     assert_eq!(table.code, 1);
@@ -259,26 +259,26 @@ fn a_key_of_another_certificate_exits_1_naming_the_key_file() {
 fn garbage_is_reported_per_file_and_the_good_material_is_still_listed() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let mut ca = Ca::new();
+    let ca = Ca::default();
     let good = ca.issue(&month(&["good.example"]));
-    write_atomic(&dir.join("ca-bundle.crt"), ca.pem.as_bytes());
-    write_atomic(&dir.join("good.crt"), good.cert_pem.as_bytes());
-    write_atomic(&dir.join("good.key"), good.key_pem.as_bytes());
+    rename_into(&dir.join("ca-bundle.crt"), ca.cert_pem.as_bytes());
+    rename_into(&dir.join("good.crt"), good.cert_pem.as_bytes());
+    rename_into(&dir.join("good.key"), good.key_pem.as_bytes());
     // Text that is not PEM, PEM that is not base64, base64 that is not X.509, an empty file.
-    write_atomic(&dir.join("text.crt"), b"hello, I am not a certificate\n");
-    write_atomic(
+    rename_into(&dir.join("text.crt"), b"hello, I am not a certificate\n");
+    rename_into(
         &dir.join("broken.crt"),
         b"-----BEGIN CERTIFICATE-----\n!!!not base64!!!\n-----END CERTIFICATE-----\n",
     );
-    write_atomic(
+    rename_into(
         &dir.join("notx509.crt"),
         b"-----BEGIN CERTIFICATE-----\naGVsbG8gd29ybGQ=\n-----END CERTIFICATE-----\n",
     );
-    write_atomic(&dir.join("empty.crt"), b"");
+    rename_into(&dir.join("empty.crt"), b"");
     // A certificate whose key file is garbage.
     let other = ca.issue(&CertSpec::server(&["other.example"]));
-    write_atomic(&dir.join("other.crt"), other.cert_pem.as_bytes());
-    write_atomic(
+    rename_into(&dir.join("other.crt"), other.cert_pem.as_bytes());
+    rename_into(
         &dir.join("other.key"),
         b"-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n",
     );
@@ -326,17 +326,17 @@ fn garbage_is_reported_per_file_and_the_good_material_is_still_listed() {
 fn a_certificate_of_another_ca_does_not_chain_to_the_bundle_beside_it() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("static-pod-resources");
-    let mut ca = Ca::new();
-    let mut other = Ca::new();
+    let ca = Ca::default();
+    let other = Ca::default();
     let foreign = other.issue(&CertSpec::server(&["foreign.example"]));
-    write_atomic(&dir.join("ca-bundle.crt"), ca.pem.as_bytes());
-    write_atomic(&dir.join("foreign.crt"), foreign.cert_pem.as_bytes());
-    write_atomic(&dir.join("foreign.key"), foreign.key_pem.as_bytes());
+    rename_into(&dir.join("ca-bundle.crt"), ca.cert_pem.as_bytes());
+    rename_into(&dir.join("foreign.crt"), foreign.cert_pem.as_bytes());
+    rename_into(&dir.join("foreign.key"), foreign.key_pem.as_bytes());
     let mine = ca.issue(&CertSpec::client("system:admin"));
-    write_atomic(&dir.join("admin.crt"), mine.cert_pem.as_bytes());
-    write_atomic(&dir.join("admin.key"), mine.key_pem.as_bytes());
+    rename_into(&dir.join("admin.crt"), mine.cert_pem.as_bytes());
+    rename_into(&dir.join("admin.key"), mine.key_pem.as_bytes());
     let other_bundle = tmp.path().join("other-ca.crt");
-    write_atomic(&other_bundle, other.pem.as_bytes());
+    rename_into(&other_bundle, other.cert_pem.as_bytes());
 
     let (code, rows, stderr) = inspect_json(&["--dir", path(&dir)]);
     assert_eq!(code, 1);
@@ -377,7 +377,7 @@ fn a_certificate_of_another_ca_does_not_chain_to_the_bundle_beside_it() {
 fn a_kubelet_layout_is_read_through_the_generation_data_points_to() {
     let tmp = tempfile::tempdir().unwrap();
     let object = tmp.path().join("secrets/serving-cert");
-    let mut ca = Ca::new();
+    let ca = Ca::default();
     let current = ca.issue(&CertSpec::server(&["current.example"]));
     let stale = ca.issue(&CertSpec::server(&["stale.example"]).expired(5));
     // A stale generation left on disk (by a writer killed before its prune); only the
@@ -386,11 +386,11 @@ fn a_kubelet_layout_is_read_through_the_generation_data_points_to() {
         ("..2026_01_01_00_00_00.1", &stale),
         ("..2026_02_01_00_00_00.1", &current),
     ] {
-        write_atomic(
+        rename_into(
             &object.join(generation).join("tls.crt"),
             issued.cert_pem.as_bytes(),
         );
-        write_atomic(
+        rename_into(
             &object.join(generation).join("tls.key"),
             issued.key_pem.as_bytes(),
         );
@@ -399,9 +399,9 @@ fn a_kubelet_layout_is_read_through_the_generation_data_points_to() {
     for key in ["tls.crt", "tls.key"] {
         std::os::unix::fs::symlink(format!("..data/{key}"), object.join(key)).unwrap();
     }
-    write_atomic(
+    rename_into(
         &tmp.path().join("configmaps/client-ca/ca-bundle.crt"),
-        ca.pem.as_bytes(),
+        ca.cert_pem.as_bytes(),
     );
 
     let (code, rows, stderr) = inspect_json(&["--dir", path(tmp.path())]);
@@ -427,20 +427,20 @@ fn a_kubelet_layout_is_read_through_the_generation_data_points_to() {
 fn the_json_rows_are_the_table_rows() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let mut ca = Ca::new();
+    let ca = Ca::default();
     let old = ca.issue(&CertSpec::server(&["old.example"]).expired(1));
     let good = ca.issue(&CertSpec::server(&["good.example"]));
-    write_atomic(
+    rename_into(
         &dir.join("ca-bundle.crt"),
-        format!("{}{}", ca.pem, Ca::new().pem).as_bytes(),
+        format!("{}{}", ca.cert_pem, Ca::default().cert_pem).as_bytes(),
     );
-    write_atomic(&dir.join("a/old.crt"), old.cert_pem.as_bytes());
-    write_atomic(&dir.join("a/old.key"), old.key_pem.as_bytes());
-    write_atomic(
-        &dir.join("b/good.pem"),
+    rename_into(&dir.join("a/old.crt"), old.cert_pem.as_bytes());
+    rename_into(&dir.join("a/old.key"), old.key_pem.as_bytes());
+    rename_into(
+        &dir.join("b/good.cert_pem"),
         format!("{}{}", good.cert_pem, good.key_pem).as_bytes(),
     );
-    write_atomic(&dir.join("b/junk.crt"), b"junk");
+    rename_into(&dir.join("b/junk.crt"), b"junk");
 
     let table = inspect(&["--dir", path(dir)]);
     let (code, rows, _) = inspect_json(&["--dir", path(dir)]);
@@ -463,8 +463,11 @@ fn the_json_rows_are_the_table_rows() {
         assert!(line.contains(&status), "{line:?} vs {status}");
     }
     // The combined file pairs with itself.
-    let combined = row(&rows, path(&dir.join("b/good.pem")));
-    assert_eq!(combined["key"]["source"], path(&dir.join("b/good.pem")));
+    let combined = row(&rows, path(&dir.join("b/good.cert_pem")));
+    assert_eq!(
+        combined["key"]["source"],
+        path(&dir.join("b/good.cert_pem"))
+    );
     assert_eq!(combined["key"]["result"], "match");
     // Both CAs of the bundle are listed.
     assert_eq!(rows.iter().filter(|r| r["role"] == "ca").count(), 2);
@@ -484,7 +487,7 @@ fn bad_flags_exit_2_naming_the_culprit() {
         outcome.stderr
     );
     let garbage = tmp.path().join("garbage.crt");
-    write_atomic(&garbage, b"garbage");
+    rename_into(&garbage, b"garbage");
     let outcome = inspect(&["--dir", path(tmp.path()), "--ca-bundle", path(&garbage)]);
     assert_eq!(outcome.code, 2);
     assert!(outcome.stderr.contains(&format!(
@@ -526,7 +529,7 @@ async fn a_namespace_is_inspected_through_the_api_as_its_synced_files_are(backen
     let client = api.recovery_client();
     let secrets: Api<Secret> = Api::namespaced(client.clone(), NS);
     let config_maps: Api<ConfigMap> = Api::namespaced(client, NS);
-    let mut ca = Ca::new();
+    let ca = Ca::default();
     let good = ca.issue(&month(&["localhost", "127.0.0.1"]));
     let old = ca.issue(&CertSpec::server(&["old.example"]).expired(2));
     for (name, issued) in [("good-serving", &good), ("old-serving", &old)] {
@@ -541,7 +544,7 @@ async fn a_namespace_is_inspected_through_the_api_as_its_synced_files_are(backen
     config_maps
         .create(
             &PostParams::default(),
-            &bundle_config_map("serving-ca", &ca.pem),
+            &bundle_config_map("serving-ca", &ca.cert_pem),
         )
         .await
         .unwrap();

@@ -293,7 +293,7 @@ fn every_flag_the_pod_passes_exists_in_its_subcommand() {
     // The stand-in server's flags, with mini-apiserver's own parser and checks.
     let server = argv(&pod, container(&pod, SERVER_CONTAINER));
     assert!(server[0].ends_with("/mini-apiserver"), "{server:?}");
-    let flags = examples::mini_apiserver::Flags::try_parse_from(&server)
+    let flags = mini_apiserver::Flags::try_parse_from(&server)
         .unwrap_or_else(|err| panic!("mini-apiserver refuses {server:?}:\n{err}"));
     let settings = flags.settings().expect("valid mini-apiserver settings");
     assert!(settings.sni.iter().any(|s| s.name == "localhost-recovery"));

@@ -719,21 +719,21 @@ async fn tokens_and_rules_decide_who_may_do_what() {
 async fn client_certificates_authenticate_their_cn_and_organizations() {
     install_crypto_provider();
     let pki = e2e::TempPki::new();
-    let (mut client_ca, client_ca_path) = pki.ca("client-ca");
+    let (client_ca, client_ca_path) = pki.ca("client-ca");
     let controller = pki.issue(
-        &mut client_ca,
+        &client_ca,
         "controller",
         &e2e::CertSpec::client("cert-regeneration-controller").organization("regenerators"),
     );
-    let stranger_ca = e2e::Ca::new();
-    let mut stranger_ca = stranger_ca;
+    let stranger_ca = e2e::Ca::default();
+    let stranger_ca = stranger_ca;
     let stranger = pki.issue(
-        &mut stranger_ca,
+        &stranger_ca,
         "stranger",
         &e2e::CertSpec::client("cert-regeneration-controller").organization("regenerators"),
     );
     let expired = pki.issue(
-        &mut client_ca,
+        &client_ca,
         "expired",
         &e2e::CertSpec::client("cert-regeneration-controller")
             .organization("regenerators")
@@ -1166,8 +1166,8 @@ async fn sigterm_ends_open_watches_and_exits_cleanly() {
 fn start_up_errors_name_the_culprit_and_set_the_exit_code() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let mut ca = e2e::Ca::new();
-    let (cert, key, _) = ca.leaf();
+    let ca = e2e::Ca::default();
+    let (cert, key, _) = ca.localhost_leaf();
     std::fs::write(dir.join("tls.crt"), cert).unwrap();
     std::fs::write(dir.join("tls.key"), key).unwrap();
     std::fs::write(dir.join("tokens.csv"), "t0k3n-s3cr3t,alice,1\n").unwrap();

@@ -7,7 +7,7 @@
 //!
 //! Asserted: mini-apiserver never answers 5xx and never drops a connection on any corpus
 //! request, and agrees on at least 95 % of them (the differences kept on purpose are listed in
-//! `examples::mini_apiserver`'s docs).
+//! `mini_apiserver`'s docs).
 
 use std::time::Duration;
 
@@ -416,20 +416,15 @@ async fn send(addr: std::net::SocketAddr, ca: &str, token: &str, case: &Case) ->
     tls.write_all(request.as_bytes()).await.unwrap();
     let mut response = Vec::new();
     let _ = tokio::time::timeout(Duration::from_secs(30), tls.read_to_end(&mut response)).await;
-    let text = String::from_utf8_lossy(&response).into_owned();
-    let status = text
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let testkit::http::RawResponse { status, head, body } =
+        testkit::http::RawResponse::parse(&response);
     let body = if head
         .to_ascii_lowercase()
         .contains("transfer-encoding: chunked")
     {
-        dechunk(body)
+        dechunk(&body)
     } else {
-        body.to_owned()
+        body
     };
     (status, body)
 }

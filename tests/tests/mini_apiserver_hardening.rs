@@ -34,17 +34,7 @@ async fn request(server: &ApiServer, head: &str, body: &str) -> (u16, String) {
     tls.write_all(text.as_bytes()).await.unwrap();
     let mut response = Vec::new();
     let _ = tokio::time::timeout(Duration::from_secs(30), tls.read_to_end(&mut response)).await;
-    let response = String::from_utf8_lossy(&response).into_owned();
-    let status = response
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    (status, body)
+    testkit::http::RawResponse::parse(&response).status_and_body()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -76,7 +76,7 @@ async fn kube_apiserver_serves_every_synced_sni_certificate_update() {
     let mut api = tokio::task::block_in_place(|| RealApiServer::start(&dir));
     api.create_namespace(NS).await;
     let secrets: Api<Secret> = Api::namespaced(api.recovery_client(), NS);
-    let mut ca = Ca::new();
+    let ca = Ca::default();
     let first = ca.issue(&CertSpec::server(&["localhost"]));
     secrets
         .create(
@@ -103,7 +103,7 @@ async fn kube_apiserver_serves_every_synced_sni_certificate_update() {
     });
     let addr = api.addr();
     assert_eq!(
-        handshake_leaf(addr, "localhost", &ca.pem)
+        handshake_leaf(addr, "localhost", &ca.cert_pem)
             .await
             .unwrap()
             .serial,
@@ -130,7 +130,7 @@ async fn kube_apiserver_serves_every_synced_sni_certificate_update() {
             SERVED_WITHIN
         };
         let served = time_until(within, || async {
-            handshake_leaf(addr, "localhost", &ca.pem)
+            handshake_leaf(addr, "localhost", &ca.cert_pem)
                 .await
                 .is_ok_and(|leaf| leaf.serial == issued.serial)
         })
@@ -163,11 +163,11 @@ async fn kube_apiserver_accepts_client_certificates_of_every_synced_ca_bundle_up
     let mut api = tokio::task::block_in_place(|| RealApiServer::start(&dir));
     api.create_namespace(NS).await;
     let config_maps: Api<ConfigMap> = Api::namespaced(api.recovery_client(), NS);
-    let mut previous = Ca::new();
+    let mut previous = Ca::default();
     config_maps
         .create(
             &PostParams::default(),
-            &bundle_config_map("client-ca", &previous.pem),
+            &bundle_config_map("client-ca", &previous.cert_pem),
         )
         .await
         .unwrap();
@@ -208,7 +208,7 @@ async fn kube_apiserver_accepts_client_certificates_of_every_synced_ca_bundle_up
         "a client certificate of the synced bundle is accepted after the restart"
     );
     assert!(
-        !accepted(&mut Ca::new(), "stranger").await,
+        !accepted(&mut Ca::default(), "stranger").await,
         "a client certificate of an unknown CA is not"
     );
 
@@ -216,13 +216,16 @@ async fn kube_apiserver_accepts_client_certificates_of_every_synced_ca_bundle_up
     let mut missed = Vec::new();
     for update in 0..=UPDATES {
         // Rotation as a CA bundle carries it: the previous CA and the new one.
-        let mut next = Ca::new();
+        let mut next = Ca::default();
         let start = Instant::now();
         config_maps
             .replace(
                 "client-ca",
                 &PostParams::default(),
-                &bundle_config_map("client-ca", &format!("{}{}", previous.pem, next.pem)),
+                &bundle_config_map(
+                    "client-ca",
+                    &format!("{}{}", previous.cert_pem, next.cert_pem),
+                ),
             )
             .await
             .unwrap();

@@ -73,16 +73,26 @@ async fn recover_once() -> Duration {
     signers
         .create(
             &pp,
-            &tls_secret("localhost-serving-signer", &signer.pem, &signer.key_pem()),
+            &tls_secret(
+                "localhost-serving-signer",
+                &signer.cert_pem,
+                &signer.key_pem(),
+            ),
         )
         .await
         .unwrap();
     config_maps
-        .create(&pp, &bundle_config_map("localhost-serving-ca", &signer.pem))
+        .create(
+            &pp,
+            &bundle_config_map("localhost-serving-ca", &signer.cert_pem),
+        )
         .await
         .unwrap();
     config_maps
-        .create(&pp, &bundle_config_map("client-ca", &api.client_ca.pem))
+        .create(
+            &pp,
+            &bundle_config_map("client-ca", &api.client_ca.cert_pem),
+        )
         .await
         .unwrap();
     let first = expired(&mut signer);

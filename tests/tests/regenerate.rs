@@ -9,7 +9,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use e2e::apiserver::ADMIN_TOKEN;
-use e2e::pki::write_atomic;
 use e2e::syncer::{NS, bundle_config_map, regenerate_command, tls_secret};
 use e2e::{ApiEndpoint, Backend, Ca, CertSpec, TestApi, both_backends, install_crypto_provider};
 use futures::StreamExt;
@@ -19,6 +18,7 @@ use kube::api::{Api, ListParams, PostParams, WatchEvent, WatchParams};
 use rustls::client::danger::ServerCertVerifier;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, ServerName, UnixTime};
+use testkit::files::rename_into;
 use time::OffsetDateTime;
 
 const CONFIG: &str = r#"
@@ -62,7 +62,7 @@ async fn fixture(backend: Backend) -> Fixture {
     let tmp = tempfile::tempdir().unwrap();
     let api = TestApi::start_default(backend, tmp.path()).await;
     let config = tmp.path().join("rotation.yaml");
-    write_atomic(&config, CONFIG.as_bytes());
+    rename_into(&config, CONFIG.as_bytes());
     let client = api.client_with_token(ADMIN_TOKEN);
     Fixture {
         secrets: Api::namespaced(client.clone(), NS),
@@ -82,13 +82,13 @@ impl Fixture {
         others: &[&Ca],
         leaf_window: (OffsetDateTime, OffsetDateTime),
     ) {
-        let signer = tls_secret("serving-signer", &ca.pem, &ca.key_pem());
+        let signer = tls_secret("serving-signer", &ca.cert_pem, &ca.key_pem());
         self.secrets
             .create(&PostParams::default(), &signer)
             .await
             .unwrap();
-        let pem: String = std::iter::once(ca.pem.as_str())
-            .chain(others.iter().map(|c| c.pem.as_str()))
+        let pem: String = std::iter::once(ca.cert_pem.as_str())
+            .chain(others.iter().map(|c| c.cert_pem.as_str()))
             .collect();
         self.config_maps
             .create(
@@ -250,7 +250,7 @@ async fn an_expired_signer_is_replaced_the_bundle_keeps_valid_old_cas_and_leaves
     let (ok, log) = f.once(&[]);
     assert!(ok, "{log}");
     let signer = f.pem_of("serving-signer", "tls.crt").await;
-    assert_ne!(der_of(&signer), der_of(&expired.pem));
+    assert_ne!(der_of(&signer), der_of(&expired.cert_pem));
     let (signer_nb, signer_na) = validity_of(&signer);
     let now = now.unix_timestamp();
     assert!(
@@ -266,9 +266,9 @@ async fn an_expired_signer_is_replaced_the_bundle_keeps_valid_old_cas_and_leaves
     // that leaf is re-issued (this pass), and goes in the next pass.
     let bundle = f.bundle().await;
     assert_eq!(bundle.len(), 3, "the expired CA is kept one more pass");
-    assert!(bundle.contains(&der_of(&expired.pem)));
+    assert!(bundle.contains(&der_of(&expired.cert_pem)));
     assert!(
-        bundle.contains(&der_of(&older_valid.pem)),
+        bundle.contains(&der_of(&older_valid.cert_pem)),
         "a valid old CA is kept"
     );
     assert!(bundle.contains(&der_of(&signer)), "the new CA is added");
@@ -276,7 +276,7 @@ async fn an_expired_signer_is_replaced_the_bundle_keeps_valid_old_cas_and_leaves
     assert!(ok, "{log}");
     let bundle = f.bundle().await;
     assert_eq!(bundle.len(), 2, "the expired CA is pruned");
-    assert!(!bundle.contains(&der_of(&expired.pem)));
+    assert!(!bundle.contains(&der_of(&expired.cert_pem)));
 
     let leaf = f.pem_of("serving-cert", "tls.crt").await;
     chains_to(&leaf, &bundle).unwrap();
@@ -412,7 +412,7 @@ async fn three_replicas_racing_write_each_object_exactly_once_and_settle(backend
          leaf no longer chains to it) loses the expired one"
     );
     assert!(
-        !bundle_has(&f, &expired.pem).await,
+        !bundle_has(&f, &expired.cert_pem).await,
         "the expired CA is pruned"
     );
     let bundle = f.bundle().await;
@@ -592,7 +592,7 @@ async fn a_local_clock_three_years_ahead_replaces_nothing_still_valid_at_the_api
     let (ok, log) = f.once(&["--now", &ahead]);
     assert!(ok, "{log}");
     assert_eq!(f.versions().await, before, "nothing written: {log}");
-    assert_eq!(f.bundle().await, vec![der_of(&ca.pem)]);
+    assert_eq!(f.bundle().await, vec![der_of(&ca.cert_pem)]);
     assert!(log.contains("ahead of the apiserver"), "says why: {log}");
 }
 
@@ -632,7 +632,11 @@ async fn a_signer_written_while_the_clock_was_ahead_is_regenerated_once_the_cloc
     assert!(ok, "not refused: {log}");
     assert!(log.contains("not valid before"), "{log}");
     let signer = f.pem_of("serving-signer", "tls.crt").await;
-    assert_ne!(der_of(&signer), der_of(&ca.pem), "the signer is replaced");
+    assert_ne!(
+        der_of(&signer),
+        der_of(&ca.cert_pem),
+        "the signer is replaced"
+    );
     let bundle = f.bundle().await;
     assert!(bundle.contains(&der_of(&signer)));
     chains_to(&f.pem_of("serving-cert", "tls.crt").await, &bundle).unwrap();

@@ -117,15 +117,15 @@ async fn get_keep_alive(tls: &mut tokio_rustls::client::TlsStream<tokio::net::Tc
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rotations_under_load_fail_no_handshake_and_keep_open_connections() {
-    let mut ca = Ca::new();
-    let client = ca.client();
+    let ca = Ca::default();
+    let client = ca.client_config();
     let tmp = tempfile::tempdir().unwrap();
     let mut generation = 0;
     let mut servers = Vec::new();
     for writer in [Writer::Rename, Writer::InPlace, Writer::Kubelet] {
         let dir = tmp.path().join(format!("{writer:?}"));
         std::fs::create_dir(&dir).unwrap();
-        let (cert, key, _) = ca.leaf();
+        let (cert, key, _) = ca.localhost_leaf();
         generation += 1;
         write_pair(&dir, writer, generation, &cert, &key);
         let mut command = Command::new(bin("https-server"));
@@ -168,7 +168,7 @@ async fn rotations_under_load_fail_no_handshake_and_keep_open_connections() {
 
         let mut settle = Vec::new();
         for _ in 0..100 {
-            let (cert, key, serial) = ca.leaf();
+            let (cert, key, serial) = ca.localhost_leaf();
             generation += 1;
             let written = Instant::now();
             write_pair(dir, *writer, generation, &cert, &key);
@@ -225,12 +225,12 @@ async fn without_inotify_instances_the_server_polls_and_still_rotates() {
         eprintln!("skipped: needs root to run processes as nobody");
         return;
     }
-    let mut ca = Ca::new();
-    let client = ca.client();
+    let ca = Ca::default();
+    let client = ca.client_config();
     let tmp = tempfile::tempdir().unwrap();
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let (cert, key, _) = ca.leaf();
+    let (cert, key, _) = ca.localhost_leaf();
     write_pair(tmp.path(), Writer::Rename, 1, &cert, &key);
     for name in ["tls.crt", "tls.key"] {
         std::fs::set_permissions(
@@ -264,7 +264,7 @@ async fn without_inotify_instances_the_server_polls_and_still_rotates() {
         .arg(tmp.path().join("tls.key"))
         .uid(NOBODY);
     let server = Server::start(command);
-    let (cert, key, serial) = ca.leaf();
+    let (cert, key, serial) = ca.localhost_leaf();
     rename_into(&tmp.path().join("tls.key"), key.as_bytes());
     rename_into(&tmp.path().join("tls.crt"), cert.as_bytes());
     for name in ["tls.crt", "tls.key"] {
@@ -284,7 +284,7 @@ async fn without_inotify_instances_the_server_polls_and_still_rotates() {
     }
     let _ = hog.kill();
     let _ = hog.wait();
-    let log = server.stderr.lock().unwrap().clone();
+    let log = server.stderr_text();
     assert!(log.contains("inotify is unavailable"), "{log}");
     assert!(log.contains("watching by polling"), "{log}");
 }
@@ -330,12 +330,12 @@ fn tls_load_slice(addr: SocketAddr, ca: &Path, secs: &str) -> (u64, u64, String)
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_thousand_random_rewrites_per_writer_style_serve_no_torn_pair() {
-    let mut ca = Ca::new();
+    let ca = Ca::default();
     let tmp = tempfile::tempdir().unwrap();
     let ca_file = tmp.path().join("ca.crt");
-    std::fs::write(&ca_file, &ca.pem).unwrap();
+    std::fs::write(&ca_file, &ca.cert_pem).unwrap();
     // A pool of pairs: any cert served with another entry's key would fail the handshake.
-    let pool: Vec<(String, String, String)> = (0..16).map(|_| ca.leaf()).collect();
+    let pool: Vec<(String, String, String)> = (0..16).map(|_| ca.localhost_leaf()).collect();
     let rewrites: u64 = std::env::var("E2E_REWRITES")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -408,7 +408,7 @@ async fn ten_thousand_random_rewrites_per_writer_style_serve_no_torn_pair() {
         }
         let rewriting = started.elapsed();
         // The last pair written is what settles.
-        let client = ca.client();
+        let client = ca.client_config();
         let want = &pool[last].2;
         let settle = Instant::now();
         while get(addr, &client).await.ok().as_ref() != Some(want) {

@@ -8,11 +8,11 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use e2e::apiserver::ADMIN_TOKEN;
-use e2e::pki::write_atomic;
 use e2e::syncer::{NS, bundle_config_map, regenerate_command, tls_secret};
 use e2e::{ApiServer, Ca, CertSpec, Syncer, SyncerSpec, install_crypto_provider};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, PostParams};
+use testkit::files::rename_into;
 use time::OffsetDateTime;
 
 const CONFIG: &str = r#"
@@ -90,7 +90,7 @@ async fn no_token_or_key_reaches_a_log_and_every_write_has_its_mode() {
 
     // An expired signer and leaf, so regenerate generates keys (and could log them).
     let now = OffsetDateTime::now_utc();
-    let mut ca = Ca::with_validity(
+    let ca = Ca::with_validity(
         now - time::Duration::days(40),
         now - time::Duration::days(1),
     );
@@ -101,7 +101,7 @@ async fn no_token_or_key_reaches_a_log_and_every_write_has_its_mode() {
     secrets
         .create(
             &PostParams::default(),
-            &tls_secret("serving-signer", &ca.pem, &ca.key_pem()),
+            &tls_secret("serving-signer", &ca.cert_pem, &ca.key_pem()),
         )
         .await
         .unwrap();
@@ -115,7 +115,7 @@ async fn no_token_or_key_reaches_a_log_and_every_write_has_its_mode() {
     config_maps
         .create(
             &PostParams::default(),
-            &bundle_config_map("serving-ca", &ca.pem),
+            &bundle_config_map("serving-ca", &ca.cert_pem),
         )
         .await
         .unwrap();
@@ -143,7 +143,7 @@ async fn no_token_or_key_reaches_a_log_and_every_write_has_its_mode() {
         process: e2e::ChildProcess::start(command),
     };
     let config = tmp.path().join("rotation.yaml");
-    write_atomic(&config, CONFIG.as_bytes());
+    rename_into(&config, CONFIG.as_bytes());
     let output = regenerate_command(&api, &config, &["--once"])
         .env("RUST_LOG", "debug")
         .output()

@@ -64,7 +64,7 @@ const TOKEN: &str = "s3cr3t-e2e-token-that-must-never-travel-in-clear-0123456789
 /// A CA file and a 0600 token file in `dir`.
 fn credentials(dir: &Path) -> (PathBuf, PathBuf) {
     let ca = dir.join("ca.crt");
-    std::fs::write(&ca, Ca::new().pem).unwrap();
+    std::fs::write(&ca, Ca::default().cert_pem).unwrap();
     let token = dir.join("token");
     std::fs::write(&token, TOKEN).unwrap();
     std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).unwrap();
@@ -379,8 +379,8 @@ fn a_mute_server_is_an_error_for_one_shot_jobs_and_a_logged_retry_for_sync() {
     let config = tmp.path().join("rotation.yaml");
     std::fs::write(&config, ROTATION).unwrap();
     let mute = mute_tcp();
-    let mut ca = Ca::new();
-    std::fs::write(&ca_file, &ca.pem).unwrap();
+    let mut ca = Ca::default();
+    std::fs::write(&ca_file, &ca.cert_pem).unwrap();
     let silent_after_handshake = mute_tls(&mut ca);
     let connection = |addr: &str| -> Vec<String> {
         [

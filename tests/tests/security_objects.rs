@@ -80,7 +80,7 @@ async fn an_undecodable_secret_is_named_never_dumped_and_does_not_stop_the_other
     let api = ApiServer::start(tmp.path(), &[]);
     let client = api.client_with_token(ADMIN_TOKEN);
     let secrets: Api<Secret> = Api::namespaced(client.clone(), NS);
-    let mut ca = Ca::new();
+    let ca = Ca::default();
     let good = ca.issue(&CertSpec::server(&["localhost"]));
     let bad = ca.issue(&CertSpec::server(&["bad.example"]));
     secrets
@@ -168,7 +168,7 @@ async fn a_symlinked_object_directory_is_refused_and_nothing_outside_changes() {
     let tmp = tempfile::tempdir().unwrap();
     let api = ApiServer::start(tmp.path(), &[]);
     let secrets: Api<Secret> = Api::namespaced(api.client_with_token(ADMIN_TOKEN), NS);
-    let mut ca = Ca::new();
+    let ca = Ca::default();
     let leaf = ca.issue(&CertSpec::server(&["localhost"]));
     secrets
         .create(
@@ -209,7 +209,7 @@ async fn a_file_mapping_writes_one_key_only_and_a_missing_object_is_not_ready() 
     let tmp = tempfile::tempdir().unwrap();
     let api = ApiServer::start(tmp.path(), &[]);
     let secrets: Api<Secret> = Api::namespaced(api.client_with_token(ADMIN_TOKEN), NS);
-    let mut ca = Ca::new();
+    let ca = Ca::default();
     let leaf = ca.issue(&CertSpec::server(&["localhost"]));
     secrets
         .create(
@@ -332,7 +332,7 @@ async fn one_certificate_with_a_future_not_before_does_not_stop_the_other_regene
     let client = api.client_with_token(ADMIN_TOKEN);
     let secrets: Api<Secret> = Api::namespaced(client.clone(), NS);
     let now = time::OffsetDateTime::now_utc();
-    let mut ca = Ca::with_validity(
+    let ca = Ca::with_validity(
         now - time::Duration::days(1),
         now + time::Duration::days(800),
     );
@@ -345,7 +345,7 @@ async fn one_certificate_with_a_future_not_before_does_not_stop_the_other_regene
         now - time::Duration::days(2),
     ));
     for (name, cert, key) in [
-        ("serving-signer", ca.pem.clone(), ca.key_pem()),
+        ("serving-signer", ca.cert_pem.clone(), ca.key_pem()),
         (
             "from-the-future",
             future.cert_pem.clone(),
@@ -366,7 +366,7 @@ async fn one_certificate_with_a_future_not_before_does_not_stop_the_other_regene
     config_maps
         .create(
             &PostParams::default(),
-            &e2e::syncer::bundle_config_map("serving-ca", &ca.pem),
+            &e2e::syncer::bundle_config_map("serving-ca", &ca.cert_pem),
         )
         .await
         .unwrap();

@@ -41,8 +41,8 @@ async fn secrets_and_config_maps_are_mirrored_and_served_by_a_reloading_server(b
     let client = api.recovery_client();
     let secrets: Api<Secret> = Api::namespaced(client.clone(), NS);
     let config_maps: Api<ConfigMap> = Api::namespaced(client, NS);
-    let mut ca = Ca::new();
-    let (cert, key, _) = ca.leaf();
+    let ca = Ca::default();
+    let (cert, key, _) = ca.localhost_leaf();
     secrets
         .create(
             &PostParams::default(),
@@ -64,7 +64,7 @@ async fn secrets_and_config_maps_are_mirrored_and_served_by_a_reloading_server(b
         },
         data: Some(BTreeMap::from([(
             "ca-bundle.crt".to_owned(),
-            ca.pem.clone(),
+            ca.cert_pem.clone(),
         )])),
         ..Default::default()
     };
@@ -98,7 +98,7 @@ async fn secrets_and_config_maps_are_mirrored_and_served_by_a_reloading_server(b
         read(&dest.join("configmaps/client-ca/ca-bundle.crt")).is_some()
     });
     wait_until("the host file", || {
-        read(&host_file).as_deref() == Some(ca.pem.as_str())
+        read(&host_file).as_deref() == Some(ca.cert_pem.as_str())
     });
     wait_until("readiness", || syncer.readyz().0 == 200);
     assert_eq!(mode(&serving.join("tls.key")), 0o600);
@@ -121,10 +121,10 @@ async fn secrets_and_config_maps_are_mirrored_and_served_by_a_reloading_server(b
         .arg("--key")
         .arg(serving.join("tls.key"));
     let https = Server::start(command);
-    let client_config = ca.client();
+    let client_config = ca.client_config();
     let mut latencies = Vec::new();
     for _ in 0..200 {
-        let (cert, key, serial) = ca.leaf();
+        let (cert, key, serial) = ca.localhost_leaf();
         let started = Instant::now();
         let mut current = secrets.get("serving-cert").await.unwrap();
         current.data = tls_secret("serving-cert", &cert, &key).data;

@@ -9,7 +9,6 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use e2e::apiserver::ADMIN_TOKEN;
-use e2e::pki::write_atomic;
 use e2e::syncer::{NS, read};
 use e2e::{
     ApiOptions, Backend, Syncer, SyncerSpec, TestApi, both_backends, install_crypto_provider,
@@ -17,6 +16,7 @@ use e2e::{
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, PostParams};
+use testkit::files::rename_into;
 
 both_backends!(
     an_apiserver_outage_is_ridden_out_and_the_disk_converges_after_each_restart,
@@ -166,8 +166,8 @@ async fn a_rotated_token_is_used_at_once_after_the_old_one_is_revoked(backend: B
     // The new token goes into the syncer's token file; the apiserver comes back knowing only
     // the new one. kube-client alone would keep sending the revoked token for up to 60 s.
     const NEW_TOKEN: &str = "rotated-token-9f8e7d6c5b4a";
-    write_atomic(&api.dir.join("token"), NEW_TOKEN.as_bytes());
-    write_atomic(
+    rename_into(&api.dir.join("token"), NEW_TOKEN.as_bytes());
+    rename_into(
         &api.dir.join("tokens.csv"),
         format!("{NEW_TOKEN},admin,1,\"system:masters\"\n").as_bytes(),
     );
@@ -210,7 +210,7 @@ async fn a_ca_that_does_not_match_the_sni_certificate_is_refused_with_the_reason
     // The CA of the default certificate: right for `localhost`, wrong for
     // `localhost-recovery`.
     let ca_file = tmp.path().join("syncer-ca.crt");
-    write_atomic(&ca_file, api.serving_ca().as_bytes());
+    rename_into(&ca_file, api.serving_ca().as_bytes());
     let dest = tmp.path().join("resources");
     let mut spec = SyncerSpec::new(&api, &dest, &["--secrets", "serving-cert"]);
     spec.ca_file = ca_file.clone();
@@ -226,7 +226,7 @@ async fn a_ca_that_does_not_match_the_sni_certificate_is_refused_with_the_reason
     assert!(!dest.join("secrets").exists(), "nothing may be written");
 
     // The right CA lands in the same file: picked up without a restart.
-    write_atomic(&ca_file, api.recovery_ca().as_bytes());
+    rename_into(&ca_file, api.recovery_ca().as_bytes());
     wait_until(
         "the sync with the fixed CA",
         Duration::from_secs(30),

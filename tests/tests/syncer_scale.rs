@@ -330,7 +330,7 @@ async fn the_namespace_wide_path_keeps_the_per_object_behaviour(backend: Backend
     let client = api.recovery_client();
     let secrets: Api<Secret> = Api::namespaced(client.clone(), NS);
     let config_maps: Api<ConfigMap> = Api::namespaced(client, NS);
-    let ca = Ca::new();
+    let ca = Ca::default();
     secrets
         .create(&PostParams::default(), &secret("serving-cert", 1))
         .await
@@ -338,7 +338,7 @@ async fn the_namespace_wide_path_keeps_the_per_object_behaviour(backend: Backend
     config_maps
         .create(
             &PostParams::default(),
-            &bundle_config_map("client-ca", &ca.pem),
+            &bundle_config_map("client-ca", &ca.cert_pem),
         )
         .await
         .unwrap();
@@ -368,14 +368,14 @@ async fn the_namespace_wide_path_keeps_the_per_object_behaviour(backend: Backend
     assert!(synced(&dest, "serving-cert", 1));
     assert_eq!(
         read(&dest.join("configmaps/client-ca/ca-bundle.crt")).as_deref(),
-        Some(ca.pem.as_str())
+        Some(ca.cert_pem.as_str())
     );
     assert_eq!(
         mode(&dest.join("configmaps/client-ca/ca-bundle.crt")),
         0o644
     );
     wait_until("the host file", TIMEOUT, || async {
-        read(&host_file).as_deref() == Some(ca.pem.as_str())
+        read(&host_file).as_deref() == Some(ca.cert_pem.as_str())
     })
     .await;
     for resource in ["secrets", "configmaps"] {

@@ -18,12 +18,12 @@ fn tls_load(args: &[&str]) -> (Option<i32>, serde_json::Value, String) {
 
 #[test]
 fn tls_load_counts_handshakes_resumptions_failures_and_serials() {
-    let mut ca = Ca::new();
+    let ca = Ca::default();
     let tmp = tempfile::tempdir().unwrap();
-    let (cert, key, serial) = ca.leaf();
+    let (cert, key, serial) = ca.localhost_leaf();
     std::fs::write(tmp.path().join("tls.crt"), cert).unwrap();
     std::fs::write(tmp.path().join("tls.key"), key).unwrap();
-    std::fs::write(tmp.path().join("ca.crt"), &ca.pem).unwrap();
+    std::fs::write(tmp.path().join("ca.crt"), &ca.cert_pem).unwrap();
     let mut command = Command::new(bin("https-server"));
     command
         .args(["--listen", "127.0.0.1:0", "--cert"])

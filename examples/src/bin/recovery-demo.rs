@@ -101,7 +101,7 @@ fn sibling_binaries() -> anyhow::Result<PathBuf> {
             "--bin",
             "cert-syncer",
             "-p",
-            "examples",
+            "mini-apiserver",
             "--bin",
             "mini-apiserver",
         ]);

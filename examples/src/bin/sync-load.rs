@@ -1,4 +1,4 @@
-//! Run with: `cargo build --release -p cert-syncer -p examples && cargo run --release -p examples --bin sync-load -- [--objects 1000] [--runs 3] [--idle-secs 60]`
+//! Run with: `cargo build --release -p cert-syncer -p mini-apiserver && cargo run --release -p examples --bin sync-load -- [--objects 1000] [--runs 3] [--idle-secs 60]`
 //!
 //! Measures `cert-syncer sync` against `mini-apiserver` seeded with N Secrets (default 1,000),
 //! next to a 1-object baseline measured in the same run: initial sync time (process start →

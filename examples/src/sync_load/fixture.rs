@@ -6,9 +6,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use base64::Engine;
-use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-};
+use testkit::pki::{Ca, CertSpec};
 
 /// The namespace of the seeded Secrets.
 pub const NAMESPACE: &str = "openshift-kube-apiserver";
@@ -63,21 +61,15 @@ impl Fixture {
         let dir = parent.join(format!("sync-load-{}", std::process::id()));
         std::fs::create_dir_all(&dir)
             .with_context(|| format!("cannot create {}", dir.display()))?;
-        let ca_key = KeyPair::generate()?;
-        let mut params = CertificateParams::new(Vec::<String>::new())?;
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params
-            .distinguished_name
-            .push(DnType::CommonName, "sync-load CA");
-        let ca_pem = params.self_signed(&ca_key)?.pem();
-        let issuer = Issuer::new(params, ca_key);
-        let serving = leaf(&issuer, "localhost-recovery")?;
+        let ca = Ca::new("sync-load CA");
+        let ca_pem = ca.cert_pem.clone();
+        let serving = leaf(&ca, "localhost-recovery");
         let pairs = (0..objects)
-            .map(|i| leaf(&issuer, &format!("{}.scale.test", object_name(i))))
-            .collect::<anyhow::Result<Vec<_>>>()?;
+            .map(|i| leaf(&ca, &format!("{}.scale.test", object_name(i))))
+            .collect();
         let updates = [
-            leaf(&issuer, "update-a.scale.test")?,
-            leaf(&issuer, "update-b.scale.test")?,
+            leaf(&ca, "update-a.scale.test"),
+            leaf(&ca, "update-b.scale.test"),
         ];
         let write = |name: &str, text: &str| -> anyhow::Result<PathBuf> {
             let path = dir.join(name);
@@ -140,14 +132,11 @@ fn secret_json(name: &str, pair: &Pair) -> serde_json::Value {
     })
 }
 
-fn leaf(issuer: &Issuer<'_, KeyPair>, name: &str) -> anyhow::Result<Pair> {
-    let key = KeyPair::generate()?;
-    let mut params = CertificateParams::new(vec![name.to_owned()])?;
-    params.distinguished_name.push(DnType::CommonName, name);
-    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-    let cert = params.signed_by(&key, issuer)?.pem();
-    Ok(Pair {
-        cert,
-        key: key.serialize_pem(),
-    })
+/// A serving certificate for `name`, valid for a day.
+fn leaf(ca: &Ca, name: &str) -> Pair {
+    let issued = ca.issue(&CertSpec::server(&[name]));
+    Pair {
+        cert: issued.cert_pem,
+        key: issued.key_pem,
+    }
 }

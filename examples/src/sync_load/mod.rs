@@ -23,7 +23,6 @@ use std::collections::HashMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::process::Command;
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -32,9 +31,9 @@ use kube::api::{Api, Patch, PatchParams};
 use rustls_pki_types::CertificateDer;
 use rustls_pki_types::pem::PemObject;
 
-use crate::child::Proc;
 use fixture::{Fixture, NAMESPACE, TOKEN, object_name, secret_data};
 use measure::{Landings, cpu_time, http_status, memory_kib, metric_value, percentile, spread};
+use testkit::process::Child as Proc;
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -134,7 +133,7 @@ pub fn run(settings: &Settings) -> anyhow::Result<Vec<(Scenario, Vec<Figures>)>>
         let path = settings.bin_dir.join(bin);
         if !path.exists() {
             bail!(
-                "{} not found (build it: cargo build --release -p cert-syncer -p examples, or pass --bin-dir)",
+                "{} not found (build it: cargo build --release -p cert-syncer -p mini-apiserver, or pass --bin-dir)",
                 path.display()
             );
         }
@@ -248,17 +247,16 @@ impl Measurement<'_> {
         let objects = self.scenario.objects;
         let (apiserver, addr) = self.start_apiserver()?;
         let names: Vec<String> = (0..objects).map(object_name).collect();
-        let (tx, rx) = mpsc::channel();
         let started = Instant::now();
-        let mut syncer = Proc::spawn(
+        let mut syncer = Proc::spawn_logging(
             "cert-syncer sync",
             self.syncer_command(addr, &names),
             |_| {},
-            Some(tx),
-        )?;
-        let metrics_addr = rx
-            .recv_timeout(Duration::from_secs(30))
-            .map_err(|_| anyhow::anyhow!("cert-syncer did not start:\n{}", syncer.tail(20)))?;
+        )
+        .map_err(anyhow::Error::msg)?;
+        let metrics_addr = syncer
+            .wait_listening(Duration::from_secs(30))
+            .map_err(anyhow::Error::msg)?;
         while http_status(metrics_addr, "/readyz") != 200 {
             if let Ok(Some(status)) = syncer.child.try_wait() {
                 bail!("cert-syncer exited ({status}):\n{}", syncer.tail(20));
@@ -362,11 +360,11 @@ impl Measurement<'_> {
             .arg("--seed-dir")
             .arg(&seed)
             .env("RUST_LOG", "warn");
-        let (tx, rx) = mpsc::channel();
-        let apiserver = Proc::spawn("mini-apiserver", command, |_| {}, Some(tx))?;
-        let addr = rx.recv_timeout(Duration::from_secs(30)).map_err(|_| {
-            anyhow::anyhow!("mini-apiserver did not start:\n{}", apiserver.tail(20))
-        })?;
+        let mut apiserver =
+            Proc::spawn_logging("mini-apiserver", command, |_| {}).map_err(anyhow::Error::msg)?;
+        let addr = apiserver
+            .wait_listening(Duration::from_secs(30))
+            .map_err(anyhow::Error::msg)?;
         Ok((apiserver, addr))
     }
 

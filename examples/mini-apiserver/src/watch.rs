@@ -10,7 +10,7 @@
 //! Memory per watch is bounded (issue #18, item 7): the initial objects are shared with the
 //! store (no copy of the namespace per watcher) and encoded one at a time; lines go to the
 //! connection in chunks of at most [`CHUNK`] bytes through a channel of `BUFFER` chunks; the
-//! history is read [`super::store::CHANGES_PER_READ`] entries at a time. A client that takes
+//! history is read [`crate::store::CHANGES_PER_READ`] entries at a time. A client that takes
 //! nothing for [`STALL_TIMEOUT`] while events wait is disconnected (kube-apiserver also closes
 //! watchers that cannot keep up); it re-watches from its last resourceVersion, or relists.
 //!
@@ -33,12 +33,14 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::metrics::WatchGuard;
-use super::resource::Resource;
-use super::select::Selector;
-use super::status::ApiError;
-use super::store::{CHANGES_PER_READ, Store, event_line, meta_str};
-use crate::serve::Body;
+use crate::change::event_line;
+use crate::meta::meta_str;
+use crate::metrics::WatchGuard;
+use crate::resource::Resource;
+use crate::select::Selector;
+use crate::status::ApiError;
+use crate::store::{CHANGES_PER_READ, Store};
+use examples::serve::Body;
 
 /// Chunks buffered per watcher before its task waits for the client.
 const BUFFER: usize = 16;
@@ -300,7 +302,7 @@ mod tests {
                 Resource::ConfigMaps,
                 "ns",
                 "b",
-                super::super::store::PatchKind::Merge,
+                crate::store::PatchKind::Merge,
                 json!({"data": {"k": "v"}}),
             )
             .unwrap();

@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::store::DEFAULT_HISTORY;
+use crate::store::DEFAULT_HISTORY;
 
 /// Flags of `mini-apiserver`.
 #[derive(Debug, Clone, clap::Parser)]
@@ -34,7 +34,7 @@ pub struct Flags {
     #[arg(long)]
     pub token_auth_file: PathBuf,
     /// Authorization rules, one `subject,verbs,namespaces,resources` line each; when given,
-    /// anything no rule allows is forbidden (see `examples::mini_apiserver::auth`).
+    /// anything no rule allows is forbidden (see `mini_apiserver::auth`).
     #[arg(long)]
     pub authorization_file: Option<PathBuf>,
     /// Users (from the token file or client certificates) that may only get, list and watch.
@@ -62,7 +62,7 @@ pub struct Flags {
     pub bookmark_interval: f64,
     /// Append one JSON line per authenticated request on objects (user, verb, apiGroup,
     /// resource, namespace, name, code) to this file, for checking RBAC rules against what
-    /// clients really do (see `examples::mini_apiserver::audit`).
+    /// clients really do (see `mini_apiserver::audit`).
     #[arg(long)]
     pub audit_log: Option<PathBuf>,
 }

@@ -6,11 +6,11 @@
 
 use serde_json::Value;
 
-use super::resource::Resource;
-use super::routes;
-use super::select::Selector;
-use super::status::ApiError;
-use super::store::{PatchKind, Store};
+use crate::resource::Resource;
+use crate::routes;
+use crate::select::Selector;
+use crate::status::ApiError;
+use crate::store::{PatchKind, Store};
 
 /// The served kinds, for targets that pick one by index.
 pub const RESOURCES: [Resource; 4] = [
@@ -31,7 +31,7 @@ pub fn create_and_patch(
     content_type: &str,
     body: &[u8],
 ) -> Result<Value, ApiError> {
-    let value = routes::decode_body(resource, content_type, body)?;
+    let value = routes::body::decode_body(resource, content_type, body)?;
     let store = Store::open(None, 16).map_err(|err| ApiError::internal(err.to_string()))?;
     let created = store.create(resource, "fuzz", value.clone())?;
     let name = created["metadata"]["name"]
@@ -47,7 +47,7 @@ pub fn create_and_patch(
 /// # Errors
 /// The 4xx the server would answer.
 pub fn delete_options(body: &[u8]) -> Result<bool, ApiError> {
-    routes::parse_delete_options(body).map(|(_, mode)| mode == super::store::Mode::DryRun)
+    routes::body::parse_delete_options(body).map(|(_, mode)| mode == crate::store::Mode::DryRun)
 }
 
 /// Parses label and field selectors for `resource` and matches them against `object`.

@@ -11,7 +11,7 @@
 //!   included): silent, half-sent or never-authenticating connections are closed;
 //! - a header read timeout ([`HEADER_TIMEOUT`]) for every HTTP/1 request;
 //! - a per-connection abort token, which handlers use to close the connection of a watcher that
-//!   stopped reading (see [`super::watch`]).
+//!   stopped reading (see [`crate::watch`]).
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
@@ -27,7 +27,7 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
-use crate::serve::{Body, ConnInfo};
+use examples::serve::{Body, ConnInfo};
 
 /// How long a client may take to complete the TLS handshake.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);

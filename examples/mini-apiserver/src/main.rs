@@ -1,8 +1,8 @@
-//! Run with: `cargo run -p examples --bin mini-apiserver -- --listen 127.0.0.1:6443 --cert tls.crt --key tls.key --token-auth-file tokens.csv [--sni localhost-recovery=r.crt,r.key] [--state-file state.json]`
+//! Run with: `cargo run -p mini-apiserver -- --listen 127.0.0.1:6443 --cert tls.crt --key tls.key --token-auth-file tokens.csv [--sni localhost-recovery=r.crt,r.key] [--state-file state.json]`
 //!
 //! A small Kubernetes-API-compatible server for Secrets, ConfigMaps, Events and Leases, serving
 //! TLS through reload-lib: it plays the kube-apiserver in the recovery demo and the end-to-end
-//! tests. See `examples::mini_apiserver` for what it supports. Logs: `RUST_LOG` (stderr).
+//! tests. See the `mini_apiserver` library for what it supports. Logs: `RUST_LOG` (stderr).
 //!
 //! Exit codes: 0 after SIGTERM/SIGINT, 1 on a runtime error (unreadable files, bad
 //! certificates, address in use), 2 on bad flags.
@@ -10,7 +10,7 @@
 use clap::Parser;
 
 fn main() -> std::process::ExitCode {
-    let settings = match examples::mini_apiserver::Flags::parse().settings() {
+    let settings = match mini_apiserver::Flags::parse().settings() {
         Ok(settings) => settings,
         Err(err) => {
             eprintln!("mini-apiserver: {err:#}");
@@ -26,7 +26,7 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(examples::mini_apiserver::run(settings)) {
+    match runtime.block_on(mini_apiserver::run(settings)) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("mini-apiserver: {err:#}");

@@ -5,8 +5,8 @@
 
 use serde_json::Value;
 
-use super::resource::Resource;
-use super::status::ApiError;
+use crate::resource::Resource;
+use crate::status::ApiError;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Term {

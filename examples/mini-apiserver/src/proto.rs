@@ -15,8 +15,8 @@ use k8s_pb::apimachinery::pkg::apis::meta::v1 as meta;
 use prost::Message;
 use serde_json::{Map, Value, json};
 
-use super::resource::Resource;
-use super::status::ApiError;
+use crate::resource::Resource;
+use crate::status::ApiError;
 
 /// The content type of Kubernetes protobuf bodies.
 pub const CONTENT_TYPE: &str = "application/vnd.kubernetes.protobuf";

@@ -7,7 +7,7 @@
 //! needs no credentials); TLS through
 //! reload-lib with SNI certificates, so it can play the kube-apiserver of the recovery flow.
 //!
-//! What it is not: a kube-apiserver. No admission, no RBAC (a small rule file instead, see
+//! What it is not: a kube-apiserver. No admission plugins or webhooks, no RBAC (a small rule file instead, see
 //! [`auth`]), no other resources, no field managers, no `generation`, no finalizers,
 //! protobuf only in requests (Secrets, ConfigMaps, Leases; answers are JSON), no table output.
 //!
@@ -30,25 +30,31 @@
 //! - no Namespace objects: objects may be created in any namespace.
 //!
 //! Modules: [`config`] (flags → settings), [`routes`] (URL → verb and resource, handlers,
-//! discovery), [`store`] (objects, resourceVersion, bounded history), [`watch`] (fan-out),
+//! discovery), [`admission`] (what an object must be to be stored: defaults, names, keys),
+//! [`store`] (objects, resourceVersion, bounded history), [`change`] (one history entry and its
+//! watch line), [`meta`] (object metadata), [`watch`] (fan-out),
 //! [`listener`] (accept loop, connection limits and timeouts), [`auth`] (token file, client
 //! certificates, rules), [`audit`] (`--audit-log`, the requests
 //! as the authorizer sees them), [`status`] (`Status` errors),
-//! [`persist`] (state file, seed dir), [`proto`] (protobuf request bodies), [`select`] (label and field selectors), [`resource`]
+//! [`persist`] (the state file), [`seed`] (the seed directory), [`proto`] (protobuf request bodies), [`select`] (label and field selectors), [`resource`]
 //! (the served types), [`metrics`] (open watches and requests at `/metrics`), `fuzz` (entry points of the fuzz target
 //! `mini_apiserver_requests`).
 
+pub mod admission;
 pub mod audit;
 pub mod auth;
+pub mod change;
 pub mod config;
 #[doc(hidden)]
 pub mod fuzz;
 pub mod listener;
+pub mod meta;
 pub mod metrics;
 pub mod persist;
 pub mod proto;
 pub mod resource;
 pub mod routes;
+pub mod seed;
 pub mod select;
 pub mod status;
 pub mod store;
@@ -63,7 +69,7 @@ use reload_lib::{CertKeyPaths, ClientAuth, ServingSet};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::serve;
+use examples::serve;
 
 /// Runs the server until SIGTERM/SIGINT: loads the state and seeds, starts the serving set
 /// (fails if the initial certificates are invalid), prints `listening on ADDR` on stdout, and
@@ -79,7 +85,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         settings.history,
     )?);
     if let Some(dir) = &settings.seed_dir {
-        let created = persist::seed(&store, dir)?;
+        let created = seed::seed(&store, dir)?;
         tracing::info!(seed.dir = %dir.display(), created, "Seed manifests loaded");
     }
     let tokens = auth::Tokens::load(&settings.token_auth_file)?;
