@@ -289,18 +289,18 @@ async fn the_shipped_rbac_suffices_on_the_real_apiserver_and_hides_other_config_
         .unwrap();
     }
     let config_maps: Api<ConfigMap> = Api::namespaced(admin.clone(), "openshift-config-managed");
-    let ca = Ca::new();
+    let ca = Ca::default();
     config_maps
         .create(
             &PostParams::default(),
-            &bundle_config_map("kube-apiserver-client-ca", &ca.pem),
+            &bundle_config_map("kube-apiserver-client-ca", &ca.cert_pem),
         )
         .await
         .unwrap();
     config_maps
         .create(
             &PostParams::default(),
-            &bundle_config_map("something-else", &ca.pem),
+            &bundle_config_map("something-else", &ca.cert_pem),
         )
         .await
         .unwrap();

@@ -11,7 +11,6 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use e2e::envtest::{RealApiServer, RealOptions};
-use e2e::pki::write_atomic;
 use e2e::syncer::bundle_config_map;
 use e2e::tls::{client_config_with_cert, https_get, p50_p99};
 use e2e::{
@@ -23,6 +22,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Event, Secret};
 use kube::api::{Api, ListParams, ObjectMeta, PostParams};
 use rustls_pki_types::CertificateDer;
 use rustls_pki_types::pem::PemObject;
+use testkit::files::rename_into as write_atomic;
 
 /// Updates measured for the consumer contract.
 const UPDATES: usize = 50;
@@ -67,7 +67,9 @@ fn ders(pem: &[u8]) -> Vec<Vec<u8>> {
 }
 
 fn ders_of(cas: &[&Ca]) -> Vec<Vec<u8>> {
-    cas.iter().flat_map(|ca| ders(ca.pem.as_bytes())).collect()
+    cas.iter()
+        .flat_map(|ca| ders(ca.cert_pem.as_bytes()))
+        .collect()
 }
 
 fn file_ders(path: &Path) -> Option<Vec<Vec<u8>>> {
@@ -136,8 +138,8 @@ async fn kube_apiserver_trusts_each_signer_node_mode_adds_and_refuses_each_one_r
     // seeded before it starts (it needs one to start).
     let host = tmp.path().join("etc-kubernetes");
     let file = host.join("kubelet-ca.crt");
-    let mut oldest = Ca::new();
-    write_atomic(&file, oldest.pem.as_bytes());
+    let mut oldest = Ca::default();
+    write_atomic(&file, oldest.cert_pem.as_bytes());
     let options = RealOptions {
         extra_args: vec![format!("--client-ca-file={}", file.display())],
         ..RealOptions::default()
@@ -149,7 +151,7 @@ async fn kube_apiserver_trusts_each_signer_node_mode_adds_and_refuses_each_one_r
     config_maps
         .create(
             &PostParams::default(),
-            &bundle_config_map(PRESET_CM, &oldest.pem),
+            &bundle_config_map(PRESET_CM, &oldest.cert_pem),
         )
         .await
         .unwrap();
@@ -191,12 +193,15 @@ async fn kube_apiserver_trusts_each_signer_node_mode_adds_and_refuses_each_one_r
     );
 
     // Each update: the source gains a new signer and drops the one before the previous.
-    let mut previous = Ca::new();
+    let mut previous = Ca::default();
     config_maps
         .replace(
             PRESET_CM,
             &PostParams::default(),
-            &bundle_config_map(PRESET_CM, &format!("{}{}", oldest.pem, previous.pem)),
+            &bundle_config_map(
+                PRESET_CM,
+                &format!("{}{}", oldest.cert_pem, previous.cert_pem),
+            ),
         )
         .await
         .unwrap();
@@ -207,13 +212,16 @@ async fn kube_apiserver_trusts_each_signer_node_mode_adds_and_refuses_each_one_r
     let mut latencies = Vec::new();
     let mut missed = Vec::new();
     for update in 1..=UPDATES {
-        let mut next = Ca::new();
+        let mut next = Ca::default();
         let start = Instant::now();
         config_maps
             .replace(
                 PRESET_CM,
                 &PostParams::default(),
-                &bundle_config_map(PRESET_CM, &format!("{}{}", previous.pem, next.pem)),
+                &bundle_config_map(
+                    PRESET_CM,
+                    &format!("{}{}", previous.cert_pem, next.cert_pem),
+                ),
             )
             .await
             .unwrap();
@@ -283,13 +291,13 @@ async fn sources_across_namespaces_are_assembled_in_order_and_a_bad_one_keeps_it
     let admin = api.recovery_client();
     api.create_namespace("ns-a").await;
     api.create_namespace("ns-b").await;
-    let (a1, a2, a3, b1) = (Ca::new(), Ca::new(), Ca::new(), Ca::new());
+    let (a1, a2, a3, b1) = (Ca::default(), Ca::default(), Ca::default(), Ca::default());
     let config_maps: Api<ConfigMap> = Api::namespaced(admin.clone(), "ns-a");
     let secrets: Api<Secret> = Api::namespaced(admin.clone(), "ns-b");
     config_maps
         .create(
             &PostParams::default(),
-            &bundle_config_map("bundle-a", &format!("{}{}", a1.pem, a2.pem)),
+            &bundle_config_map("bundle-a", &format!("{}{}", a1.cert_pem, a2.cert_pem)),
         )
         .await
         .unwrap();
@@ -300,7 +308,7 @@ async fn sources_across_namespaces_are_assembled_in_order_and_a_bad_one_keeps_it
             &secret(
                 "bundle-b",
                 "ca.crt",
-                format!("{}{}", b1.pem, a1.pem).as_bytes(),
+                format!("{}{}", b1.cert_pem, a1.cert_pem).as_bytes(),
             ),
         )
         .await
@@ -383,7 +391,7 @@ async fn sources_across_namespaces_are_assembled_in_order_and_a_bad_one_keeps_it
         .replace(
             "bundle-a",
             &PostParams::default(),
-            &bundle_config_map("bundle-a", &format!("{}{}", a2.pem, a3.pem)),
+            &bundle_config_map("bundle-a", &format!("{}{}", a2.cert_pem, a3.cert_pem)),
         )
         .await
         .unwrap();
@@ -399,7 +407,7 @@ async fn sources_across_namespaces_are_assembled_in_order_and_a_bad_one_keeps_it
         .replace(
             "bundle-b",
             &PostParams::default(),
-            &secret("bundle-b", "ca.crt", b1.pem.as_bytes()),
+            &secret("bundle-b", "ca.crt", b1.cert_pem.as_bytes()),
         )
         .await
         .unwrap();
@@ -441,12 +449,12 @@ async fn a_second_writer_rewriting_the_file_never_makes_node_mode_flap() {
     let tmp = tempfile::tempdir().unwrap();
     let api = tokio::task::block_in_place(|| RealApiServer::start(&tmp.path().join("apiserver")));
     api.create_namespace("writer").await;
-    let ours = Ca::new();
+    let ours = Ca::default();
     let config_maps: Api<ConfigMap> = Api::namespaced(api.recovery_client(), "writer");
     config_maps
         .create(
             &PostParams::default(),
-            &bundle_config_map("bundle", &ours.pem),
+            &bundle_config_map("bundle", &ours.cert_pem),
         )
         .await
         .unwrap();
@@ -466,7 +474,7 @@ async fn a_second_writer_rewriting_the_file_never_makes_node_mode_flap() {
 
     // 100 rewrites with the same certificates (another formatting, as the MCD writes them):
     // nothing to do.
-    let same = format!("{}\n", ours.pem.replace("\r\n", "\n"));
+    let same = format!("{}\n", ours.cert_pem.replace("\r\n", "\n"));
     for _ in 0..100 {
         write_atomic(&file, same.as_bytes());
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -485,13 +493,13 @@ async fn a_second_writer_rewriting_the_file_never_makes_node_mode_flap() {
 
     // 100 rewrites with other content, 20 ms apart (2 s, under the grace period of 5 s): node
     // mode waits for the writer to be quiet, then wins once.
-    let (x, y) = (Ca::new(), Ca::new());
+    let (x, y) = (Ca::default(), Ca::default());
     let mut last = Vec::new();
     for i in 0..100 {
         last = if i % 2 == 0 {
-            x.pem.clone()
+            x.cert_pem.clone()
         } else {
-            y.pem.clone()
+            y.cert_pem.clone()
         }
         .into_bytes();
         write_atomic(&file, &last);

@@ -106,11 +106,11 @@ async fn many_nodes_follow_one_source_with_one_watch_event_each_and_no_requests_
     let api = tokio::task::block_in_place(|| RealApiServer::start(&tmp.path().join("apiserver")));
     api.create_namespace(NS).await;
     let config_maps: Api<ConfigMap> = Api::namespaced(api.recovery_client(), NS);
-    let mut previous = Ca::new();
+    let mut previous = Ca::default();
     config_maps
         .create(
             &PostParams::default(),
-            &bundle_config_map(CM, &previous.pem),
+            &bundle_config_map(CM, &previous.cert_pem),
         )
         .await
         .unwrap();
@@ -165,7 +165,7 @@ async fn many_nodes_follow_one_source_with_one_watch_event_each_and_no_requests_
             })
             .collect()
     });
-    let first = first_der(&previous.pem);
+    let first = first_der(&previous.cert_pem);
     e2e::wait_until(
         "every node's first write",
         Duration::from_secs(120),
@@ -202,15 +202,15 @@ async fn many_nodes_follow_one_source_with_one_watch_event_each_and_no_requests_
     let mut all_files = Vec::new();
     let mut deltas = Vec::new();
     for update in 0..UPDATES {
-        let next = Ca::new();
-        let der = first_der(&next.pem);
+        let next = Ca::default();
+        let der = first_der(&next.cert_pem);
         let counts_before = api_counts(&api);
         let start = Instant::now();
         config_maps
             .replace(
                 CM,
                 &PostParams::default(),
-                &bundle_config_map(CM, &format!("{}{}", previous.pem, next.pem)),
+                &bundle_config_map(CM, &format!("{}{}", previous.cert_pem, next.cert_pem)),
             )
             .await
             .unwrap();
@@ -246,7 +246,7 @@ async fn many_nodes_follow_one_source_with_one_watch_event_each_and_no_requests_
     config_maps
         .create(
             &PostParams::default(),
-            &bundle_config_map("unrelated", &previous.pem),
+            &bundle_config_map("unrelated", &previous.cert_pem),
         )
         .await
         .unwrap();
@@ -255,7 +255,7 @@ async fn many_nodes_follow_one_source_with_one_watch_event_each_and_no_requests_
             .replace(
                 "unrelated",
                 &PostParams::default(),
-                &bundle_config_map("unrelated", &Ca::new().pem),
+                &bundle_config_map("unrelated", &Ca::default().cert_pem),
             )
             .await
             .unwrap();

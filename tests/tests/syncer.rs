@@ -287,8 +287,8 @@ async fn files_changed_or_removed_behind_the_syncers_back_are_repaired_by_the_re
     let client = api.recovery_client();
     let secrets: Api<Secret> = Api::namespaced(client.clone(), NS);
     let config_maps: Api<ConfigMap> = Api::namespaced(client, NS);
-    let mut ca = Ca::new();
-    let (cert, key, _) = ca.leaf();
+    let mut ca = Ca::default();
+    let (cert, key, _) = ca.localhost_leaf();
     secrets
         .create(
             &PostParams::default(),
@@ -299,7 +299,7 @@ async fn files_changed_or_removed_behind_the_syncers_back_are_repaired_by_the_re
     config_maps
         .create(
             &PostParams::default(),
-            &e2e::syncer::bundle_config_map("client-ca", &ca.pem),
+            &e2e::syncer::bundle_config_map("client-ca", &ca.cert_pem),
         )
         .await
         .unwrap();
@@ -328,8 +328,8 @@ async fn files_changed_or_removed_behind_the_syncers_back_are_repaired_by_the_re
         wait_until("the first sync", || {
             read(&dest.join("secrets/serving-cert/tls.crt")).as_deref() == Some(cert.as_str())
                 && read(&dest.join("configmaps/client-ca/ca-bundle.crt")).as_deref()
-                    == Some(ca.pem.as_str())
-                && read(&host_file).as_deref() == Some(ca.pem.as_str())
+                    == Some(ca.cert_pem.as_str())
+                && read(&host_file).as_deref() == Some(ca.cert_pem.as_str())
         });
         wait_until("readiness", || syncer.readyz().0 == 200);
         syncers.push((name, dest, host_file, syncer));
@@ -352,8 +352,8 @@ async fn files_changed_or_removed_behind_the_syncers_back_are_repaired_by_the_re
         wait_until(&format!("{name}: the disk repaired"), || {
             read(&tls_crt).as_deref() == Some(cert.as_str())
                 && read(&tls_key).as_deref() == Some(key.as_str())
-                && read(&bundle_dir.join("ca-bundle.crt")).as_deref() == Some(ca.pem.as_str())
-                && read(host_file).as_deref() == Some(ca.pem.as_str())
+                && read(&bundle_dir.join("ca-bundle.crt")).as_deref() == Some(ca.cert_pem.as_str())
+                && read(host_file).as_deref() == Some(ca.cert_pem.as_str())
         });
         assert_eq!(mode(&tls_key), 0o600, "{name}");
         let repairs = |metrics: &str, labels: &[&str]| {
