@@ -111,7 +111,13 @@ pub fn required_access(command: &Command) -> Result<Vec<Access>, ConfigError> {
     match command {
         Command::Sync(args) => sync_access(args),
         Command::Regenerate(args) => {
-            let rotation = crate::regenerate::config::load(&args.config)?;
+            let rotation = match (&args.config, args.profile) {
+                (Some(path), _) => crate::regenerate::config::load(path)?,
+                (None, Some(profile)) => crate::regenerate::profile_objects(profile)?,
+                (None, None) => {
+                    return Err(ConfigError("--config or --profile is required".into()));
+                }
+            };
             Ok(regenerate_access(args, &rotation))
         }
         Command::Inspect(args) => Ok(inspect_access(args)),
@@ -288,6 +294,7 @@ pub const FLAGS_THAT_CHANGE_ACCESS: &[(&str, &[&str])] = &[
         "regenerate",
         &[
             "config",
+            "profile",
             "pod-name",
             "pod-namespace",
             "leader-elect",
@@ -319,6 +326,13 @@ pub const FLAGS_WITHOUT_ACCESS: &[(&str, &[&str])] = &[
             "leader-elect-renew-deadline",
             "leader-elect-retry-period",
             "now",
+            // Key type and hostnames change what is written, not where. (With --profile the
+            // cluster's networks/infrastructures.config.openshift.io `cluster` objects are read
+            // when allowed; a 403 counts as absent, so that read is optional access.)
+            "key-type",
+            "service-network-ip",
+            "api-hostname",
+            "api-int-hostname",
         ],
     ),
     (

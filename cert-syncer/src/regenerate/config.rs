@@ -28,7 +28,7 @@
 //!     refresh: 15d
 //! ```
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::path::Path;
 use std::time::Duration;
@@ -105,6 +105,11 @@ pub struct Rotation {
     pub backdate: Duration,
     /// Items that were skipped.
     pub broken: Vec<Broken>,
+    /// The type of newly generated keys (`key-type`, default RSA-2048).
+    pub key_type: super::keys::KeyType,
+    /// Annotations written on each object whenever it is written (the file's top-level
+    /// `annotations` merged with the item's own): see `annotations`.
+    pub annotations: BTreeMap<(super::ObjectKind, ObjectRef), BTreeMap<String, String>>,
 }
 
 impl Rotation {
@@ -130,6 +135,10 @@ struct File {
     namespace: Option<String>,
     #[serde(default)]
     backdate: Option<String>,
+    #[serde(default, rename = "key-type")]
+    key_type: Option<super::keys::KeyType>,
+    #[serde(default)]
+    annotations: BTreeMap<String, String>,
     #[serde(default)]
     signers: Vec<serde_norway::Value>,
     #[serde(default)]
@@ -146,6 +155,8 @@ struct SignerItem {
     namespace: Option<String>,
     validity: String,
     refresh: String,
+    #[serde(default)]
+    annotations: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -155,6 +166,8 @@ struct BundleItem {
     #[serde(default)]
     namespace: Option<String>,
     signers: Vec<String>,
+    #[serde(default)]
+    annotations: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -170,6 +183,8 @@ struct TargetItem {
     client: Option<ClientItem>,
     validity: String,
     refresh: String,
+    #[serde(default)]
+    annotations: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -215,7 +230,15 @@ pub fn parse(text: &str) -> Result<Rotation, ConfigError> {
     };
     let mut rotation = Rotation {
         backdate,
+        key_type: file.key_type.unwrap_or_default(),
         ..Rotation::default()
+    };
+    let common_annotations = file.annotations;
+    let annotate = |own: BTreeMap<String, String>| -> Result<BTreeMap<String, String>, String> {
+        let mut all = common_annotations.clone();
+        all.extend(own);
+        super::annotations::check_keys(&all)?;
+        Ok(all)
     };
     let mut seen: BTreeSet<(super::ObjectKind, ObjectRef)> = BTreeSet::new();
     let object = |name: &str, namespace: Option<String>| -> Result<ObjectRef, String> {
@@ -247,17 +270,25 @@ pub fn parse(text: &str) -> Result<Rotation, ConfigError> {
                     parse_duration(&item.validity).map_err(|e| format!("validity: {e}"))?;
                 let refresh = parse_duration(&item.refresh).map_err(|e| format!("refresh: {e}"))?;
                 check_periods(validity, refresh)?;
+                let annotations = annotate(item.annotations)?;
                 if !seen.insert((super::ObjectKind::Secret, object.clone())) {
                     return Err(format!("secret {object} is declared twice"));
                 }
-                Ok(Signer {
-                    object,
-                    validity,
-                    refresh,
-                })
+                Ok((
+                    Signer {
+                        object,
+                        validity,
+                        refresh,
+                    },
+                    annotations,
+                ))
             });
         match outcome {
-            Ok(signer) => {
+            Ok((signer, annotations)) => {
+                rotation.annotations.insert(
+                    (super::ObjectKind::Secret, signer.object.clone()),
+                    annotations,
+                );
                 signer_names.push((signer.object.name.clone(), Some(rotation.signers.len())));
                 rotation.signers.push(signer);
             }
@@ -293,13 +324,20 @@ pub fn parse(text: &str) -> Result<Rotation, ConfigError> {
                     .iter()
                     .map(|name| find_signer(name))
                     .collect::<Result<Vec<_>, _>>()?;
+                let annotations = annotate(item.annotations)?;
                 if !seen.insert((super::ObjectKind::ConfigMap, object.clone())) {
                     return Err(format!("configmap {object} is declared twice"));
                 }
-                Ok(Bundle { object, signers })
+                Ok((Bundle { object, signers }, annotations))
             });
         match outcome {
-            Ok(bundle) => rotation.bundles.push(bundle),
+            Ok((bundle, annotations)) => {
+                rotation.annotations.insert(
+                    (super::ObjectKind::ConfigMap, bundle.object.clone()),
+                    annotations,
+                );
+                rotation.bundles.push(bundle);
+            }
             Err(reason) => rotation.broken.push(Broken {
                 item: format!("bundles[{i}]"),
                 reason,
@@ -354,19 +392,29 @@ pub fn parse(text: &str) -> Result<Rotation, ConfigError> {
                     parse_duration(&item.validity).map_err(|e| format!("validity: {e}"))?;
                 let refresh = parse_duration(&item.refresh).map_err(|e| format!("refresh: {e}"))?;
                 check_periods(validity, refresh)?;
+                let annotations = annotate(item.annotations)?;
                 if !seen.insert((super::ObjectKind::Secret, object.clone())) {
                     return Err(format!("secret {object} is declared twice"));
                 }
-                Ok(Target {
-                    object,
-                    signer,
-                    identity,
-                    validity,
-                    refresh,
-                })
+                Ok((
+                    Target {
+                        object,
+                        signer,
+                        identity,
+                        validity,
+                        refresh,
+                    },
+                    annotations,
+                ))
             });
         match outcome {
-            Ok(target) => rotation.targets.push(target),
+            Ok((target, annotations)) => {
+                rotation.annotations.insert(
+                    (super::ObjectKind::Secret, target.object.clone()),
+                    annotations,
+                );
+                rotation.targets.push(target);
+            }
             Err(reason) => rotation.broken.push(Broken {
                 item: format!("targets[{i}]"),
                 reason,
