@@ -161,6 +161,11 @@ impl Cluster {
         let dir = tmp.path().join("api");
         let api = tokio::task::block_in_place(|| RealApiServer::start_with(&dir, &options));
         std::fs::write(dir.join("ours.token"), OURS_TOKEN).unwrap();
+        std::fs::set_permissions(
+            dir.join("ours.token"),
+            std::os::unix::fs::PermissionsExt::from_mode(0o600),
+        )
+        .unwrap();
         let kubeconfig = |token: &str, name: &str| {
             let path = dir.join(format!("{name}.kubeconfig"));
             std::fs::write(

@@ -72,6 +72,9 @@ pub async fn read_cluster(client: &kube::Client) -> Result<ClusterValues, Config
         async move {
             match api.get_opt("cluster").await {
                 Ok(object) => Ok(object),
+                // No such resource (the CRD is not installed: a plain-text 404 kube-client does
+                // not turn into `None`).
+                Err(kube::Error::Api(status)) if status.code == 404 => Ok(None),
                 // Not allowed to read it: as if absent (the flags decide), said out loud.
                 Err(kube::Error::Api(status)) if status.code == 403 => {
                     tracing::warn!(object = %what, "not allowed to read it; using the flags alone");
