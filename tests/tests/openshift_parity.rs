@@ -372,10 +372,11 @@ impl Cluster {
             .await;
         let mut theirs = self.theirs(operator, tag);
         let deadline = Instant::now() + Duration::from_secs(60);
-        while !self
-            .lease_holder()
-            .await
-            .is_some_and(|h| h.contains(&format!("theirs-{tag}")))
+        // Its identity is the host name, not POD_NAME: its own log says when it leads.
+        while !(self.lease_holder().await.is_some()
+            && self
+                .theirs_log(tag)
+                .contains("Successfully acquired lease"))
         {
             assert!(
                 theirs.has_exited().is_none(),
