@@ -374,9 +374,7 @@ impl Cluster {
         let deadline = Instant::now() + Duration::from_secs(60);
         // Its identity is the host name, not POD_NAME: its own log says when it leads.
         while !(self.lease_holder().await.is_some()
-            && self
-                .theirs_log(tag)
-                .contains("Successfully acquired lease"))
+            && self.theirs_log(tag).contains("Successfully acquired lease"))
         {
             assert!(
                 theirs.has_exited().is_none(),
@@ -533,6 +531,11 @@ async fn on_openshifts_pki_ours_idles_then_recovers_an_expired_set_that_openshif
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     theirs.kill();
+    // Killed without releasing its Lease: free it, as its lease duration would.
+    Api::<Lease>::namespaced(cluster.admin.clone(), KS)
+        .delete(LEASE, &DeleteParams::default())
+        .await
+        .unwrap();
     // What the operator's resource-sync does in a cluster: the aggregator CA copy.
     let source = Api::<ConfigMap>::namespaced(cluster.admin.clone(), CM)
         .get("kube-apiserver-aggregator-client-ca")
