@@ -617,18 +617,19 @@ async fn on_openshifts_pki_ours_idles_then_recovers_an_expired_set_that_openshif
         let name = secret.metadata.name.clone().unwrap();
         let current = cluster.secret(&ns, &name).await;
         secret.metadata.resource_version = current.metadata.resource_version;
+        secret.metadata.uid = current.metadata.uid;
         Api::<Secret>::namespaced(cluster.admin.clone(), &ns)
             .replace(&name, &PostParams::default(), &secret)
             .await
             .unwrap();
     }
     let mut bundle = recovery_bundle;
-    bundle.metadata.resource_version = Api::<ConfigMap>::namespaced(cluster.admin.clone(), OP)
+    let current = Api::<ConfigMap>::namespaced(cluster.admin.clone(), OP)
         .get("localhost-recovery-serving-ca")
         .await
-        .unwrap()
-        .metadata
-        .resource_version;
+        .unwrap();
+    bundle.metadata.resource_version = current.metadata.resource_version;
+    bundle.metadata.uid = current.metadata.uid;
     Api::<ConfigMap>::namespaced(cluster.admin.clone(), OP)
         .replace(
             "localhost-recovery-serving-ca",
