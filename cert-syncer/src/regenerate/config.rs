@@ -599,4 +599,46 @@ targets:
         assert!(parse_duration("99999999999999y").is_err());
         assert!(parse_duration("5w").is_err());
     }
+    #[test]
+    fn key_type_and_annotations_are_read_and_merged_per_item() {
+        let text = r#"
+namespace: ns
+key-type: ecdsa-p256
+annotations: { "openshift.io/owning-component": kube-apiserver }
+signers:
+  - name: s
+    validity: 30d
+    refresh: 15d
+    annotations: { "openshift.io/description": "the signer" }
+bundles:
+  - { name: b, signers: [s] }
+targets:
+  - name: t
+    signer: s
+    client: { user: u }
+    validity: 1d
+    refresh: 12h
+    annotations: { "auth.openshift.io/certificate-not-after": "forged" }
+"#;
+        let rotation = parse(text).unwrap();
+        assert_eq!(
+            rotation.key_type,
+            crate::regenerate::keys::KeyType::EcdsaP256
+        );
+        let signer = &rotation.annotations[&(
+            crate::regenerate::ObjectKind::Secret,
+            rotation.signers[0].object.clone(),
+        )];
+        assert_eq!(signer.len(), 2);
+        assert_eq!(signer["openshift.io/description"], "the signer");
+        // A computed annotation cannot be declared: that item is broken, the others run.
+        assert_eq!(rotation.targets.len(), 0);
+        assert!(
+            rotation.broken[0].reason.contains("computed"),
+            "{:?}",
+            rotation.broken
+        );
+        assert_eq!(parse("namespace: ns").unwrap().key_type, Default::default());
+        assert!(parse("key-type: dsa").is_err());
+    }
 }

@@ -723,4 +723,53 @@ mod tests {
         );
         assert_eq!(not_yet_valid(&Some(Ok(fresh)), margin, real), None);
     }
+    #[test]
+    fn a_bundle_in_another_order_is_the_same_set_and_combined_bundles_group_by_signer() {
+        let now = 1_800_000_000;
+        let named = |name: &str| {
+            pki::new_signer(
+                &format!("ns_{name}@{now}"),
+                now,
+                Duration::ZERO,
+                Duration::from_secs(100 * DAY as u64),
+            )
+            .unwrap()
+        };
+        let (a1, a2, b1) = (named("a"), named("a"), named("b"));
+        let certs = [a1.cert().clone(), a2.cert().clone(), b1.cert().clone()];
+        let reversed: Vec<Cert> = certs.iter().rev().cloned().collect();
+        assert!(same_set(&certs, &reversed));
+        assert!(!same_set(&certs[..2], &reversed));
+        // Signer b first: its CA comes first, then both of a's in DER order.
+        let mut combined = bundle(&certs, &[], &[], now);
+        order_by_signer(&mut combined, &[b1.cert(), a1.cert()]);
+        assert_eq!(combined[0].der, b1.cert().der);
+        assert!(combined[1].der.as_ref() < combined[2].der.as_ref());
+    }
+
+    #[test]
+    fn only_rotate_mode_reissues_the_leaves_of_a_signer_the_trigger_rotated() {
+        let now = 1_800_000_000;
+        let old = ca(now - DAY);
+        let new = ca(now);
+        let leaf = pki::new_leaf(
+            &old,
+            &serving_target().identity,
+            now - DAY,
+            Duration::ZERO,
+            Duration::from_secs(10 * DAY as u64),
+        )
+        .unwrap();
+        let found = Some(Ok(leaf));
+        assert_eq!(
+            after_trigger(&found, new.cert(), true, Mode::Rotate),
+            Some(Reason::SignerRotatedByTrigger)
+        );
+        assert_eq!(
+            after_trigger(&found, new.cert(), true, Mode::ExpiredOnly),
+            None
+        );
+        assert_eq!(after_trigger(&found, new.cert(), false, Mode::Rotate), None);
+        assert_eq!(after_trigger(&found, old.cert(), true, Mode::Rotate), None);
+    }
 }
