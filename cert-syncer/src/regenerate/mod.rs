@@ -2,8 +2,12 @@
 //! "refresh only when expired" by default).
 //!
 //! - [`config`]: the YAML file of signers, bundles and targets, validated item by item;
+//! - `profile`: built-in configs (`--profile openshift-kube-apiserver`) and the cluster's
+//!   hostnames for them;
+//! - `annotations`: OpenShift's labels and annotations, and the manual rotation trigger;
 //! - `decide`: pure decisions from parsed certificates and the time;
-//! - `pki`: parsing and generation (rcgen, ECDSA P-256);
+//! - `keys`: the type of new keys (RSA-2048 by default, ECDSA P-256);
+//! - `pki`: parsing and generation (rcgen);
 //! - `pass`: one pass in dependency order with optimistic concurrency;
 //! - this module: the loop. A pass runs at start, whenever a declared object changes (one
 //!   watch per object), and when the next expiry (or rotation point) is reached: a timer aligned
