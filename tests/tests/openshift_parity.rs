@@ -16,6 +16,31 @@
 //! without the real kube-apiserver, and for the first two without the operator binary or
 //! `kubectl` (for OpenShift's CRDs and `cluster-objects.sh`).
 
+// Each scenario is `<scenario>::real`, as the real-apiserver variants of the other tests are
+// named: .config/nextest.toml gives those a longer leash (4 × 60 s).
+mod empty_cluster_ours_creates_the_set_then_openshifts_controller_writes_nothing {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn real() {
+        super::empty_cluster_ours_creates_the_set_then_openshifts_controller_writes_nothing().await;
+    }
+}
+
+mod on_openshifts_pki_ours_idles_then_recovers_an_expired_set_that_openshift_accepts {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn real() {
+        super::on_openshifts_pki_ours_idles_then_recovers_an_expired_set_that_openshift_accepts()
+            .await;
+    }
+}
+
+mod the_manual_trigger_rotates_a_signer_and_three_replicas_are_all_ready_one_acts {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn real() {
+        super::the_manual_trigger_rotates_a_signer_and_three_replicas_are_all_ready_one_acts()
+            .await;
+    }
+}
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -466,7 +491,6 @@ async fn all_valid(cluster: &Cluster) -> Result<(), String> {
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn empty_cluster_ours_creates_the_set_then_openshifts_controller_writes_nothing() {
     require_real_apiserver!();
     let operator = require_operator!();
@@ -502,7 +526,6 @@ async fn empty_cluster_ours_creates_the_set_then_openshifts_controller_writes_no
     drop(theirs);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_openshifts_pki_ours_idles_then_recovers_an_expired_set_that_openshift_accepts() {
     require_real_apiserver!();
     let operator = require_operator!();
@@ -748,7 +771,6 @@ async fn readyz(addr: std::net::SocketAddr) -> u16 {
         .unwrap_or(0)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_manual_trigger_rotates_a_signer_and_three_replicas_are_all_ready_one_acts() {
     require_real_apiserver!();
     install_crypto_provider();
