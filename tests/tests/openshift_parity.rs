@@ -497,6 +497,22 @@ async fn empty_cluster_ours_creates_the_set_then_openshifts_controller_writes_no
     install_crypto_provider();
     let cluster = Cluster::start(true).await;
 
+    // A flag that disagrees with networks.config.openshift.io/cluster is refused, naming both.
+    let refused = cluster
+        .ours(&["--once", "--service-network-ip", "10.0.0.1"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{text}");
+    assert!(
+        text.contains("10.0.0.1") && text.contains("172.30.0.1") && text.contains("disagrees"),
+        "{text}"
+    );
+    assert!(
+        cluster.versions().await.is_empty(),
+        "written before refusing"
+    );
+
     let started = Instant::now();
     let log = cluster.ours_once(&[]);
     let created = started.elapsed();
