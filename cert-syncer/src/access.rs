@@ -112,7 +112,13 @@ pub fn required_access(command: &Command) -> Result<Vec<Access>, ConfigError> {
     match command.job()? {
         Job::Sync(settings) => Ok(sync_access(&settings)),
         Job::Regenerate(settings) => {
-            let rotation = crate::regenerate::config::load(&settings.config)?;
+            let rotation = match (&settings.config, settings.profile) {
+                (Some(path), _) => crate::regenerate::config::load(path)?,
+                (None, Some(profile)) => crate::regenerate::profile_objects(profile)?,
+                (None, None) => {
+                    return Err(ConfigError("--config or --profile is required".into()));
+                }
+            };
             Ok(regenerate_access(&settings, &rotation))
         }
         Job::Inspect(settings) => Ok(inspect_access(&settings)),
@@ -303,6 +309,7 @@ pub const FLAGS_THAT_CHANGE_ACCESS: &[(&str, &[&str])] = &[
         "regenerate",
         &[
             "config",
+            "profile",
             "pod-name",
             "pod-namespace",
             "leader-elect",
@@ -336,6 +343,13 @@ pub const FLAGS_WITHOUT_ACCESS: &[(&str, &[&str])] = &[
             "leader-elect-renew-deadline",
             "leader-elect-retry-period",
             "now",
+            // Key type and hostnames change what is written, not where. (With --profile the
+            // cluster's networks/infrastructures.config.openshift.io `cluster` objects are read
+            // when allowed; a 403 counts as absent, so that read is optional access.)
+            "key-type",
+            "service-network-ip",
+            "api-hostname",
+            "api-int-hostname",
         ],
     ),
     (

@@ -169,8 +169,26 @@ pub struct RegenerateArgs {
     #[command(flatten)]
     pub connection: ConnectionArgs,
     /// The rotation config (YAML): signers, bundles, targets.
-    #[arg(long)]
-    pub config: PathBuf,
+    #[arg(long, required_unless_present = "profile", conflicts_with = "profile")]
+    pub config: Option<PathBuf>,
+    /// A built-in set instead of --config: `openshift-kube-apiserver` is what OpenShift's
+    /// cert-regeneration-controller manages for the kube-apiserver.
+    #[arg(long, value_enum)]
+    pub profile: Option<crate::regenerate::Profile>,
+    /// Type of newly generated keys (overrides the config's `key-type`; default rsa-2048).
+    #[arg(long, value_enum)]
+    pub key_type: Option<crate::regenerate::KeyType>,
+    /// With --profile: the service network's first IP, when the cluster has no
+    /// networks.config.openshift.io/cluster (refused if it disagrees with that object).
+    #[arg(long, requires = "profile")]
+    pub service_network_ip: Option<std::net::IpAddr>,
+    /// With --profile: the external API load balancer's hostname, when the cluster has no
+    /// infrastructures.config.openshift.io/cluster (refused if it disagrees).
+    #[arg(long, requires = "profile")]
+    pub api_hostname: Option<String>,
+    /// With --profile: the internal API load balancer's hostname (as --api-hostname).
+    #[arg(long, requires = "profile")]
+    pub api_int_hostname: Option<String>,
     /// `expired-only` acts only on expired or missing material (the recovery controller);
     /// `rotate` also rotates past 80 % of the lifetime or the refresh period.
     #[arg(long, value_enum, default_value_t = RegenerateMode::ExpiredOnly)]
@@ -443,6 +461,11 @@ impl RegenerateArgs {
         Ok(regenerate::Settings {
             connection: self.connection.settings(),
             config: self.config.clone(),
+            profile: self.profile,
+            key_type: self.key_type,
+            service_network_ip: self.service_network_ip,
+            api_hostname: self.api_hostname.clone(),
+            api_int_hostname: self.api_int_hostname.clone(),
             mode: self.mode.into(),
             once: self.once,
             metrics_listen: self.metrics_listen,

@@ -32,6 +32,9 @@ pub struct Elector {
     timing: Timing,
     /// The last record seen (resourceVersion) and when we first saw it.
     observed: Option<(String, Instant)>,
+    /// While waiting: blocked (`lease`) only while the Lease cannot be read or written, so a
+    /// standby that can take over is Ready.
+    readiness: Option<crate::health::Readiness>,
 }
 
 impl Elector {
@@ -48,14 +51,30 @@ impl Elector {
             identity,
             timing,
             observed: None,
+            readiness: None,
         }
+    }
+
+    /// Reports the candidate's state to `readiness` while it waits (see the field).
+    pub fn with_readiness(mut self, readiness: crate::health::Readiness) -> Elector {
+        self.readiness = Some(readiness);
+        self
     }
 
     /// Waits until this candidate holds the Lease. `false` when `shutdown` came first.
     pub async fn acquire(&mut self, shutdown: &CancellationToken) -> bool {
         let mut logged_holder = String::new();
         loop {
-            match self.try_acquire_or_renew().await {
+            let attempt = self.try_acquire_or_renew().await;
+            if let Some(readiness) = &self.readiness {
+                match &attempt {
+                    Ok(_) => readiness.clear("lease"),
+                    Err(err) => {
+                        readiness.block("lease", format!("cannot read or write the lease: {err}"))
+                    }
+                }
+            }
+            match attempt {
                 Ok(Attempt::Held) => {
                     tracing::info!(lease = %self.name, identity = %self.identity, "became leader");
                     return true;

@@ -25,6 +25,8 @@ pub enum Identity {
     Client { user: String, groups: Vec<String> },
 }
 
+use crate::regenerate::KeyType;
+
 /// A parsed certificate with the facts the decisions use.
 #[derive(Clone)]
 pub struct Cert {
@@ -379,15 +381,27 @@ pub fn verify_chain(
     }
 }
 
-/// A new self-signed CA, valid from `now - backdate` for `validity`; CN as library-go names
-/// it: `<namespace>_<name>@<unix seconds>`.
+/// [`new_signer_of`] with an ECDSA P-256 key (cheap: tests and `inspect`'s fixtures).
+#[cfg(test)]
 pub fn new_signer(
     common_name: &str,
     now: i64,
     backdate: std::time::Duration,
     validity: std::time::Duration,
 ) -> Result<KeyPairPem, String> {
-    let key = KeyPair::generate().map_err(|e| e.to_string())?;
+    new_signer_of(KeyType::EcdsaP256, common_name, now, backdate, validity)
+}
+
+/// A new self-signed CA with a `key_type` key, valid from `now - backdate` for `validity`; CN
+/// as library-go names it: `<namespace>_<name>@<unix seconds>`.
+pub fn new_signer_of(
+    key_type: KeyType,
+    common_name: &str,
+    now: i64,
+    backdate: std::time::Duration,
+    validity: std::time::Duration,
+) -> Result<KeyPairPem, String> {
+    let key = key_type.generate()?;
     let mut params = CertificateParams::new(Vec::<String>::new()).map_err(|e| e.to_string())?;
     params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
     params.key_usages = vec![
@@ -408,9 +422,30 @@ pub fn new_signer(
     })
 }
 
-/// A new leaf for `identity`, signed by `signer`, valid from `now - backdate` for `validity`
-/// but never past the signer's own notAfter.
+/// [`new_leaf_of`] with an ECDSA P-256 key (cheap: tests and `inspect`'s fixtures).
+#[cfg(test)]
 pub fn new_leaf(
+    signer: &KeyPairPem,
+    identity: &Identity,
+    now: i64,
+    backdate: std::time::Duration,
+    validity: std::time::Duration,
+) -> Result<KeyPairPem, String> {
+    new_leaf_of(
+        KeyType::EcdsaP256,
+        signer,
+        identity,
+        now,
+        backdate,
+        validity,
+    )
+}
+
+/// A new leaf for `identity` with a `key_type` key, signed by `signer` (with the signer key's
+/// algorithm: SHA-256 with RSA for an RSA signer), valid from `now - backdate` for `validity`
+/// but never past the signer's own notAfter.
+pub fn new_leaf_of(
+    key_type: KeyType,
     signer: &KeyPairPem,
     identity: &Identity,
     now: i64,
@@ -420,7 +455,7 @@ pub fn new_leaf(
     let ca_key = KeyPair::from_pem(&signer.key_pem).map_err(|e| format!("signer key: {e}"))?;
     let issuer = Issuer::from_ca_cert_der(&signer.cert().der, ca_key)
         .map_err(|e| format!("signer certificate: {e}"))?;
-    let key = KeyPair::generate().map_err(|e| e.to_string())?;
+    let key = key_type.generate()?;
     let mut params = CertificateParams::new(Vec::<String>::new()).map_err(|e| e.to_string())?;
     match identity {
         Identity::Serving { hostnames } => {

@@ -513,11 +513,11 @@ fn kubeconfig_templates_parse_and_describe_the_localhost_recovery_connection() {
 
 #[test]
 fn the_example_regeneration_config_parses_and_covers_the_kube_apiserver_set() {
-    let pod = manifests::pod();
-    let (argv, _) = parse_sidecar(&pod, REGENERATE_CONTAINER);
-    let path = flag(&argv, "config").expect("--config");
-    let (_, repo) =
-        node_file(&pod, container(&pod, REGENERATE_CONTAINER), path).expect("on a hostPath");
+    // The pod runs the built-in profile; this file is the example for other control planes.
+    let repo = manifests::dir().join(
+        "node/etc/kubernetes/static-pod-resources/kube-apiserver-pod-1/configmaps/\
+         cert-regeneration-controller-config/config.yaml",
+    );
     let text =
         std::fs::read_to_string(&repo).unwrap_or_else(|err| panic!("{}: {err}", repo.display()));
     let rotation = cert_syncer::regenerate::config::parse(&text)
@@ -616,14 +616,12 @@ fn atoms_of_rules(rules: &[(String, PolicyRule)]) -> BTreeSet<Atom> {
 /// `required_access` for a sidecar, its `--config` read from the repo's node files.
 fn required_for(pod: &Pod, name: &str) -> Vec<Access> {
     let (_, mut cli) = parse_sidecar(pod, name);
-    if let Command::Regenerate(args) = &mut cli.command {
-        let (_, repo) = node_file(
-            pod,
-            container(pod, name),
-            &args.config.display().to_string(),
-        )
-        .expect("--config on a hostPath");
-        args.config = repo;
+    if let Command::Regenerate(args) = &mut cli.command
+        && let Some(config) = &args.config
+    {
+        let (_, repo) = node_file(pod, container(pod, name), &config.display().to_string())
+            .expect("--config on a hostPath");
+        args.config = Some(repo);
     }
     required_access(&cli.command).unwrap_or_else(|err| panic!("{name}: {err}"))
 }
@@ -705,19 +703,23 @@ fn what_regenerate_writes_for_the_server_reaches_it() {
         .map(String::as_str)
         .collect();
     let server = argv(&pod, container(&pod, SERVER_CONTAINER)).join(" ");
-    let (argv_regen, _) = parse_sidecar(&pod, REGENERATE_CONTAINER);
-    let config = node_file(
-        &pod,
-        container(&pod, REGENERATE_CONTAINER),
-        flag(&argv_regen, "config").unwrap(),
-    )
-    .unwrap()
-    .1;
-    let rotation = cert_syncer::regenerate::config::load(&config).unwrap();
+    let (_, regen) = parse_sidecar(&pod, REGENERATE_CONTAINER);
+    let Command::Regenerate(regen) = regen.command else {
+        unreachable!()
+    };
+    let rotation =
+        cert_syncer::regenerate::profile_objects(regen.profile.expect("--profile")).unwrap();
+    // Client certificates for the pod's other consumers (the check-endpoints container and the
+    // control-plane node's kubeconfig), which OpenShift installs as revisioned resources.
+    let elsewhere = [
+        "check-endpoints-client-cert-key",
+        "control-plane-node-admin-client-cert-key",
+    ];
     for target in rotation
         .targets
         .iter()
         .filter(|t| t.object.namespace == sync.namespace)
+        .filter(|t| !elsewhere.contains(&t.object.name.as_str()))
     {
         let name = target.object.name.as_str();
         let revisioned = server.contains(&format!(

@@ -287,7 +287,7 @@ async fn files_changed_or_removed_behind_the_syncers_back_are_repaired_by_the_re
     let client = api.recovery_client();
     let secrets: Api<Secret> = Api::namespaced(client.clone(), NS);
     let config_maps: Api<ConfigMap> = Api::namespaced(client, NS);
-    let mut ca = Ca::default();
+    let ca = Ca::default();
     let (cert, key, _) = ca.localhost_leaf();
     secrets
         .create(

@@ -28,7 +28,7 @@
 //!     refresh: 15d
 //! ```
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::path::Path;
 use std::time::Duration;
@@ -101,6 +101,11 @@ pub struct Rotation {
     pub backdate: Duration,
     /// Items that were skipped.
     pub broken: Vec<Broken>,
+    /// The type of newly generated keys (`key-type`, default RSA-2048).
+    pub key_type: super::keys::KeyType,
+    /// Annotations written on each object whenever it is written (the file's top-level
+    /// `annotations` merged with the item's own): see `annotations`.
+    pub annotations: BTreeMap<(Kind, ObjectRef), BTreeMap<String, String>>,
 }
 
 impl Rotation {
@@ -121,6 +126,10 @@ struct File {
     namespace: Option<String>,
     #[serde(default)]
     backdate: Option<String>,
+    #[serde(default, rename = "key-type")]
+    key_type: Option<super::keys::KeyType>,
+    #[serde(default)]
+    annotations: BTreeMap<String, String>,
     #[serde(default)]
     signers: Vec<serde_norway::Value>,
     #[serde(default)]
@@ -137,6 +146,8 @@ struct SignerItem {
     namespace: Option<String>,
     validity: String,
     refresh: String,
+    #[serde(default)]
+    annotations: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -146,6 +157,8 @@ struct BundleItem {
     #[serde(default)]
     namespace: Option<String>,
     signers: Vec<String>,
+    #[serde(default)]
+    annotations: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -161,6 +174,8 @@ struct TargetItem {
     client: Option<ClientItem>,
     validity: String,
     refresh: String,
+    #[serde(default)]
+    annotations: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -206,7 +221,15 @@ pub fn parse(text: &str) -> Result<Rotation, ConfigError> {
     };
     let mut rotation = Rotation {
         backdate,
+        key_type: file.key_type.unwrap_or_default(),
         ..Rotation::default()
+    };
+    let common_annotations = file.annotations;
+    let annotate = |own: BTreeMap<String, String>| -> Result<BTreeMap<String, String>, String> {
+        let mut all = common_annotations.clone();
+        all.extend(own);
+        super::annotations::check_keys(&all)?;
+        Ok(all)
     };
     let mut seen: BTreeSet<(Kind, ObjectRef)> = BTreeSet::new();
     let object = |name: &str, namespace: Option<String>| -> Result<ObjectRef, String> {
@@ -239,17 +262,24 @@ pub fn parse(text: &str) -> Result<Rotation, ConfigError> {
                 let refresh =
                     config_duration(&item.refresh).map_err(|e| format!("refresh: {e}"))?;
                 check_periods(validity, refresh)?;
+                let annotations = annotate(item.annotations)?;
                 if !seen.insert((Kind::Secret, object.clone())) {
                     return Err(format!("secret {object} is declared twice"));
                 }
-                Ok(Signer {
-                    object,
-                    validity,
-                    refresh,
-                })
+                Ok((
+                    Signer {
+                        object,
+                        validity,
+                        refresh,
+                    },
+                    annotations,
+                ))
             });
         match outcome {
-            Ok(signer) => {
+            Ok((signer, annotations)) => {
+                rotation
+                    .annotations
+                    .insert((Kind::Secret, signer.object.clone()), annotations);
                 signer_names.push((signer.object.name.clone(), Some(rotation.signers.len())));
                 rotation.signers.push(signer);
             }
@@ -285,13 +315,19 @@ pub fn parse(text: &str) -> Result<Rotation, ConfigError> {
                     .iter()
                     .map(|name| find_signer(name))
                     .collect::<Result<Vec<_>, _>>()?;
+                let annotations = annotate(item.annotations)?;
                 if !seen.insert((Kind::ConfigMap, object.clone())) {
                     return Err(format!("configmap {object} is declared twice"));
                 }
-                Ok(Bundle { object, signers })
+                Ok((Bundle { object, signers }, annotations))
             });
         match outcome {
-            Ok(bundle) => rotation.bundles.push(bundle),
+            Ok((bundle, annotations)) => {
+                rotation
+                    .annotations
+                    .insert((Kind::ConfigMap, bundle.object.clone()), annotations);
+                rotation.bundles.push(bundle);
+            }
             Err(reason) => rotation.broken.push(Broken {
                 item: format!("bundles[{i}]"),
                 reason,
@@ -347,19 +383,28 @@ pub fn parse(text: &str) -> Result<Rotation, ConfigError> {
                 let refresh =
                     config_duration(&item.refresh).map_err(|e| format!("refresh: {e}"))?;
                 check_periods(validity, refresh)?;
+                let annotations = annotate(item.annotations)?;
                 if !seen.insert((Kind::Secret, object.clone())) {
                     return Err(format!("secret {object} is declared twice"));
                 }
-                Ok(Target {
-                    object,
-                    signer,
-                    identity,
-                    validity,
-                    refresh,
-                })
+                Ok((
+                    Target {
+                        object,
+                        signer,
+                        identity,
+                        validity,
+                        refresh,
+                    },
+                    annotations,
+                ))
             });
         match outcome {
-            Ok(target) => rotation.targets.push(target),
+            Ok((target, annotations)) => {
+                rotation
+                    .annotations
+                    .insert((Kind::Secret, target.object.clone()), annotations);
+                rotation.targets.push(target);
+            }
             Err(reason) => rotation.broken.push(Broken {
                 item: format!("targets[{i}]"),
                 reason,
@@ -513,5 +558,47 @@ targets:
                 .unwrap_err()
                 .contains("out of range")
         );
+    }
+    #[test]
+    fn key_type_and_annotations_are_read_and_merged_per_item() {
+        let text = r#"
+namespace: ns
+key-type: ecdsa-p256
+annotations: { "openshift.io/owning-component": kube-apiserver }
+signers:
+  - name: s
+    validity: 30d
+    refresh: 15d
+    annotations: { "openshift.io/description": "the signer" }
+bundles:
+  - { name: b, signers: [s] }
+targets:
+  - name: t
+    signer: s
+    client: { user: u }
+    validity: 1d
+    refresh: 12h
+    annotations: { "auth.openshift.io/certificate-not-after": "forged" }
+"#;
+        let rotation = parse(text).unwrap();
+        assert_eq!(
+            rotation.key_type,
+            crate::regenerate::keys::KeyType::EcdsaP256
+        );
+        let signer = &rotation.annotations[&(
+            crate::kind::Kind::Secret,
+            rotation.signers[0].object.clone(),
+        )];
+        assert_eq!(signer.len(), 2);
+        assert_eq!(signer["openshift.io/description"], "the signer");
+        // A computed annotation cannot be declared: that item is broken, the others run.
+        assert_eq!(rotation.targets.len(), 0);
+        assert!(
+            rotation.broken[0].reason.contains("computed"),
+            "{:?}",
+            rotation.broken
+        );
+        assert_eq!(parse("namespace: ns").unwrap().key_type, Default::default());
+        assert!(parse("key-type: dsa").is_err());
     }
 }

@@ -2,7 +2,7 @@
 //!
 //! | metric | labels | meaning |
 //! |---|---|---|
-//! | `cert_regenerate_regenerations_total` | `kind` (`signer`/`bundle`/`target`), `object`, `reason` | writes made |
+//! | `cert_regenerate_regenerations_total` | `kind` (`signer`/`bundle`/`target`), `object`, `reason` | writes made; `reason` is why: `missing`, `unusable`, `not-ca`, `expired`, `lifetime`, `refresh`, `hostnames`, `identity`, `chain`, `not-yet-valid`, `annotation` (the manual trigger), `signer-rotated`; for bundles `missing`, `ca-added`, `ca-removed`, `ca-replaced`, `unparsable` |
 //! | `cert_regenerate_failures_total` | | failed items, summed over passes |
 //! | `cert_regenerate_certificate_not_after_timestamp_seconds` | `kind`, `object` | notAfter of every managed certificate (bundles: the earliest CA) |
 //! | `cert_regenerate_last_pass_timestamp_seconds` | | end of the last pass |

@@ -2,8 +2,12 @@
 //! "refresh only when expired" by default).
 //!
 //! - [`config`]: the YAML file of signers, bundles and targets, validated item by item;
+//! - `profile`: built-in configs (`--profile openshift-kube-apiserver`) and the cluster's
+//!   hostnames for them;
+//! - `annotations`: OpenShift's labels and annotations, and the manual rotation trigger;
 //! - `decide`: pure decisions from parsed certificates and the time;
-//! - `crate::pki` (shared with `inspect`): parsing and generation (rcgen, ECDSA P-256);
+//! - `keys`: the type of new keys (RSA-2048 by default, ECDSA P-256);
+//! - `crate::pki` (shared with `inspect`): parsing and generation (rcgen);
 //! - `pass`: one pass in dependency order with optimistic concurrency;
 //! - this module: the loop. A pass runs at start, whenever a declared object changes (one
 //!   watch per object), and when the next expiry (or rotation point) is reached: a timer aligned
@@ -17,12 +21,15 @@
 //! `decide::clock_check`; certificates in the future by both clocks were written while a clock
 //! was ahead and are regenerated (`decide::not_yet_valid`) rather than blocking every pass.
 
+mod annotations;
 pub mod config;
 mod decide;
+mod keys;
 mod metrics;
 mod pass;
 #[cfg(test)]
 mod pass_tests;
+mod profile;
 mod settings;
 
 use std::sync::Arc;
@@ -37,9 +44,12 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 pub use decide::Mode;
+pub use keys::KeyType;
+pub use profile::Profile;
 pub(crate) use settings::Settings;
 
 use crate::decode::Raw;
+use crate::error::ConfigError;
 use crate::events::EventRecorder;
 use crate::health::Readiness;
 use crate::kind::Kind;
@@ -54,13 +64,10 @@ const MAX_SLEEP: Duration = Duration::from_secs(6 * 3600);
 
 /// Runs the controller (or one pass with `--once`).
 pub(crate) async fn run(args: Settings) -> anyhow::Result<()> {
-    let rotation = config::load(&args.config)?;
-    for broken in &rotation.broken {
-        tracing::error!(config = %args.config.display(), item = %broken.item, reason = %broken.reason, "config item skipped; the other items still run");
-    }
     let fixed_now = args.now;
     let connection = crate::connection::connect(&args.connection).await?;
     let client = connection.client.clone();
+    let rotation = load_rotation(&args, &client).await?;
     let events = EventRecorder::new(
         client.clone(),
         args.events_namespace(),
@@ -106,7 +113,14 @@ pub(crate) async fn run(args: Settings) -> anyhow::Result<()> {
 
     let shutdown = crate::shutdown::on_signal()?;
     let readiness = Readiness::default();
-    readiness.block("pass", "no pass completed yet");
+    // A standby (--leader-elect, waiting for the Lease) is Ready while it can read the Lease:
+    // it acts the moment it takes over, and a NotReady sidecar would make the static pod
+    // NotReady on every master but one. The leader is Ready once a pass completed.
+    if args.leader_elect {
+        readiness.block("lease", "the lease has not been read yet");
+    } else {
+        readiness.block("pass", "no pass completed yet");
+    }
     if !rotation.broken.is_empty() {
         readiness.block(
             "config",
@@ -139,10 +153,15 @@ pub(crate) async fn run(args: Settings) -> anyhow::Result<()> {
                 renew_deadline: args.leader_elect_renew_deadline,
                 retry_period: args.leader_elect_retry_period,
             },
-        );
+        )
+        .with_readiness(readiness.clone());
         if !elector.acquire(&shutdown).await {
             return Ok(());
         }
+        readiness.block(
+            "pass",
+            "no pass completed yet since this replica became leader",
+        );
         let (shutdown, lost, lost_reason) =
             (shutdown.clone(), lost.clone(), Arc::clone(&lost_reason));
         holder = Some(tokio::spawn(async move {
@@ -240,6 +259,50 @@ pub(crate) async fn run(args: Settings) -> anyhow::Result<()> {
     }
     drop(connection);
     Ok(())
+}
+
+/// The objects a built-in profile manages (hostnames are placeholders: for RBAC, not for use).
+///
+/// # Errors
+/// Never for the built-in profiles (their tests parse them).
+pub fn profile_objects(chosen: Profile) -> Result<config::Rotation, ConfigError> {
+    let placeholders = profile::Flags {
+        service_network_ip: Some(std::net::Ipv4Addr::LOCALHOST.into()),
+        api_hostname: Some("api.invalid".into()),
+        api_int_hostname: Some("api-int.invalid".into()),
+    };
+    profile::build(chosen, &profile::ClusterValues::default(), &placeholders)
+}
+
+/// The config file, or the built-in profile with the cluster's hostnames; `--key-type` applied.
+async fn load_rotation(
+    args: &Settings,
+    client: &kube::Client,
+) -> Result<config::Rotation, ConfigError> {
+    let mut rotation = match (&args.config, args.profile) {
+        (Some(path), _) => {
+            let rotation = config::load(path)?;
+            for broken in &rotation.broken {
+                tracing::error!(config = %path.display(), item = %broken.item, reason = %broken.reason, "config item skipped; the other items still run");
+            }
+            rotation
+        }
+        (None, Some(chosen)) => {
+            let cluster = profile::read_cluster(client).await?;
+            let flags = profile::Flags {
+                service_network_ip: args.service_network_ip,
+                api_hostname: args.api_hostname.clone(),
+                api_int_hostname: args.api_int_hostname.clone(),
+            };
+            profile::build(chosen, &cluster, &flags)?
+        }
+        (None, None) => return Err(ConfigError("--config or --profile is required".into())),
+    };
+    if let Some(key_type) = args.key_type {
+        rotation.key_type = key_type;
+    }
+    tracing::info!(key_type = rotation.key_type.name(), "new keys");
+    Ok(rotation)
 }
 
 /// The time one pass decides at, and the apiserver's clock it was checked against: the local

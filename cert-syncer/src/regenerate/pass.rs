@@ -14,11 +14,13 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::Api;
 use kube::api::{ObjectMeta, PostParams};
 
+use super::annotations;
 use super::config::{Identity, ObjectRef, Rotation};
 use super::decide::{self, Found, Mode, Reason};
 use crate::decode::Raw;
 use crate::error::chain;
 use crate::events::EventRecorder;
+use crate::kind::Kind as ObjectKind;
 use crate::pki::{self, Cert, KeyPairPem};
 use crate::time::rfc3339;
 
@@ -137,6 +139,8 @@ impl Pass<'_> {
 
         // 1. Signers.
         let mut current_signers: Vec<Option<KeyPairPem>> = Vec::new();
+        // Per signer: regenerated in this pass by the manual trigger (see `annotations`).
+        let mut triggered: Vec<bool> = Vec::new();
         for (config, read) in rotation.signers.iter().zip(signers) {
             let outcome = match read {
                 Err(err) => Err(err),
@@ -156,12 +160,21 @@ impl Pass<'_> {
                                 "{}_{}@{}",
                                 config.object.namespace, config.object.name, self.now
                             );
-                            pki::new_signer(&cn, self.now, rotation.backdate, config.validity)
+                            pki::new_signer_of(
+                                rotation.key_type,
+                                &cn,
+                                self.now,
+                                rotation.backdate,
+                                config.validity,
+                            )
                         },
                     )
                     .await
                 }
             };
+            triggered.push(report.written.last().is_some_and(|w| {
+                w.object == config.object && w.reason_label == Reason::TRIGGER_LABEL
+            }));
             match outcome {
                 Ok(pair) => {
                     let cert = pair.cert();
@@ -314,8 +327,8 @@ impl Pass<'_> {
                         found,
                         &mut report,
                         |found| {
-                            decide::not_yet_valid(found, rotation.backdate, self.now).or_else(
-                                || {
+                            decide::not_yet_valid(found, rotation.backdate, self.now)
+                                .or_else(|| {
                                     decide::target(
                                         found,
                                         config,
@@ -324,17 +337,30 @@ impl Pass<'_> {
                                         self.mode,
                                         self.now,
                                     )
-                                },
-                            )
+                                })
+                                .or_else(|| {
+                                    decide::after_trigger(
+                                        found,
+                                        signer.cert(),
+                                        triggered[config.signer],
+                                        self.mode,
+                                    )
+                                })
                         },
                         |_| {
-                            pki::new_leaf(
+                            let mut pair = pki::new_leaf_of(
+                                rotation.key_type,
                                 signer,
                                 &config.identity,
                                 self.now,
                                 rotation.backdate,
                                 config.validity,
-                            )
+                            )?;
+                            // library-go's serving tls.crt: the leaf, then its signer.
+                            if matches!(config.identity, Identity::Serving { .. }) {
+                                pair.chain.push(signer.cert().clone());
+                            }
+                            Ok(pair)
                         },
                     )
                     .await
@@ -368,6 +394,40 @@ impl Pass<'_> {
             .filter(|at| *at > self.now)
             .min();
         report
+    }
+
+    /// The annotations the config declares for `object`, and for a signer or target its
+    /// refresh period as library-go writes it.
+    fn declared_annotations(
+        &self,
+        kind: ObjectKind,
+        object: &ObjectRef,
+    ) -> BTreeMap<String, String> {
+        let rotation = self.rotation;
+        let mut all = rotation
+            .annotations
+            .get(&(kind, object.clone()))
+            .cloned()
+            .unwrap_or_default();
+        let refresh = rotation
+            .signers
+            .iter()
+            .find(|s| s.object == *object)
+            .map(|s| s.refresh)
+            .or_else(|| {
+                rotation
+                    .targets
+                    .iter()
+                    .find(|t| t.object == *object)
+                    .map(|t| t.refresh)
+            });
+        if let (ObjectKind::Secret, Some(refresh)) = (kind, refresh) {
+            all.insert(
+                annotations::REFRESH_PERIOD.to_owned(),
+                annotations::go_duration(refresh),
+            );
+        }
+        all
     }
 
     async fn read_secret(&self, object: &ObjectRef) -> ReadSecret {
@@ -439,14 +499,36 @@ impl Pass<'_> {
                     .await;
                 return Err(message);
             }
-            let Some(reason) = decide(&found) else {
+            let trigger = || {
+                let secret = existing.as_ref()?;
+                found.as_ref()?.as_ref().ok()?;
+                let labels = secret.metadata.labels.as_ref();
+                annotations::validity_problem(
+                    labels
+                        .and_then(|l| l.get(annotations::MANAGED_TYPE))
+                        .map(String::as_str),
+                    secret.metadata.annotations.as_ref(),
+                )
+                .map(Reason::ValidityAnnotation)
+            };
+            let Some(reason) = decide(&found).or_else(trigger) else {
                 return match found {
                     Some(Ok(pair)) => Ok(pair),
                     _ => Err("kept without a usable pair (a bug)".to_owned()),
                 };
             };
             let pair = generate(&found)?;
-            let secret = secret_with(existing.clone(), object, kind, &pair);
+            let mut secret = secret_with(existing.clone(), object, kind, &pair);
+            secret
+                .metadata
+                .labels
+                .get_or_insert_with(BTreeMap::new)
+                .insert(LABEL_TYPE.to_owned(), kind.to_owned());
+            secret
+                .metadata
+                .annotations
+                .get_or_insert_with(BTreeMap::new)
+                .extend(self.declared_annotations(ObjectKind::Secret, object));
             let result = match &existing {
                 None => api.create(&PostParams::default(), &secret).await,
                 Some(_) => {
@@ -506,7 +588,10 @@ impl Pass<'_> {
     ) -> Result<Vec<Cert>, String> {
         let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), &object.namespace);
         for _ in 0..MAX_ATTEMPTS {
-            let desired = decide::bundle(&certs, signers, in_use, self.now);
+            let mut desired = decide::bundle(&certs, signers, in_use, self.now);
+            if signers.len() > 1 {
+                decide::order_by_signer(&mut desired, signers);
+            }
             let text = pki::bundle_pem(&desired);
             let current = existing
                 .as_ref()
@@ -514,6 +599,14 @@ impl Pass<'_> {
                 .and_then(|d| d.get("ca-bundle.crt"));
             if current == Some(&text) {
                 return Ok(desired);
+            }
+            // The right set in another order is kept as it is: OpenShift's operator sorts by
+            // DER on some releases and not on others, and any rewrite would fight it.
+            if let Some(current) = current
+                && decide::same_set(&certs, &desired)
+                && pki::parse_bundle(current.as_bytes()).1.is_empty()
+            {
+                return Ok(certs);
             }
             let mut map = existing.clone().unwrap_or_else(|| ConfigMap {
                 metadata: ObjectMeta {
@@ -530,6 +623,10 @@ impl Pass<'_> {
             map.data
                 .get_or_insert_with(BTreeMap::new)
                 .insert("ca-bundle.crt".to_owned(), text);
+            map.metadata
+                .annotations
+                .get_or_insert_with(BTreeMap::new)
+                .extend(self.declared_annotations(ObjectKind::ConfigMap, object));
             let result = match &existing {
                 None => api.create(&PostParams::default(), &map).await,
                 Some(_) => {
@@ -547,7 +644,14 @@ impl Pass<'_> {
                         .iter()
                         .filter(|c| !desired.iter().any(|d| d.der == c.der))
                         .count();
-                    tracing::info!(configmap = %object, cas = desired.len(), added, removed, "CA bundle updated");
+                    let reason_label = match (&existing, added, removed) {
+                        (None, _, _) => "missing",
+                        (_, 0, 0) => "unparsable",
+                        (_, _, 0) => "ca-added",
+                        (_, 0, _) => "ca-removed",
+                        _ => "ca-replaced",
+                    };
+                    tracing::info!(configmap = %object, cas = desired.len(), added, removed, reason = reason_label, "CA bundle updated");
                     self.events
                         .record(
                             "CABundleUpdated",
@@ -560,7 +664,7 @@ impl Pass<'_> {
                         kind: "bundle",
                         object: object.clone(),
                         reason: format!("{added} added, {removed} removed"),
-                        reason_label: "bundle",
+                        reason_label,
                     });
                     return Ok(desired);
                 }

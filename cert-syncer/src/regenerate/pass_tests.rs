@@ -127,7 +127,7 @@ async fn an_empty_namespace_gets_signer_bundle_and_target_and_a_second_pass_writ
         written(&report),
         [
             "signer ns/signer missing",
-            "bundle ns/ca bundle",
+            "bundle ns/ca missing",
             "target ns/serving missing"
         ]
     );
@@ -219,7 +219,7 @@ async fn bundles_keep_valid_old_cas_drop_expired_ones_and_retry_after_a_conflict
     api.conflict_next_writes(1);
     let report = pass(&api, &rotation, now).await;
     assert!(report.failures.is_empty(), "{:?}", report.failures);
-    assert!(written(&report).contains(&"bundle ns/ca bundle".to_owned()));
+    assert!(written(&report).contains(&"bundle ns/ca ca-replaced".to_owned()));
     let bundle: Vec<Vec<u8>> = stored_bundle(&api, "ca")
         .iter()
         .map(|c| c.der.to_vec())

@@ -10,8 +10,16 @@ use super::Mode;
 #[derive(Debug, Clone)]
 pub(crate) struct Settings {
     pub connection: crate::connection::Settings,
-    /// The rotation config file.
-    pub config: PathBuf,
+    /// The rotation config file (exactly one of `config` and `profile`).
+    pub config: Option<PathBuf>,
+    /// A built-in rotation set.
+    pub profile: Option<super::Profile>,
+    /// The type of new keys, over the config's or profile's.
+    pub key_type: Option<super::KeyType>,
+    /// The profile's hostnames when the cluster's config objects do not give them.
+    pub service_network_ip: Option<std::net::IpAddr>,
+    pub api_hostname: Option<String>,
+    pub api_int_hostname: Option<String>,
     pub mode: Mode,
     /// One pass, then exit.
     pub once: bool,

@@ -1,0 +1,312 @@
+//! Built-in profiles: the sets OpenShift's own controllers manage, as config files compiled
+//! into the binary (`profiles/*.yaml`, validated by the same parser as a user's file).
+//!
+//! The cluster-specific hostnames come from the cluster's own configuration when it has it —
+//! `networks.config.openshift.io/cluster` (`status.serviceNetwork[0]`: its first address is the
+//! `kubernetes` Service's IP) and `infrastructures.config.openshift.io/cluster`
+//! (`status.apiServerURL`, `status.apiServerInternalURI`: their hosts), read only — else from
+//! flags. A flag that disagrees with the cluster's object is refused: a serving certificate for
+//! the wrong name is an outage, and the two sources disagreeing means one of them is stale.
+
+use std::net::IpAddr;
+
+use kube::Api;
+use kube::api::{ApiResource, DynamicObject};
+
+use super::config::{self, Rotation};
+use crate::error::ConfigError;
+
+/// The built-in profiles.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Profile {
+    /// OpenShift's kube-apiserver PKI: 8 signers, 10 CA bundles, 12 targets (what the
+    /// operator's cert-regeneration-controller manages, plus the aggregator CA copy the
+    /// kube-apiserver's cert-syncer mirrors).
+    OpenshiftKubeApiserver,
+}
+
+impl Profile {
+    fn text(self) -> &'static str {
+        match self {
+            Profile::OpenshiftKubeApiserver => {
+                include_str!("profiles/openshift-kube-apiserver.yaml")
+            }
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Profile::OpenshiftKubeApiserver => "openshift-kube-apiserver",
+        }
+    }
+}
+
+/// Values given on the command line (each optional when the cluster has the object).
+#[derive(Debug, Clone, Default)]
+pub struct Flags {
+    pub service_network_ip: Option<IpAddr>,
+    pub api_hostname: Option<String>,
+    pub api_int_hostname: Option<String>,
+}
+
+/// The values the cluster's config objects give (`None`: object or field absent).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClusterValues {
+    pub service_network_ip: Option<IpAddr>,
+    pub api_hostname: Option<String>,
+    pub api_int_hostname: Option<String>,
+}
+
+/// Reads the cluster's values (read only; a missing CRD or object is not an error).
+pub async fn read_cluster(client: &kube::Client) -> Result<ClusterValues, ConfigError> {
+    let get = |kind: &str, plural: &str| {
+        let resource = ApiResource {
+            group: "config.openshift.io".into(),
+            version: "v1".into(),
+            api_version: "config.openshift.io/v1".into(),
+            kind: kind.into(),
+            plural: plural.into(),
+        };
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+        let what = format!("{plural}.config.openshift.io/cluster");
+        async move {
+            match api.get_opt("cluster").await {
+                Ok(object) => Ok(object),
+                // No such resource (the CRD is not installed: a plain-text 404 kube-client does
+                // not turn into `None`).
+                Err(kube::Error::Api(status)) if status.code == 404 => Ok(None),
+                // Not allowed to read it: as if absent (the flags decide), said out loud.
+                Err(kube::Error::Api(status)) if status.code == 403 => {
+                    tracing::warn!(object = %what, "not allowed to read it; using the flags alone");
+                    Ok(None)
+                }
+                Err(err) => Err(ConfigError(format!("cannot read {what}: {err}"))),
+            }
+        }
+    };
+    let mut values = ClusterValues::default();
+    if let Some(network) = get("Network", "networks").await? {
+        let cidr = network.data["status"]["serviceNetwork"][0].as_str();
+        if let Some(cidr) = cidr {
+            values.service_network_ip = Some(first_ip(cidr).map_err(|err| {
+                ConfigError(format!(
+                    "networks.config.openshift.io/cluster: status.serviceNetwork[0] {cidr:?}: {err}"
+                ))
+            })?);
+        }
+    }
+    if let Some(infra) = get("Infrastructure", "infrastructures").await? {
+        let host = |field: &str| -> Result<Option<String>, ConfigError> {
+            infra.data["status"][field]
+                .as_str()
+                .map(|url| {
+                    url_host(url).ok_or_else(|| {
+                        ConfigError(format!(
+                            "infrastructures.config.openshift.io/cluster: status.{field} {url:?} has no host"
+                        ))
+                    })
+                })
+                .transpose()
+        };
+        values.api_hostname = host("apiServerURL")?;
+        values.api_int_hostname = host("apiServerInternalURI")?;
+    }
+    Ok(values)
+}
+
+/// The profile's rotation with the cluster's (or the flags') hostnames filled in.
+pub fn build(
+    profile: Profile,
+    cluster: &ClusterValues,
+    flags: &Flags,
+) -> Result<Rotation, ConfigError> {
+    let ip = pick(
+        "the service network's first IP",
+        "networks.config.openshift.io/cluster status.serviceNetwork[0]",
+        "--service-network-ip",
+        cluster.service_network_ip.map(|ip| ip.to_string()),
+        flags.service_network_ip.map(|ip| ip.to_string()),
+    )?;
+    let api = pick(
+        "the external load balancer's hostname",
+        "infrastructures.config.openshift.io/cluster status.apiServerURL",
+        "--api-hostname",
+        cluster.api_hostname.clone(),
+        flags.api_hostname.clone(),
+    )?;
+    let api_int = pick(
+        "the internal load balancer's hostname",
+        "infrastructures.config.openshift.io/cluster status.apiServerInternalURI",
+        "--api-int-hostname",
+        cluster.api_int_hostname.clone(),
+        flags.api_int_hostname.clone(),
+    )?;
+    let text = profile
+        .text()
+        .replace("${SERVICE_NETWORK_IP}", &ip)
+        .replace("${API_HOSTNAME}", &api)
+        .replace("${API_INT_HOSTNAME}", &api_int);
+    let rotation = config::parse(&text)
+        .map_err(|err| ConfigError(format!("profile {}: {}", profile.name(), err.0)))?;
+    if let Some(broken) = rotation.broken.first() {
+        return Err(ConfigError(format!(
+            "profile {}: {}: {}",
+            profile.name(),
+            broken.item,
+            broken.reason
+        )));
+    }
+    Ok(rotation)
+}
+
+fn pick(
+    what: &str,
+    object: &str,
+    flag: &str,
+    from_cluster: Option<String>,
+    from_flag: Option<String>,
+) -> Result<String, ConfigError> {
+    match (from_cluster, from_flag) {
+        (Some(cluster), Some(flag_value)) if !cluster.eq_ignore_ascii_case(&flag_value) => {
+            Err(ConfigError(format!(
+                "{what}: {flag} {flag_value} disagrees with {object} ({cluster}); refusing to \
+                 issue certificates for either (drop the flag, or fix the object)"
+            )))
+        }
+        (Some(value), _) | (None, Some(value)) => Ok(value.to_ascii_lowercase()),
+        (None, None) => Err(ConfigError(format!(
+            "{what}: the cluster has no {object} and {flag} is not set"
+        ))),
+    }
+}
+
+/// The first address of a CIDR (the network address plus one), as OpenShift gives the
+/// `kubernetes` Service.
+fn first_ip(cidr: &str) -> Result<IpAddr, String> {
+    let (address, prefix) = cidr.split_once('/').ok_or("not a CIDR")?;
+    let address: IpAddr = address.parse().map_err(|_| "not an IP address")?;
+    let prefix: u32 = prefix.parse().map_err(|_| "not a prefix length")?;
+    match address {
+        IpAddr::V4(v4) if prefix < 32 => {
+            let mask = u32::MAX.checked_shl(32 - prefix).unwrap_or(0);
+            Ok(IpAddr::V4((((u32::from(v4)) & mask) + 1).into()))
+        }
+        IpAddr::V6(v6) if prefix < 128 => {
+            let mask = u128::MAX.checked_shl(128 - prefix).unwrap_or(0);
+            Ok(IpAddr::V6(((u128::from(v6) & mask) + 1).into()))
+        }
+        _ => Err("the prefix leaves no address".to_owned()),
+    }
+}
+
+/// The host of a URL (`https://api.example.com:6443` → `api.example.com`).
+fn url_host(url: &str) -> Option<String> {
+    let uri: http::Uri = url.parse().ok()?;
+    let host = uri.host()?.trim_start_matches('[').trim_end_matches(']');
+    (!host.is_empty()).then(|| host.to_ascii_lowercase())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::regenerate::config::Identity;
+
+    fn cluster() -> ClusterValues {
+        ClusterValues {
+            service_network_ip: Some("172.30.0.1".parse().unwrap()),
+            api_hostname: Some("api.cluster.example.com".into()),
+            api_int_hostname: Some("api-int.cluster.example.com".into()),
+        }
+    }
+
+    #[test]
+    fn the_kube_apiserver_profile_is_the_observed_set() {
+        let rotation = build(
+            Profile::OpenshiftKubeApiserver,
+            &cluster(),
+            &Flags::default(),
+        )
+        .unwrap();
+        assert_eq!(rotation.signers.len(), 8);
+        assert_eq!(rotation.bundles.len(), 10);
+        assert_eq!(rotation.targets.len(), 12);
+        let target = |name: &str| {
+            rotation
+                .targets
+                .iter()
+                .find(|t| t.object.name == name)
+                .unwrap()
+        };
+        assert_eq!(
+            target("localhost-serving-cert-certkey").identity,
+            Identity::Serving {
+                hostnames: vec!["127.0.0.1".into(), "localhost".into()]
+            }
+        );
+        let Identity::Serving { hostnames } = &target("service-network-serving-certkey").identity
+        else {
+            panic!()
+        };
+        assert_eq!(hostnames.len(), 9);
+        assert!(hostnames.contains(&"172.30.0.1".to_owned()));
+        assert_eq!(
+            target("kube-scheduler-client-cert-key").object.namespace,
+            "openshift-config-managed"
+        );
+        // Every signer and target carries OpenShift's metadata.
+        for (kind, object) in rotation.objects() {
+            let annotations = &rotation.annotations[&(kind, object.clone())];
+            assert_eq!(
+                annotations
+                    .get("openshift.io/owning-component")
+                    .map(String::as_str),
+                Some("kube-apiserver"),
+                "{object}"
+            );
+        }
+        assert_eq!(rotation.key_type, crate::regenerate::keys::KeyType::Rsa2048);
+    }
+
+    #[test]
+    fn flags_fill_in_and_a_disagreement_is_refused() {
+        let flags = Flags {
+            service_network_ip: Some("10.0.0.1".parse().unwrap()),
+            api_hostname: Some("api.example".into()),
+            api_int_hostname: Some("api-int.example".into()),
+        };
+        assert!(
+            build(
+                Profile::OpenshiftKubeApiserver,
+                &ClusterValues::default(),
+                &flags
+            )
+            .is_ok()
+        );
+        let err = build(Profile::OpenshiftKubeApiserver, &cluster(), &flags).unwrap_err();
+        assert!(
+            err.0.contains("disagrees") && err.0.contains("--service-network-ip"),
+            "{err}"
+        );
+        let err = build(
+            Profile::OpenshiftKubeApiserver,
+            &ClusterValues::default(),
+            &Flags::default(),
+        )
+        .unwrap_err();
+        assert!(err.0.contains("is not set"), "{err}");
+    }
+
+    #[test]
+    fn cidrs_and_urls_give_the_first_ip_and_the_host() {
+        assert_eq!(first_ip("172.30.0.0/16").unwrap().to_string(), "172.30.0.1");
+        assert_eq!(first_ip("172.30.5.7/16").unwrap().to_string(), "172.30.0.1");
+        assert_eq!(first_ip("fd02::/112").unwrap().to_string(), "fd02::1");
+        assert!(first_ip("172.30.0.0").is_err());
+        assert!(first_ip("10.0.0.1/32").is_err());
+        assert_eq!(
+            url_host("https://api.cluster.example.com:6443").as_deref(),
+            Some("api.cluster.example.com")
+        );
+        assert_eq!(url_host("not a url"), None);
+    }
+}
