@@ -836,13 +836,13 @@ async fn the_manual_trigger_rotates_a_signer_and_three_replicas_are_all_ready_on
             "readiness {codes:?}:\n{}",
             replicas
                 .iter()
-                .map(ChildProcess::stderr_text)
+                .map(|c| c.stderr_text())
                 .collect::<Vec<_>>()
                 .join("\n---\n")
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let logs: Vec<String> = replicas.iter().map(ChildProcess::stderr_text).collect();
+    let logs: Vec<String> = replicas.iter().map(|c| c.stderr_text()).collect();
     let leaders = logs.iter().filter(|l| l.contains("became leader")).count();
     let actors = logs.iter().filter(|l| l.contains("regenerated")).count();
     assert_eq!((leaders, actors), (1, 1), "{logs:#?}");
