@@ -2,7 +2,8 @@
 //! coordination.k8s.io/v1 Leases, with list, watch (resourceVersion, bounded history, 410 Gone,
 //! bookmarks), get, create, update (409 on a stale resourceVersion), patch (merge, JSON patch,
 //! a simplified apply), delete and deletecollection, `dryRun=All` on every write, the legacy
-//! `/watch/` paths; static-token or client-certificate authentication (a client certificate
+//! `/watch/` paths; OpenAPI v2 (JSON) and v3 documents generated from the types' schemas (so
+//! kubectl's default validation, `apply`, `diff` and `explain` work, see [`openapi`]); static-token or client-certificate authentication (a client certificate
 //! that does not verify falls back to the token, else 401, as in kube-apiserver; `/version`
 //! needs no credentials); TLS through
 //! reload-lib with SNI certificates, so it can play the kube-apiserver of the recovery flow.
@@ -27,7 +28,10 @@
 //!   corpus's Events too);
 //! - a client without any credentials gets 401 outside `/version` and the health paths
 //!   (kube-apiserver authenticates it as `system:anonymous` and answers 403);
-//! - no Namespace objects: objects may be created in any namespace.
+//! - no Namespace objects: objects may be created in any namespace;
+//! - not in the corpus: `/openapi/v3` (kube-apiserver 1.20 does not serve it) and `/openapi/v2`
+//!   (kube-apiserver's document describes all of its kinds; the protobuf form is not served
+//!   here, 406).
 //!
 //! Modules: [`config`] (flags → settings), [`routes`] (URL → verb and resource, handlers,
 //! discovery), [`admission`] (what an object must be to be stored: defaults, names, keys),
@@ -37,7 +41,7 @@
 //! certificates, rules), [`audit`] (`--audit-log`, the requests
 //! as the authorizer sees them), [`status`] (`Status` errors),
 //! [`persist`] (the state file), [`seed`] (the seed directory), [`proto`] (protobuf request bodies), [`select`] (label and field selectors), [`resource`]
-//! (the served types), [`metrics`] (open watches and requests at `/metrics`), `fuzz` (entry points of the fuzz target
+//! (the served types), [`openapi`] (the OpenAPI v2 and v3 documents), [`metrics`] (open watches and requests at `/metrics`), `fuzz` (entry points of the fuzz target
 //! `mini_apiserver_requests`).
 
 pub mod admission;
@@ -50,6 +54,7 @@ pub mod fuzz;
 pub mod listener;
 pub mod meta;
 pub mod metrics;
+pub mod openapi;
 pub mod persist;
 pub mod proto;
 pub mod resource;

@@ -69,6 +69,12 @@ enum Route {
     Groups,
     Group(String),
     GroupResources(String),
+    /// `/openapi/v2`.
+    OpenApiV2,
+    /// `/openapi/v3`: the list of group-version documents.
+    OpenApiV3Root,
+    /// `/openapi/v3/api/v1` etc.
+    OpenApiV3(String),
     Objects {
         resource: Resource,
         namespace: Option<String>,
@@ -107,6 +113,9 @@ fn parse_route(path: &str) -> Option<Route> {
         ["version"] => Some(Route::Version),
         ["healthz" | "readyz" | "livez"] => Some(Route::Health),
         ["metrics"] => Some(Route::Metrics),
+        ["openapi", "v2"] => Some(Route::OpenApiV2),
+        ["openapi", "v3"] => Some(Route::OpenApiV3Root),
+        ["openapi", "v3", rest @ ..] => Some(Route::OpenApiV3(rest.join("/"))),
         ["api"] => Some(Route::CoreVersions),
         ["api", "v1"] => Some(Route::CoreResources),
         ["api", "v1", rest @ ..] => objects("", rest),
@@ -181,6 +190,27 @@ async fn route(
         }))),
         Route::Group(group) => Ok(json_ok(&group_json(&group))),
         Route::GroupResources(group) => Ok(json_ok(&resource_list(&format!("{group}/v1")))),
+        Route::OpenApiV2 => {
+            // kube-apiserver also serves the protobuf form; clients that ask only for it get
+            // 406 and fall back (kubectl to the v3 documents).
+            let accept = request
+                .headers()
+                .get(http::header::ACCEPT)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
+            if accept.contains("protobuf") && !accept.contains("json") && !accept.contains("*/*") {
+                return Err(ApiError::new(
+                    406,
+                    "NotAcceptable",
+                    "only application/json is served for /openapi/v2",
+                ));
+            }
+            Ok(json_ok(&crate::openapi::v2()))
+        }
+        Route::OpenApiV3Root => Ok(json_ok(&crate::openapi::v3_root())),
+        Route::OpenApiV3(path) => crate::openapi::v3(&path)
+            .map(|doc| json_ok(&doc))
+            .ok_or_else(|| ApiError::no_route(request.uri().path())),
         Route::Objects {
             resource,
             namespace,
