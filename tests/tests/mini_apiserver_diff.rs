@@ -395,6 +395,23 @@ fn corpus() -> Vec<Case> {
             cases.push(case("GET", collection.clone(), json, Value::Null));
         }
     }
+    // `kubectl auth can-i`: SelfSubjectAccessReviews (the admin may do anything), a review
+    // without attributes, and the group's discovery.
+    let reviews = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews";
+    for spec in [
+        json!({"resourceAttributes": {"namespace": NS, "verb": "get", "resource": "secrets"}}),
+        json!({"resourceAttributes": {"namespace": NS, "verb": "create", "group": "coordination.k8s.io", "resource": "leases"}}),
+        json!({"nonResourceAttributes": {"path": "/healthz", "verb": "get"}}),
+        json!({}),
+    ] {
+        cases.push(case(
+            "POST",
+            reviews.to_owned(),
+            json,
+            json!({"kind": "SelfSubjectAccessReview", "apiVersion": "authorization.k8s.io/v1", "spec": spec}),
+        ));
+    }
+    cases.push(case("POST", reviews.to_owned(), json, json!([])));
     cases
 }
 

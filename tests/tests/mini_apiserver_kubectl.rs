@@ -53,7 +53,8 @@ fn kubectl_creates_secrets_and_config_maps_and_reads_them_back() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
-    let server = ApiServer::start(tmp.path(), &[]);
+    // cert-syncer (`syncer-token`) may only read: `auth can-i` must say so.
+    let server = ApiServer::start(tmp.path(), &["--read-only-user", "cert-syncer"]);
     let config = kubeconfig(&server, tmp.path());
     let dir = tmp.path();
     let (crt, key) = (dir.join("serving.crt"), dir.join("serving.key"));
@@ -131,6 +132,33 @@ fn kubectl_creates_secrets_and_config_maps_and_reads_them_back() {
     let left = kubectl(&config, &["get", "secrets", "-o", "name"]);
     assert_eq!(left.trim(), "secret/serving");
     manifests_with_validation_dry_runs_and_diff(&config, dir);
+    auth_can_i(&config);
+}
+
+/// `kubectl auth can-i` (SelfSubjectAccessReview, protobuf body) and `--list`
+/// (SelfSubjectRulesReview), for the admin and for a read-only user.
+fn auth_can_i(config: &Path) {
+    assert_eq!(
+        kubectl(config, &["auth", "can-i", "delete", "secrets"]).trim(),
+        "yes"
+    );
+    let read_only = |args: &[&str]| {
+        Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(config)
+            .args(["--token", "syncer-token", "auth", "can-i"])
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let denied = read_only(&["create", "secrets"]);
+    assert_eq!(String::from_utf8_lossy(&denied.stdout).trim(), "no");
+    assert_eq!(denied.status.code(), Some(1));
+    let allowed = read_only(&["watch", "leases.coordination.k8s.io", "-n", "kube-system"]);
+    assert_eq!(String::from_utf8_lossy(&allowed.stdout).trim(), "yes");
+    let listed = read_only(&["--list"]);
+    let listed = String::from_utf8_lossy(&listed.stdout);
+    assert!(listed.contains("[get list watch]"), "{listed}");
 }
 
 fn write_config_map(path: &Path, value: &str) {

@@ -14,6 +14,7 @@ pub mod body;
 mod discovery;
 mod objects;
 mod query;
+mod review;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -69,6 +70,8 @@ enum Route {
     Groups,
     Group(String),
     GroupResources(String),
+    /// `/apis/authorization.k8s.io/v1/selfsubject{access,rules}reviews`.
+    Review(review::Review),
     /// `/openapi/v2`.
     OpenApiV2,
     /// `/openapi/v3`: the list of group-version documents.
@@ -120,10 +123,15 @@ fn parse_route(path: &str) -> Option<Route> {
         ["api", "v1"] => Some(Route::CoreResources),
         ["api", "v1", rest @ ..] => objects("", rest),
         ["apis"] => Some(Route::Groups),
-        ["apis", group] if *group == "coordination.k8s.io" => {
+        ["apis", "authorization.k8s.io", "v1", plural] => {
+            review::Review::from_plural(plural).map(Route::Review)
+        }
+        ["apis", group] if *group == "coordination.k8s.io" || *group == "authorization.k8s.io" => {
             Some(Route::Group((*group).to_owned()))
         }
-        ["apis", group, "v1"] if *group == "coordination.k8s.io" => {
+        ["apis", group, "v1"]
+            if *group == "coordination.k8s.io" || *group == "authorization.k8s.io" =>
+        {
             Some(Route::GroupResources((*group).to_owned()))
         }
         ["apis", group, "v1", rest @ ..] => objects(group, rest),
@@ -186,10 +194,14 @@ async fn route(
         Route::CoreResources => Ok(json_ok(&resource_list("v1"))),
         Route::Groups => Ok(json_ok(&json!({
             "kind": "APIGroupList", "apiVersion": "v1",
-            "groups": [group_json("coordination.k8s.io")]
+            "groups": [group_json("coordination.k8s.io"), group_json("authorization.k8s.io")]
         }))),
         Route::Group(group) => Ok(json_ok(&group_json(&group))),
+        Route::GroupResources(group) if group == "authorization.k8s.io" => {
+            Ok(json_ok(&review::resource_list()))
+        }
         Route::GroupResources(group) => Ok(json_ok(&resource_list(&format!("{group}/v1")))),
+        Route::Review(kind) => review::review(&api.authorizer, &user, request, kind).await,
         Route::OpenApiV2 => {
             // kube-apiserver also serves the protobuf form; clients that ask only for it get
             // 406 and fall back (kubectl to the v3 documents).
