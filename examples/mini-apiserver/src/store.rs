@@ -128,6 +128,7 @@ impl Store {
                     saved.kind,
                     saved.resource,
                     Arc::new(saved.object),
+                    None,
                 )));
             }
             while inner.history.len() > inner.capacity {
@@ -515,6 +516,7 @@ impl Store {
             kind,
             resource,
             Arc::clone(&shared),
+            previous.clone(),
         )));
         let mut dropped = Vec::new();
         while inner.history.len() > inner.capacity {
