@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use serde_json::{Map, Value, json};
 use tokio::sync::watch;
 
-use crate::admission::{check_name, normalize};
+use crate::admission::{check_name, check_update, normalize};
 use crate::change::{Change, ChangeKind};
 use crate::meta::{meta_str, meta_str_opt, now_rfc3339, random_suffix, uid};
 use crate::persist::{self, PERSISTED_HISTORY, SavedChangeView, StateView};
@@ -475,6 +475,7 @@ impl Store {
         {
             return Err(ApiError::conflict(resource.plural(), resource.kind(), name));
         }
+        check_update(*resource, name, &current, &object)?;
         object["metadata"]["uid"] = current["metadata"]["uid"].clone();
         object["metadata"]["creationTimestamp"] = current["metadata"]["creationTimestamp"].clone();
         // An update that changes nothing does not bump the resourceVersion (as the apiserver).
