@@ -17,6 +17,9 @@ use rustls_pki_types::ServerName;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+#[path = "mini_apiserver_diff/validation.rs"]
+mod validation;
+
 /// One request of the corpus.
 struct Case {
     method: &'static str,
@@ -412,87 +415,8 @@ fn corpus() -> Vec<Case> {
         ));
     }
     cases.push(case("POST", reviews.to_owned(), json, json!([])));
-    validation(&mut cases);
+    validation::cases(&mut cases);
     cases
-}
-
-/// Validation as kube-apiserver does it: TLS Secrets need both keys, a Secret's type and the
-/// data of `immutable` objects never change, data is at most 1 MiB.
-fn validation(cases: &mut Vec<Case>) {
-    let (json, merge) = ("application/json", "application/merge-patch+json");
-    let secrets = format!("/api/v1/namespaces/{NS}/secrets");
-    let maps = format!("/api/v1/namespaces/{NS}/configmaps");
-    let tls = "kubernetes.io/tls";
-    let posts = [
-        (
-            &secrets,
-            json!({"metadata": {"name": "v-tls"}, "type": tls, "data": {"tls.crt": "Yw=="}}),
-        ),
-        (
-            &secrets,
-            json!({"metadata": {"name": "v-tls2"}, "type": tls, "data": {}}),
-        ),
-        (
-            &secrets,
-            json!({"metadata": {"name": "v-type"}, "data": {"tls.crt": "Yw==", "tls.key": "aw=="}}),
-        ),
-        (
-            &secrets,
-            json!({"metadata": {"name": "v-imm"}, "immutable": true, "data": {"a": "Yg=="}}),
-        ),
-        (
-            &maps,
-            json!({"metadata": {"name": "v-imm"}, "immutable": true, "data": {"a": "b"}}),
-        ),
-        (
-            &maps,
-            json!({"metadata": {"name": "v-big"}, "data": {"a": "x".repeat(1024 * 1024 + 1)}}),
-        ),
-        (
-            &maps,
-            json!({"metadata": {"name": "v-max"}, "data": {"a": "x".repeat(1024 * 1024)}}),
-        ),
-        (
-            &secrets,
-            json!({"metadata": {"name": "v-big"}, "stringData": {"a": "x".repeat(1024 * 1024 + 1)}}),
-        ),
-    ];
-    for (collection, body) in posts {
-        cases.push(case("POST", collection.clone(), json, body));
-    }
-    let patches = [
-        (&secrets, "v-type", json!({"type": tls})),
-        (&secrets, "v-imm", json!({"data": {"a": "Yw=="}})),
-        (&secrets, "v-imm", json!({"immutable": false})),
-        (
-            &secrets,
-            "v-imm",
-            json!({"metadata": {"labels": {"ok": "yes"}}}),
-        ),
-        (&maps, "v-imm", json!({"data": {"a": "c"}})),
-        (&maps, "v-imm", json!({"binaryData": {"b": "Yg=="}})),
-        (&maps, "v-imm", json!({"immutable": null})),
-        (
-            &maps,
-            "v-imm",
-            json!({"metadata": {"labels": {"ok": "yes"}}}),
-        ),
-    ];
-    for (collection, name, body) in patches {
-        cases.push(case("PATCH", format!("{collection}/{name}"), merge, body));
-    }
-    cases.push(case(
-        "PUT",
-        format!("{secrets}/v-type"),
-        json,
-        json!({"metadata": {"name": "v-type"}, "type": tls, "data": {"tls.crt": "Yw==", "tls.key": "aw=="}}),
-    ));
-    cases.push(case(
-        "PUT",
-        format!("{secrets}/v-type"),
-        json,
-        json!({"metadata": {"name": "v-type"}, "type": "Opaque", "data": {}}),
-    ));
 }
 
 /// One request over a fresh TLS connection (SNI `localhost-recovery`); (status, body).

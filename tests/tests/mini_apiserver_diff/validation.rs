@@ -1,0 +1,84 @@
+//! The validation part of the differential corpus (Secrets and ConfigMaps).
+
+use serde_json::json;
+
+use super::{Case, NS, case};
+
+/// Validation as kube-apiserver does it: TLS Secrets need both keys, a Secret's type and the
+/// data of `immutable` objects never change, data is at most 1 MiB.
+pub(crate) fn cases(cases: &mut Vec<Case>) {
+    let (json, merge) = ("application/json", "application/merge-patch+json");
+    let secrets = format!("/api/v1/namespaces/{NS}/secrets");
+    let maps = format!("/api/v1/namespaces/{NS}/configmaps");
+    let tls = "kubernetes.io/tls";
+    let posts = [
+        (
+            &secrets,
+            json!({"metadata": {"name": "v-tls"}, "type": tls, "data": {"tls.crt": "Yw=="}}),
+        ),
+        (
+            &secrets,
+            json!({"metadata": {"name": "v-tls2"}, "type": tls, "data": {}}),
+        ),
+        (
+            &secrets,
+            json!({"metadata": {"name": "v-type"}, "data": {"tls.crt": "Yw==", "tls.key": "aw=="}}),
+        ),
+        (
+            &secrets,
+            json!({"metadata": {"name": "v-imm"}, "immutable": true, "data": {"a": "Yg=="}}),
+        ),
+        (
+            &maps,
+            json!({"metadata": {"name": "v-imm"}, "immutable": true, "data": {"a": "b"}}),
+        ),
+        (
+            &maps,
+            json!({"metadata": {"name": "v-big"}, "data": {"a": "x".repeat(1024 * 1024 + 1)}}),
+        ),
+        (
+            &maps,
+            json!({"metadata": {"name": "v-max"}, "data": {"a": "x".repeat(1024 * 1024)}}),
+        ),
+        (
+            &secrets,
+            json!({"metadata": {"name": "v-big"}, "stringData": {"a": "x".repeat(1024 * 1024 + 1)}}),
+        ),
+    ];
+    for (collection, body) in posts {
+        cases.push(case("POST", collection.clone(), json, body));
+    }
+    let patches = [
+        (&secrets, "v-type", json!({"type": tls})),
+        (&secrets, "v-imm", json!({"data": {"a": "Yw=="}})),
+        (&secrets, "v-imm", json!({"immutable": false})),
+        (
+            &secrets,
+            "v-imm",
+            json!({"metadata": {"labels": {"ok": "yes"}}}),
+        ),
+        (&maps, "v-imm", json!({"data": {"a": "c"}})),
+        (&maps, "v-imm", json!({"binaryData": {"b": "Yg=="}})),
+        (&maps, "v-imm", json!({"immutable": null})),
+        (
+            &maps,
+            "v-imm",
+            json!({"metadata": {"labels": {"ok": "yes"}}}),
+        ),
+    ];
+    for (collection, name, body) in patches {
+        cases.push(case("PATCH", format!("{collection}/{name}"), merge, body));
+    }
+    cases.push(case(
+        "PUT",
+        format!("{secrets}/v-type"),
+        json,
+        json!({"metadata": {"name": "v-type"}, "type": tls, "data": {"tls.crt": "Yw==", "tls.key": "aw=="}}),
+    ));
+    cases.push(case(
+        "PUT",
+        format!("{secrets}/v-type"),
+        json,
+        json!({"metadata": {"name": "v-type"}, "type": "Opaque", "data": {}}),
+    ));
+}
