@@ -235,6 +235,24 @@ fn manifests_with_validation_dry_runs_and_diff(config: &Path, dir: &Path) {
     );
     assert_eq!(data_k(config), "x");
     kubectl(config, &["replace", "-f", file]);
+    // kubectl's default validation is the server's (`fieldValidation=Strict`): a typo fails.
+    let typo = dir.join("typo.yaml");
+    std::fs::write(
+        &typo,
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: typo}\ndatta: {k: v}\n",
+    )
+    .unwrap();
+    let refused = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(config)
+        .args(["create", "-f", typo.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success() && stderr.contains("unknown field \"datta\""),
+        "{stderr}"
+    );
     let explained = kubectl(config, &["explain", "configmap.data"]);
     assert!(explained.contains("map[string]string"), "{explained}");
 

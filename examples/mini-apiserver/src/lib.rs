@@ -5,7 +5,9 @@
 //! `/watch/` paths; OpenAPI v2 (JSON) and v3 documents generated from the types' schemas (so
 //! kubectl's default validation, `apply`, `diff` and `explain` work, see [`openapi`]);
 //! SelfSubjectAccessReview and SelfSubjectRulesReview from the same rules that authorize
-//! requests (`kubectl auth can-i [--list]`); static-token or client-certificate authentication (a client certificate
+//! requests (`kubectl auth can-i [--list]`); `fieldValidation=Strict` refuses fields the
+//! kind's schema does not declare (400, kube-apiserver's wording); label- and field-selector
+//! watches send ADDED when an object starts matching and DELETED when it stops; static-token or client-certificate authentication (a client certificate
 //! that does not verify falls back to the token, else 401, as in kube-apiserver; `/version`
 //! needs no credentials); TLS through
 //! reload-lib with SNI certificates, so it can play the kube-apiserver of the recovery flow.

@@ -330,6 +330,89 @@ pub fn v3_root() -> Value {
     json!({ "paths": paths })
 }
 
+/// The fields of `object` (a `resource` object or a merge patch of one) that its schema does
+/// not declare, as dotted paths (`spec.foo`, `metadata.ownerReferences[0].bar`):
+/// `fieldValidation=Strict` refuses them. `$` directives of strategic-merge patches are not
+/// fields.
+pub fn unknown_fields(resource: Resource, object: &Value) -> Vec<String> {
+    static SCHEMAS: std::sync::OnceLock<Map<String, Value>> = std::sync::OnceLock::new();
+    let schemas = SCHEMAS.get_or_init(|| schemas(Version::V3, &Resource::ALL));
+    let mut unknown = Vec::new();
+    if let Some(schema) = schemas.get(&schema_name(resource)) {
+        walk(schemas, schema, object, "", &mut unknown);
+    }
+    unknown
+}
+
+fn walk(
+    schemas: &Map<String, Value>,
+    schema: &Value,
+    value: &Value,
+    path: &str,
+    unknown: &mut Vec<String>,
+) {
+    let mut schema = schema;
+    // A reference (at most a few levels: the schemas are not recursive where values are).
+    for _ in 0..8 {
+        match schema
+            .get("$ref")
+            .and_then(Value::as_str)
+            .and_then(|r| r.strip_prefix("#/components/schemas/"))
+            .and_then(|name| schemas.get(name))
+        {
+            Some(target) => schema = target,
+            None => break,
+        }
+    }
+    if let Some(all) = schema.get("allOf").and_then(Value::as_array) {
+        for part in all {
+            walk(schemas, part, value, path, unknown);
+        }
+        return;
+    }
+    let join = |key: &str| {
+        if path.is_empty() {
+            key.to_owned()
+        } else {
+            format!("{path}.{key}")
+        }
+    };
+    match value {
+        Value::Object(map) => {
+            if let Some(properties) = schema.get("properties").and_then(Value::as_object) {
+                for (key, child) in map.iter().filter(|(k, _)| !k.starts_with('$')) {
+                    match properties.get(key) {
+                        Some(child_schema) => {
+                            walk(schemas, child_schema, child, &join(key), unknown);
+                        }
+                        None => unknown.push(join(key)),
+                    }
+                }
+            } else if let Some(values) =
+                schema.get("additionalProperties").filter(|a| a.is_object())
+            {
+                for (key, child) in map {
+                    walk(schemas, values, child, &join(key), unknown);
+                }
+            }
+        }
+        Value::Array(items) => {
+            if let Some(item_schema) = schema.get("items") {
+                for (index, item) in items.iter().enumerate() {
+                    walk(
+                        schemas,
+                        item_schema,
+                        item,
+                        &format!("{path}[{index}]"),
+                        unknown,
+                    );
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -374,6 +457,29 @@ mod tests {
                 .unwrap()
                 .starts_with("/openapi/v3/apis/coordination.k8s.io/v1?hash=")
         );
+    }
+
+    #[test]
+    fn unknown_fields_are_found_at_any_depth_and_declared_ones_pass() {
+        let lease = json!({
+            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": "l", "labels": {"any": "x"}, "labelz": {},
+                         "ownerReferences": [{"uid": "u", "name": "n", "kind": "K", "apiVersion": "v1", "colour": 1}]},
+            "spec": {"holderIdentity": "a", "leaseDurationSeconds": 15, "holder": "b"},
+            "$setElementOrder/finalizers": [],
+        });
+        assert_eq!(
+            unknown_fields(Resource::Leases, &lease),
+            [
+                "metadata.labelz",
+                "metadata.ownerReferences[0].colour",
+                "spec.holder"
+            ]
+        );
+        let map = json!({"kind": "ConfigMap", "data": {"k": "v"}, "immutable": true, "metadata": {"name": "c"}});
+        assert!(unknown_fields(Resource::ConfigMaps, &map).is_empty());
+        let event = json!({"involvedObject": {"kind": "ConfigMap"}, "reason": "r", "series": {"count": 1, "bogus": 2}});
+        assert_eq!(unknown_fields(Resource::Events, &event), ["series.bogus"]);
     }
 
     #[test]

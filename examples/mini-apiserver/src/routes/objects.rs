@@ -144,6 +144,7 @@ async fn serve_objects(
         "create" => {
             let ns = namespaced(&namespace)?;
             let body = read_body(request, resource).await?;
+            check_fields(query, resource, &body, true)?;
             let object = store.create_in(mode, resource, &ns, body)?;
             log_change(mode, "created", resource, &object);
             Ok(json_response(StatusCode::CREATED, &object))
@@ -151,6 +152,7 @@ async fn serve_objects(
         "update" => {
             let ns = namespaced(&namespace)?;
             let body = read_body(request, resource).await?;
+            check_fields(query, resource, &body, true)?;
             let name = name.as_deref().unwrap_or("");
             // Leases and Events are created by an update when missing (kube-apiserver's
             // AllowCreateOnUpdate for these kinds).
@@ -206,6 +208,9 @@ async fn serve_objects(
                 other => return Err(ApiError::unsupported_media_type(other)),
             };
             let body = read_body(request, resource).await?;
+            if kind != PatchKind::Json {
+                check_fields(query, resource, &body, false)?;
+            }
             let name = name.as_deref().unwrap_or("");
             if kind == PatchKind::Merge
                 && creates_on_update(resource)
@@ -263,6 +268,38 @@ async fn serve_objects(
 }
 
 /// Kinds whose update (PUT, merge PATCH) creates a missing object, as in kube-apiserver.
+/// `fieldValidation=Strict`: 400 for fields the kind's schema does not declare, worded as
+/// kube-apiserver words it (the default, `Warn`, and `Ignore` accept them).
+fn check_fields(
+    query: &Query,
+    resource: Resource,
+    body: &Value,
+    whole_object: bool,
+) -> Result<(), ApiError> {
+    if query.get("fieldValidation") != Some("Strict") {
+        return Ok(());
+    }
+    let unknown = crate::openapi::unknown_fields(resource, body);
+    if unknown.is_empty() {
+        return Ok(());
+    }
+    let fields: Vec<String> = unknown
+        .iter()
+        .map(|field| format!("unknown field \"{field}\""))
+        .collect();
+    let kind = resource.kind();
+    let prefix = if whole_object {
+        let version = resource.api_version().rsplit('/').next().unwrap_or("v1");
+        format!("{kind} in version \"{version}\" cannot be handled as a {kind}: ")
+    } else {
+        String::new()
+    };
+    Err(ApiError::bad_request(format!(
+        "{prefix}strict decoding error: {}",
+        fields.join(", ")
+    )))
+}
+
 fn creates_on_update(resource: Resource) -> bool {
     matches!(resource, Resource::Leases | Resource::Events)
 }
