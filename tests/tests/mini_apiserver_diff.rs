@@ -508,6 +508,9 @@ fn mask(value: &mut Value) {
             ] {
                 map.remove(key);
             }
+            if let Some(timestamp) = map.get_mut("deletionTimestamp") {
+                *timestamp = json!("set");
+            }
             if let Some(Value::String(name)) = map.get_mut("name")
                 && name.starts_with("gen-")
             {

@@ -194,6 +194,49 @@ fn joined(errors: Vec<String>) -> String {
     }
 }
 
+/// An object's `metadata.finalizers`, when it is a list.
+pub fn finalizers(object: &Value) -> Option<&[Value]> {
+    object["metadata"]["finalizers"]
+        .as_array()
+        .map(Vec::as_slice)
+}
+
+/// While an object is being deleted, an update may remove finalizers but not add any (422, as
+/// kube-apiserver's ValidateObjectMetaUpdate).
+///
+/// # Errors
+/// 422 Invalid naming the new finalizers.
+pub fn check_finalizers(
+    resource: Resource,
+    name: &str,
+    current: &Value,
+    object: &Value,
+    deleting: bool,
+) -> Result<(), ApiError> {
+    let before = finalizers(current).unwrap_or_default();
+    let added: Vec<&str> = finalizers(object)
+        .unwrap_or_default()
+        .iter()
+        .filter(|f| !before.contains(f))
+        .filter_map(Value::as_str)
+        .collect();
+    if deleting && !added.is_empty() {
+        return Err(ApiError::invalid(
+            resource.kind(),
+            name,
+            format!(
+                "metadata.finalizers: Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers []string{{{}}}",
+                added
+                    .iter()
+                    .map(|f| format!("{f:?}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Checks an update from `current` to `object` as kube-apiserver's update validation does: a
 /// Secret's `type` never changes, and the data of a Secret or ConfigMap with `immutable: true`
 /// (and the flag itself) never change.

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use serde_json::{Map, Value, json};
 use tokio::sync::watch;
 
-use crate::admission::{check_name, check_update, normalize};
+use crate::admission::{check_finalizers, check_name, check_update, finalizers, normalize};
 use crate::change::{Change, ChangeKind};
 use crate::meta::{meta_str, meta_str_opt, now_rfc3339, random_suffix, uid};
 use crate::persist::{self, PERSISTED_HISTORY, SavedChangeView, StateView};
@@ -447,7 +447,19 @@ impl Store {
                 return Err(ApiError::conflict(resource.plural(), resource.kind(), name));
             }
         }
-        let object = Value::clone(current);
+        let mut object = Value::clone(current);
+        // Finalizers pending: the object stays, marked for deletion, until they are removed.
+        if finalizers(&object).is_some_and(|f| !f.is_empty()) {
+            if object["metadata"].get("deletionTimestamp").is_some() {
+                return Ok(object);
+            }
+            object["metadata"]["deletionTimestamp"] = json!(now_rfc3339());
+            object["metadata"]["deletionGracePeriodSeconds"] = json!(0);
+            if mode == Mode::DryRun {
+                return Ok(object);
+            }
+            return self.commit(&mut inner, key, object, ChangeKind::Modified);
+        }
         if mode == Mode::DryRun {
             return Ok(object);
         }
@@ -476,6 +488,18 @@ impl Store {
             return Err(ApiError::conflict(resource.plural(), resource.kind(), name));
         }
         check_update(*resource, name, &current, &object)?;
+        // deletionTimestamp is the server's: kept once set, never set by an update; the update
+        // that removes the last finalizer of an object being deleted deletes it.
+        let deleting = current["metadata"].get("deletionTimestamp").cloned();
+        check_finalizers(*resource, name, &current, &object, deleting.is_some())?;
+        if let Some(metadata) = object["metadata"].as_object_mut() {
+            metadata.remove("deletionTimestamp");
+            metadata.remove("deletionGracePeriodSeconds");
+            if let Some(timestamp) = deleting.clone() {
+                metadata.insert("deletionTimestamp".into(), timestamp);
+                metadata.insert("deletionGracePeriodSeconds".into(), json!(0));
+            }
+        }
         object["metadata"]["uid"] = current["metadata"]["uid"].clone();
         object["metadata"]["creationTimestamp"] = current["metadata"]["creationTimestamp"].clone();
         // An update that changes nothing does not bump the resourceVersion (as the apiserver).
@@ -487,7 +511,13 @@ impl Store {
         if mode == Mode::DryRun {
             return Ok(unchanged);
         }
-        self.commit(inner, key, object, ChangeKind::Modified)
+        let finished = deleting.is_some() && finalizers(&object).is_none_or(<[Value]>::is_empty);
+        let kind = if finished {
+            ChangeKind::Deleted
+        } else {
+            ChangeKind::Modified
+        };
+        self.commit(inner, key, object, kind)
     }
 
     /// Records a change (a new object, a new state, or a deletion) with the next

@@ -1,4 +1,4 @@
-//! The validation part of the differential corpus (Secrets and ConfigMaps).
+//! The validation and finalizer part of the differential corpus (Secrets and ConfigMaps).
 
 use serde_json::json;
 
@@ -81,4 +81,28 @@ pub(crate) fn cases(cases: &mut Vec<Case>) {
         json,
         json!({"metadata": {"name": "v-type"}, "type": "Opaque", "data": {}}),
     ));
+    // Finalizers: a delete marks the object, it stays until its finalizers are removed, and
+    // no new ones may be added meanwhile.
+    let object = format!("{maps}/v-fin");
+    cases.push(case(
+        "POST",
+        maps.clone(),
+        json,
+        json!({"metadata": {"name": "v-fin", "finalizers": ["example.com/hold"]}}),
+    ));
+    for (method, body) in [
+        ("DELETE", serde_json::Value::Null),
+        ("GET", serde_json::Value::Null),
+        ("DELETE", serde_json::Value::Null),
+        (
+            "PATCH",
+            json!({"metadata": {"finalizers": ["example.com/hold", "example.com/new"]}}),
+        ),
+        ("PATCH", json!({"data": {"a": "b"}})),
+        ("PATCH", json!({"metadata": {"finalizers": null}})),
+        ("GET", serde_json::Value::Null),
+    ] {
+        let content_type = if method == "PATCH" { merge } else { json };
+        cases.push(case(method, object.clone(), content_type, body));
+    }
 }

@@ -242,6 +242,11 @@ async fn serve_objects(
                 name.as_deref().unwrap_or(""),
                 &preconditions,
             )?;
+            if object["metadata"].get("deletionTimestamp").is_some() {
+                // Finalizers pending: the object stays; the answer is its state.
+                log_change(mode, "marked for deletion", resource, &object);
+                return Ok(json_ok(&object));
+            }
             log_change(mode, "deleted", resource, &object);
             // kube-apiserver answers a completed delete of these kinds with a Status.
             Ok(json_ok(&json!({
