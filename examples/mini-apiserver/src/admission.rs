@@ -201,12 +201,37 @@ pub fn finalizers(object: &Value) -> Option<&[Value]> {
         .map(Vec::as_slice)
 }
 
+/// `deletionTimestamp` is the server's: an update keeps `current`'s mark (and cannot set one);
+/// while the object is being deleted it may remove finalizers, not add any. Returns whether
+/// the object is being deleted.
+///
+/// # Errors
+/// 422 for new finalizers on an object being deleted.
+pub fn keep_deletion_mark(
+    resource: Resource,
+    name: &str,
+    current: &Value,
+    object: &mut Value,
+) -> Result<bool, ApiError> {
+    let deleting = current["metadata"].get("deletionTimestamp").cloned();
+    check_finalizers(resource, name, current, object, deleting.is_some())?;
+    if let Some(metadata) = object["metadata"].as_object_mut() {
+        metadata.remove("deletionTimestamp");
+        metadata.remove("deletionGracePeriodSeconds");
+        if let Some(timestamp) = &deleting {
+            metadata.insert("deletionTimestamp".into(), timestamp.clone());
+            metadata.insert("deletionGracePeriodSeconds".into(), json!(0));
+        }
+    }
+    Ok(deleting.is_some())
+}
+
 /// While an object is being deleted, an update may remove finalizers but not add any (422, as
 /// kube-apiserver's ValidateObjectMetaUpdate).
 ///
 /// # Errors
 /// 422 Invalid naming the new finalizers.
-pub fn check_finalizers(
+fn check_finalizers(
     resource: Resource,
     name: &str,
     current: &Value,

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use serde_json::{Map, Value, json};
 use tokio::sync::watch;
 
-use crate::admission::{check_finalizers, check_name, check_update, finalizers, normalize};
+use crate::admission::{check_name, check_update, finalizers, keep_deletion_mark, normalize};
 use crate::change::{Change, ChangeKind};
 use crate::meta::{meta_str, meta_str_opt, now_rfc3339, random_suffix, uid};
 use crate::persist::{self, PERSISTED_HISTORY, SavedChangeView, StateView};
@@ -488,18 +488,8 @@ impl Store {
             return Err(ApiError::conflict(resource.plural(), resource.kind(), name));
         }
         check_update(*resource, name, &current, &object)?;
-        // deletionTimestamp is the server's: kept once set, never set by an update; the update
-        // that removes the last finalizer of an object being deleted deletes it.
-        let deleting = current["metadata"].get("deletionTimestamp").cloned();
-        check_finalizers(*resource, name, &current, &object, deleting.is_some())?;
-        if let Some(metadata) = object["metadata"].as_object_mut() {
-            metadata.remove("deletionTimestamp");
-            metadata.remove("deletionGracePeriodSeconds");
-            if let Some(timestamp) = deleting.clone() {
-                metadata.insert("deletionTimestamp".into(), timestamp);
-                metadata.insert("deletionGracePeriodSeconds".into(), json!(0));
-            }
-        }
+        // The update that removes the last finalizer of an object being deleted deletes it.
+        let deleting = keep_deletion_mark(*resource, name, &current, &mut object)?;
         object["metadata"]["uid"] = current["metadata"]["uid"].clone();
         object["metadata"]["creationTimestamp"] = current["metadata"]["creationTimestamp"].clone();
         // An update that changes nothing does not bump the resourceVersion (as the apiserver).
@@ -511,7 +501,7 @@ impl Store {
         if mode == Mode::DryRun {
             return Ok(unchanged);
         }
-        let finished = deleting.is_some() && finalizers(&object).is_none_or(<[Value]>::is_empty);
+        let finished = deleting && finalizers(&object).is_none_or(<[Value]>::is_empty);
         let kind = if finished {
             ChangeKind::Deleted
         } else {
