@@ -61,8 +61,10 @@ pub enum Mode {
 /// How a PATCH body is applied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PatchKind {
-    /// RFC 7386 merge patch (also used for strategic merge patches).
+    /// RFC 7386 merge patch.
     Merge,
+    /// Strategic merge patch (see [`crate::smp`]).
+    Strategic,
     /// RFC 6902 JSON patch.
     Json,
     /// Server-side apply, simplified: a merge patch that creates the object when absent.
@@ -381,6 +383,7 @@ impl Store {
         let mut patched = current.clone();
         match kind {
             PatchKind::Merge | PatchKind::Apply => json_patch::merge(&mut patched, &patch),
+            PatchKind::Strategic => crate::smp::apply(&mut patched, &patch)?,
             PatchKind::Json => {
                 let operations: json_patch::Patch = serde_json::from_value(patch)
                     .map_err(|err| ApiError::bad_request(format!("invalid JSON patch: {err}")))?;

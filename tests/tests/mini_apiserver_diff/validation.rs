@@ -1,4 +1,5 @@
-//! The validation and finalizer part of the differential corpus (Secrets and ConfigMaps).
+//! The validation, finalizer and strategic-merge-patch part of the differential corpus
+//! (Secrets and ConfigMaps).
 
 use serde_json::json;
 
@@ -105,4 +106,44 @@ pub(crate) fn cases(cases: &mut Vec<Case>) {
         let content_type = if method == "PATCH" { merge } else { json };
         cases.push(case(method, object.clone(), content_type, body));
     }
+    strategic(cases);
+}
+
+/// Strategic merge patches: finalizers merge as a set, ownerReferences by uid, directives.
+fn strategic(cases: &mut Vec<Case>) {
+    let smp = "application/strategic-merge-patch+json";
+    let maps = format!("/api/v1/namespaces/{NS}/configmaps");
+    let object = format!("{maps}/v-smp");
+    let owner = |uid: &str, name: &str| json!({"apiVersion": "v1", "kind": "ConfigMap", "name": name, "uid": uid});
+    let (one, two) = (
+        "11111111-1111-1111-1111-111111111111",
+        "22222222-2222-2222-2222-222222222222",
+    );
+    cases.push(case(
+        "POST",
+        maps.clone(),
+        "application/json",
+        json!({"metadata": {"name": "v-smp", "finalizers": ["a.io/x"], "ownerReferences": [owner(one, "o")]},
+               "data": {"k": "v", "l": "w"}}),
+    ));
+    for patch in [
+        json!({"metadata": {"finalizers": ["b.io/y"]}}),
+        json!({"metadata": {"$setElementOrder/finalizers": ["b.io/y", "a.io/x"], "finalizers": ["b.io/y"]}}),
+        json!({"metadata": {"$deleteFromPrimitiveList/finalizers": ["a.io/x"]}}),
+        json!({"metadata": {"ownerReferences": [owner(two, "p")]}}),
+        json!({"metadata": {"ownerReferences": [{"uid": one, "$patch": "delete"}]}}),
+        json!({"metadata": {"ownerReferences": [{"uid": two, "name": "renamed"}]}}),
+        json!({"data": {"$patch": "replace", "z": "1"}}),
+        json!({"data": {"k": null, "z": "2"}}),
+        json!({"metadata": {"finalizers": null}}),
+        json!([]),
+    ] {
+        cases.push(case("PATCH", object.clone(), smp, patch));
+    }
+    cases.push(case(
+        "GET",
+        object,
+        "application/json",
+        serde_json::Value::Null,
+    ));
 }

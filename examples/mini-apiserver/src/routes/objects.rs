@@ -200,9 +200,8 @@ async fn serve_objects(
                 .trim()
                 .to_owned();
             let kind = match content_type.as_str() {
-                "application/merge-patch+json" | "application/strategic-merge-patch+json" => {
-                    PatchKind::Merge
-                }
+                "application/merge-patch+json" => PatchKind::Merge,
+                "application/strategic-merge-patch+json" => PatchKind::Strategic,
                 "application/json-patch+json" => PatchKind::Json,
                 "application/apply-patch+yaml" | "application/apply-patch+json" => PatchKind::Apply,
                 other => return Err(ApiError::unsupported_media_type(other)),
@@ -212,13 +211,17 @@ async fn serve_objects(
                 check_fields(query, resource, &body, false)?;
             }
             let name = name.as_deref().unwrap_or("");
-            if kind == PatchKind::Merge
+            if matches!(kind, PatchKind::Merge | PatchKind::Strategic)
                 && creates_on_update(resource)
                 && body.is_object()
                 && store.get(resource, &ns, name).is_err_and(|e| e.code == 404)
             {
                 let mut object = json!({"metadata": {"name": name}});
-                json_patch::merge(&mut object, &body);
+                if kind == PatchKind::Strategic {
+                    crate::smp::apply(&mut object, &body)?;
+                } else {
+                    json_patch::merge(&mut object, &body);
+                }
                 let object = store.create_in(mode, resource, &ns, object)?;
                 log_change(mode, "created", resource, &object);
                 return Ok(json_ok(&object));
