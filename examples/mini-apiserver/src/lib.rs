@@ -1,7 +1,8 @@
 //! A small Kubernetes-API-compatible server: core/v1 Secrets, ConfigMaps and Events, and
 //! coordination.k8s.io/v1 Leases, with list, watch (resourceVersion, bounded history, 410 Gone,
-//! bookmarks), get, create, update (409 on a stale resourceVersion), patch (merge, strategic merge, JSON patch,
-//! a simplified apply), delete and deletecollection, `dryRun=All` on every write, the legacy
+//! bookmarks), get, create, update (409 on a stale resourceVersion), patch (merge, strategic
+//! merge with `ObjectMeta`'s list strategies and directives, see [`smp`]; JSON patch; a
+//! simplified apply), delete and deletecollection, `dryRun=All` on every write, the legacy
 //! `/watch/` paths; OpenAPI v2 (JSON) and v3 documents generated from the types' schemas (so
 //! kubectl's default validation, `apply`, `diff` and `explain` work, see [`openapi`]);
 //! SelfSubjectAccessReview and SelfSubjectRulesReview from the same rules that authorize
@@ -9,23 +10,26 @@
 //! kind's schema does not declare (400, kube-apiserver's wording); label- and field-selector
 //! watches send ADDED when an object starts matching and DELETED when it stops; finalizers (a
 //! delete sets `deletionTimestamp`, the object stays until its finalizers are removed);
-//! strategic merge patch with `ObjectMeta`'s list strategies and directives (see [`smp`]); static-token or client-certificate authentication (a client certificate
-//! that does not verify falls back to the token, else 401, as in kube-apiserver; `/version`
-//! needs no credentials); TLS through
-//! reload-lib with SNI certificates, so it can play the kube-apiserver of the recovery flow.
+//! static-token or client-certificate authentication (a client certificate that does not
+//! verify falls back to the token, else 401, as in kube-apiserver; `/version` needs no
+//! credentials); TLS through reload-lib with SNI certificates, so it can play the
+//! kube-apiserver of the recovery flow.
 //!
-//! What it is not: a kube-apiserver. No admission plugins or webhooks, no RBAC (a small rule file instead, see
-//! [`auth`]), no other resources, no field managers, no `generation`,
-//! protobuf only in requests (Secrets, ConfigMaps, Leases; answers are JSON), no table output.
+//! What it is not: a kube-apiserver. No admission plugins or webhooks, no RBAC (a small rule
+//! file instead, see [`auth`]), no other resources, no Namespace objects, no field managers
+//! (server-side apply is a merge: no `managedFields`, no conflicts), no `generation`, protobuf
+//! only in requests (Secrets, ConfigMaps, Leases; answers are JSON), no Table output (kubectl
+//! prints lists itself).
 //!
 //! # Measured against kube-apiserver
 //!
 //! `tests/tests/mini_apiserver_diff.rs` replays a corpus of 456 requests (every verb on every
 //! served kind, good and bad input, selectors, paging, dry runs, legacy watch paths,
 //! deletecollection, SelfSubjectAccessReviews, Secret/ConfigMap validation: TLS keys, type
-//! and `immutable` changes, the 1 MiB data limit, finalizers, strategic merge patches) against this server and kube-apiserver v1.20.2 and prints the agreement
-//! of status codes and normalized bodies (445/456 = 97.6 % at the last run, asserted ≥ 95 %;
-//! the test prints every difference). Differences kept on purpose:
+//! and `immutable` changes, the 1 MiB data limit, finalizers, strategic merge patches) against
+//! this server and kube-apiserver v1.20.2 and prints the agreement of status codes and
+//! normalized bodies (445/456 = 97.6 % at the last run, asserted ≥ 95 %; the test prints
+//! every difference). Differences kept on purpose:
 //!
 //! - discovery lists only the served kinds and groups (kube-apiserver lists all of its own), and
 //!   unknown paths get a `Status` 404 instead of the list of root paths;
