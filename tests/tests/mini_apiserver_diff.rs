@@ -17,6 +17,9 @@ use rustls_pki_types::ServerName;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+#[path = "mini_apiserver_diff/validation.rs"]
+mod validation;
+
 /// One request of the corpus.
 struct Case {
     method: &'static str,
@@ -395,6 +398,24 @@ fn corpus() -> Vec<Case> {
             cases.push(case("GET", collection.clone(), json, Value::Null));
         }
     }
+    // `kubectl auth can-i`: SelfSubjectAccessReviews (the admin may do anything), a review
+    // without attributes, and the group's discovery.
+    let reviews = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews";
+    for spec in [
+        json!({"resourceAttributes": {"namespace": NS, "verb": "get", "resource": "secrets"}}),
+        json!({"resourceAttributes": {"namespace": NS, "verb": "create", "group": "coordination.k8s.io", "resource": "leases"}}),
+        json!({"nonResourceAttributes": {"path": "/healthz", "verb": "get"}}),
+        json!({}),
+    ] {
+        cases.push(case(
+            "POST",
+            reviews.to_owned(),
+            json,
+            json!({"kind": "SelfSubjectAccessReview", "apiVersion": "authorization.k8s.io/v1", "spec": spec}),
+        ));
+    }
+    cases.push(case("POST", reviews.to_owned(), json, json!([])));
+    validation::cases(&mut cases);
     cases
 }
 
@@ -481,6 +502,9 @@ fn mask(value: &mut Value) {
                 "storageVersionHash",
             ] {
                 map.remove(key);
+            }
+            if let Some(timestamp) = map.get_mut("deletionTimestamp") {
+                *timestamp = json!("set");
             }
             if let Some(Value::String(name)) = map.get_mut("name")
                 && name.starts_with("gen-")

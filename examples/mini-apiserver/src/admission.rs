@@ -153,9 +153,167 @@ fn normalize_secret(object: &mut Map<String, Value>, name: &str) -> Result<(), A
             )));
         }
     }
-    object.insert("data".into(), Value::Object(data));
+    let size: usize = data
+        .values()
+        .filter_map(|v| v.as_str().and_then(|v| BASE64.decode(v).ok()))
+        .map(|bytes| bytes.len())
+        .sum();
+    if size > MAX_DATA_SIZE {
+        return Err(invalid(format!(
+            "data: Too long: must have at most {MAX_DATA_SIZE} bytes"
+        )));
+    }
+    // kubernetes.io/tls Secrets must carry both halves of the pair (ValidateSecret).
+    if object.get("type").and_then(Value::as_str) == Some("kubernetes.io/tls") {
+        let missing: Vec<String> = ["tls.crt", "tls.key"]
+            .into_iter()
+            .filter(|key| !data.contains_key(*key))
+            .map(|key| format!("data[{key}]: Required value"))
+            .collect();
+        if !missing.is_empty() {
+            return Err(invalid(joined(missing)));
+        }
+    }
+    // An empty map is omitted, as kube-apiserver's encoding omits it.
+    if !data.is_empty() {
+        object.insert("data".into(), Value::Object(data));
+    }
     object.entry("type").or_insert_with(|| json!("Opaque"));
     Ok(())
+}
+
+/// kube-apiserver's limit on a Secret's or ConfigMap's data (`core.MaxSecretSize`, 1 MiB).
+pub const MAX_DATA_SIZE: usize = 1024 * 1024;
+
+/// Several field errors as kube-apiserver prints them: one alone, else `[a, b]`.
+fn joined(errors: Vec<String>) -> String {
+    if errors.len() == 1 {
+        errors.into_iter().next().unwrap_or_default()
+    } else {
+        format!("[{}]", errors.join(", "))
+    }
+}
+
+/// An object's `metadata.finalizers`, when it is a list.
+pub fn finalizers(object: &Value) -> Option<&[Value]> {
+    object["metadata"]["finalizers"]
+        .as_array()
+        .map(Vec::as_slice)
+}
+
+/// `deletionTimestamp` is the server's: an update keeps `current`'s mark (and cannot set one);
+/// while the object is being deleted it may remove finalizers, not add any. Returns whether
+/// the object is being deleted.
+///
+/// # Errors
+/// 422 for new finalizers on an object being deleted.
+pub fn keep_deletion_mark(
+    resource: Resource,
+    name: &str,
+    current: &Value,
+    object: &mut Value,
+) -> Result<bool, ApiError> {
+    let deleting = current["metadata"].get("deletionTimestamp").cloned();
+    check_finalizers(resource, name, current, object, deleting.is_some())?;
+    if let Some(metadata) = object["metadata"].as_object_mut() {
+        metadata.remove("deletionTimestamp");
+        metadata.remove("deletionGracePeriodSeconds");
+        if let Some(timestamp) = &deleting {
+            metadata.insert("deletionTimestamp".into(), timestamp.clone());
+            metadata.insert("deletionGracePeriodSeconds".into(), json!(0));
+        }
+    }
+    Ok(deleting.is_some())
+}
+
+/// While an object is being deleted, an update may remove finalizers but not add any (422, as
+/// kube-apiserver's ValidateObjectMetaUpdate).
+///
+/// # Errors
+/// 422 Invalid naming the new finalizers.
+fn check_finalizers(
+    resource: Resource,
+    name: &str,
+    current: &Value,
+    object: &Value,
+    deleting: bool,
+) -> Result<(), ApiError> {
+    let before = finalizers(current).unwrap_or_default();
+    let added: Vec<&str> = finalizers(object)
+        .unwrap_or_default()
+        .iter()
+        .filter(|f| !before.contains(f))
+        .filter_map(Value::as_str)
+        .collect();
+    if deleting && !added.is_empty() {
+        return Err(ApiError::invalid(
+            resource.kind(),
+            name,
+            format!(
+                "metadata.finalizers: Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers []string{{{}}}",
+                added
+                    .iter()
+                    .map(|f| format!("{f:?}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks an update from `current` to `object` as kube-apiserver's update validation does: a
+/// Secret's `type` never changes, and the data of a Secret or ConfigMap with `immutable: true`
+/// (and the flag itself) never change.
+///
+/// # Errors
+/// 422 Invalid naming the fields.
+pub fn check_update(
+    resource: Resource,
+    name: &str,
+    current: &Value,
+    object: &Value,
+) -> Result<(), ApiError> {
+    let mut errors = Vec::new();
+    if resource == Resource::Secrets && current.get("type") != object.get("type") {
+        errors.push(format!(
+            "type: Invalid value: {}: field is immutable",
+            object.get("type").unwrap_or(&Value::Null)
+        ));
+    }
+    if matches!(resource, Resource::Secrets | Resource::ConfigMaps)
+        && current.get("immutable") == Some(&Value::Bool(true))
+    {
+        let forbidden =
+            |field: &str| format!("{field}: Forbidden: field is immutable when `immutable` is set");
+        if object.get("immutable") != Some(&Value::Bool(true)) {
+            errors.push(forbidden("immutable"));
+        }
+        let empty = Value::Object(Map::new());
+        let fields: &[&str] = if resource == Resource::Secrets {
+            &["data"]
+        } else {
+            &["data", "binaryData"]
+        };
+        for field in fields {
+            let before = current
+                .get(*field)
+                .filter(|v| !v.is_null())
+                .unwrap_or(&empty);
+            let after = object
+                .get(*field)
+                .filter(|v| !v.is_null())
+                .unwrap_or(&empty);
+            if before != after {
+                errors.push(forbidden(field));
+            }
+        }
+    }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::invalid(resource.kind(), name, joined(errors)))
+    }
 }
 
 fn normalize_config_map(object: &Map<String, Value>, name: &str) -> Result<(), ApiError> {
@@ -171,6 +329,26 @@ fn normalize_config_map(object: &Map<String, Value>, name: &str) -> Result<(), A
                 )));
             }
         }
+    }
+    let text_size: usize = object
+        .get("data")
+        .and_then(Value::as_object)
+        .map_or(0, |d| {
+            d.values().filter_map(Value::as_str).map(str::len).sum()
+        });
+    let binary_size: usize = object
+        .get("binaryData")
+        .and_then(Value::as_object)
+        .map_or(0, |d| {
+            d.values()
+                .filter_map(|v| v.as_str().and_then(|v| BASE64.decode(v).ok()))
+                .map(|b| b.len())
+                .sum()
+        });
+    if text_size + binary_size > MAX_DATA_SIZE {
+        return Err(invalid(format!(
+            "[]: Too long: must have at most {MAX_DATA_SIZE} bytes"
+        )));
     }
     if let Some(binary) = object.get("binaryData").filter(|d| !d.is_null()) {
         let Some(binary) = binary.as_object() else {

@@ -218,6 +218,37 @@ impl Authorizer {
         })
     }
 
+    /// The rules that apply to `user` in `namespace`, as a SelfSubjectRulesReview lists them
+    /// (`resourceRules`).
+    pub fn rules_for(&self, user: &User, namespace: &str) -> Vec<serde_json::Value> {
+        let read_only = self.read_only.contains(&user.name);
+        let verbs = |names: &Names| -> Vec<String> {
+            let all = names_list(names);
+            if read_only {
+                let reads = ["get", "list", "watch"].map(str::to_owned);
+                if all == ["*"] {
+                    return reads.to_vec();
+                }
+                return all.into_iter().filter(|v| reads.contains(v)).collect();
+            }
+            all
+        };
+        let rule = |verbs: Vec<String>, resources: Vec<String>| serde_json::json!({"verbs": verbs, "apiGroups": ["*"], "resources": resources});
+        let Some(rules) = &self.rules else {
+            return vec![rule(verbs(&Names::Any), vec!["*".to_owned()])];
+        };
+        rules
+            .iter()
+            .filter(|rule| match &rule.subject {
+                Subject::User(name) => *name == user.name,
+                Subject::Group(group) => user.groups.contains(group),
+            })
+            .filter(|r| r.namespaces.contains(Some(namespace)))
+            .map(|r| rule(verbs(&r.verbs), names_list(&r.resources)))
+            .filter(|r| r["verbs"].as_array().is_some_and(|v| !v.is_empty()))
+            .collect()
+    }
+
     /// Whether `user` may do what `request` describes.
     pub fn allows(&self, user: &User, request: &Attributes<'_>) -> bool {
         if self.read_only.contains(&user.name) && !matches!(request.verb, "get" | "list" | "watch")
@@ -237,6 +268,18 @@ impl Authorizer {
                 && rule.namespaces.contains(request.namespace)
                 && rule.resources.contains(Some(request.resource))
         })
+    }
+}
+
+/// A name set as a sorted list, `["*"]` for every name.
+fn names_list(names: &Names) -> Vec<String> {
+    match names {
+        Names::Any => vec!["*".to_owned()],
+        Names::Some(set) => {
+            let mut list: Vec<String> = set.iter().cloned().collect();
+            list.sort();
+            list
+        }
     }
 }
 

@@ -41,19 +41,30 @@ pub struct Change {
     pub resource: Resource,
     /// The object after the change (its last state, for deletes), shared with the store.
     pub object: Arc<Value>,
+    /// The object before a modification: a watch with a selector turns a change into ADDED
+    /// (starts matching) or DELETED (stops matching) by it. Not kept in the state file (after
+    /// a restart, the reloaded history matches on the new state only).
+    pub previous: Option<Arc<Value>>,
     /// The watch event line (`{"type":…,"object":…}` and a newline), encoded once for all
     /// watchers.
     pub line: Bytes,
 }
 
 impl Change {
-    pub(crate) fn new(rv: u64, kind: ChangeKind, resource: Resource, object: Arc<Value>) -> Change {
+    pub(crate) fn new(
+        rv: u64,
+        kind: ChangeKind,
+        resource: Resource,
+        object: Arc<Value>,
+        previous: Option<Arc<Value>>,
+    ) -> Change {
         let line = event_line(kind.event_type(), &object);
         Change {
             rv,
             kind,
             resource,
             object,
+            previous: previous.filter(|_| kind == ChangeKind::Modified),
             line,
         }
     }

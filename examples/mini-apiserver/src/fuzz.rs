@@ -22,7 +22,8 @@ pub const RESOURCES: [Resource; 4] = [
 
 /// Decodes `body` as a request of `content_type` (e.g. `application/vnd.kubernetes.protobuf`,
 /// `application/yaml`, `application/json`), then creates it in a fresh in-memory store and
-/// merge-patches the created object with the same body. Returns the created object.
+/// strategic-merge- and merge-patches the created object with the same body, and looks for
+/// undeclared fields in it. Returns the created object.
 ///
 /// # Errors
 /// The `Status` error the server would answer (a 4xx for any bad input; a 5xx is a bug).
@@ -38,7 +39,10 @@ pub fn create_and_patch(
         .as_str()
         .unwrap_or("")
         .to_owned();
-    let _ = store.patch(resource, "fuzz", &name, PatchKind::Merge, value);
+    let _ = store.patch(resource, "fuzz", &name, PatchKind::Strategic, value.clone());
+    let _ = store.patch(resource, "fuzz", &name, PatchKind::Merge, value.clone());
+    // Undeclared fields (`fieldValidation=Strict`) over the same body.
+    let _ = crate::openapi::unknown_fields(resource, &value);
     Ok(created)
 }
 

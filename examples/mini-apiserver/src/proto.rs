@@ -29,19 +29,8 @@ const MAGIC: &[u8] = b"k8s\0";
 /// 400 for a body that is not a Kubernetes protobuf envelope or object, 415 for a kind this
 /// server cannot decode from protobuf.
 pub fn decode(resource: Resource, bytes: &[u8]) -> Result<Value, ApiError> {
-    let body = bytes
-        .strip_prefix(MAGIC)
-        .ok_or_else(|| ApiError::bad_request("protobuf body without the k8s magic prefix"))?;
-    let unknown = k8s_pb::apimachinery::pkg::runtime::Unknown::decode(body)
-        .map_err(|err| ApiError::bad_request(format!("malformed protobuf envelope: {err}")))?;
-    if unknown
-        .content_encoding
-        .as_deref()
-        .is_some_and(|e| !e.is_empty())
-    {
-        return Err(ApiError::unsupported_media_type("encoded protobuf"));
-    }
-    let raw = unknown.raw.unwrap_or_default();
+    let mut unknown = unwrap_envelope(bytes)?;
+    let raw = unknown.raw.take().unwrap_or_default();
     let malformed = |err: prost::DecodeError| {
         ApiError::bad_request(format!("malformed protobuf {}: {err}", resource.kind()))
     };
@@ -118,6 +107,29 @@ pub fn decode(resource: Resource, bytes: &[u8]) -> Result<Value, ApiError> {
         insert_opt(&mut object, "kind", meta.kind.map(Value::from));
     }
     Ok(Value::Object(object))
+}
+
+/// The `runtime.Unknown` of a Kubernetes protobuf envelope (`k8s\0` + `runtime.Unknown`): type
+/// and the object's bytes (`raw`).
+///
+/// # Errors
+/// 400 for a body that is not such an envelope, 415 for an encoded (compressed) one.
+pub fn unwrap_envelope(
+    bytes: &[u8],
+) -> Result<k8s_pb::apimachinery::pkg::runtime::Unknown, ApiError> {
+    let body = bytes
+        .strip_prefix(MAGIC)
+        .ok_or_else(|| ApiError::bad_request("protobuf body without the k8s magic prefix"))?;
+    let unknown = k8s_pb::apimachinery::pkg::runtime::Unknown::decode(body)
+        .map_err(|err| ApiError::bad_request(format!("malformed protobuf envelope: {err}")))?;
+    if unknown
+        .content_encoding
+        .as_deref()
+        .is_some_and(|e| !e.is_empty())
+    {
+        return Err(ApiError::unsupported_media_type("encoded protobuf"));
+    }
+    Ok(unknown)
 }
 
 fn insert_opt(object: &mut Map<String, Value>, key: &str, value: Option<Value>) {

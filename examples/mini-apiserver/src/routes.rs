@@ -3,7 +3,9 @@
 //!
 //! Paths: `/api/v1[/watch][/namespaces/NS]/{secrets,configmaps,events}[/NAME]` and
 //! `/apis/coordination.k8s.io/v1[/watch][/namespaces/NS]/leases[/NAME]` (`/watch/`: the legacy
-//! watch paths); discovery at `/api`, `/api/v1`, `/apis`, `/apis/coordination.k8s.io[/v1]`;
+//! watch paths); discovery at `/api`, `/api/v1`, `/apis`, `/apis/coordination.k8s.io[/v1]`,
+//! `/apis/authorization.k8s.io[/v1]` (whose `selfsubject{access,rules}reviews` [`review`]
+//! answers); `/openapi/v2`, `/openapi/v3[/GROUP-VERSION]` ([`crate::openapi`]);
 //! `/healthz`, `/readyz`, `/livez` and (for clients without credentials) `/version` without
 //! authentication; `/metrics` for any authenticated user (see [`crate::metrics`]). Bodies are JSON (YAML accepted where the content type says
 //! so), at most [`MAX_BODY`] bytes. Lists are served from the newest state: a `continue` token
@@ -14,6 +16,7 @@ pub mod body;
 mod discovery;
 mod objects;
 mod query;
+mod review;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -69,6 +72,14 @@ enum Route {
     Groups,
     Group(String),
     GroupResources(String),
+    /// `/apis/authorization.k8s.io/v1/selfsubject{access,rules}reviews`.
+    Review(review::Review),
+    /// `/openapi/v2`.
+    OpenApiV2,
+    /// `/openapi/v3`: the list of group-version documents.
+    OpenApiV3Root,
+    /// `/openapi/v3/api/v1` etc.
+    OpenApiV3(String),
     Objects {
         resource: Resource,
         namespace: Option<String>,
@@ -107,14 +118,22 @@ fn parse_route(path: &str) -> Option<Route> {
         ["version"] => Some(Route::Version),
         ["healthz" | "readyz" | "livez"] => Some(Route::Health),
         ["metrics"] => Some(Route::Metrics),
+        ["openapi", "v2"] => Some(Route::OpenApiV2),
+        ["openapi", "v3"] => Some(Route::OpenApiV3Root),
+        ["openapi", "v3", rest @ ..] => Some(Route::OpenApiV3(rest.join("/"))),
         ["api"] => Some(Route::CoreVersions),
         ["api", "v1"] => Some(Route::CoreResources),
         ["api", "v1", rest @ ..] => objects("", rest),
         ["apis"] => Some(Route::Groups),
-        ["apis", group] if *group == "coordination.k8s.io" => {
+        ["apis", "authorization.k8s.io", "v1", plural] => {
+            review::Review::from_plural(plural).map(Route::Review)
+        }
+        ["apis", group] if *group == "coordination.k8s.io" || *group == "authorization.k8s.io" => {
             Some(Route::Group((*group).to_owned()))
         }
-        ["apis", group, "v1"] if *group == "coordination.k8s.io" => {
+        ["apis", group, "v1"]
+            if *group == "coordination.k8s.io" || *group == "authorization.k8s.io" =>
+        {
             Some(Route::GroupResources((*group).to_owned()))
         }
         ["apis", group, "v1", rest @ ..] => objects(group, rest),
@@ -177,10 +196,35 @@ async fn route(
         Route::CoreResources => Ok(json_ok(&resource_list("v1"))),
         Route::Groups => Ok(json_ok(&json!({
             "kind": "APIGroupList", "apiVersion": "v1",
-            "groups": [group_json("coordination.k8s.io")]
+            "groups": [group_json("coordination.k8s.io"), group_json("authorization.k8s.io")]
         }))),
         Route::Group(group) => Ok(json_ok(&group_json(&group))),
+        Route::GroupResources(group) if group == "authorization.k8s.io" => {
+            Ok(json_ok(&review::resource_list()))
+        }
         Route::GroupResources(group) => Ok(json_ok(&resource_list(&format!("{group}/v1")))),
+        Route::Review(kind) => review::review(&api.authorizer, &user, request, kind).await,
+        Route::OpenApiV2 => {
+            // kube-apiserver also serves the protobuf form; clients that ask only for it get
+            // 406 and fall back (kubectl to the v3 documents).
+            let accept = request
+                .headers()
+                .get(http::header::ACCEPT)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
+            if accept.contains("protobuf") && !accept.contains("json") && !accept.contains("*/*") {
+                return Err(ApiError::new(
+                    406,
+                    "NotAcceptable",
+                    "only application/json is served for /openapi/v2",
+                ));
+            }
+            Ok(json_ok(&crate::openapi::v2()))
+        }
+        Route::OpenApiV3Root => Ok(json_ok(&crate::openapi::v3_root())),
+        Route::OpenApiV3(path) => crate::openapi::v3(&path)
+            .map(|doc| json_ok(&doc))
+            .ok_or_else(|| ApiError::no_route(request.uri().path())),
         Route::Objects {
             resource,
             namespace,

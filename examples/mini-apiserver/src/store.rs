@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use serde_json::{Map, Value, json};
 use tokio::sync::watch;
 
-use crate::admission::{check_name, normalize};
+use crate::admission::{check_name, check_update, finalizers, keep_deletion_mark, normalize};
 use crate::change::{Change, ChangeKind};
 use crate::meta::{meta_str, meta_str_opt, now_rfc3339, random_suffix, uid};
 use crate::persist::{self, PERSISTED_HISTORY, SavedChangeView, StateView};
@@ -61,8 +61,10 @@ pub enum Mode {
 /// How a PATCH body is applied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PatchKind {
-    /// RFC 7386 merge patch (also used for strategic merge patches).
+    /// RFC 7386 merge patch.
     Merge,
+    /// Strategic merge patch (see [`crate::smp`]).
+    Strategic,
     /// RFC 6902 JSON patch.
     Json,
     /// Server-side apply, simplified: a merge patch that creates the object when absent.
@@ -128,6 +130,7 @@ impl Store {
                     saved.kind,
                     saved.resource,
                     Arc::new(saved.object),
+                    None,
                 )));
             }
             while inner.history.len() > inner.capacity {
@@ -380,6 +383,7 @@ impl Store {
         let mut patched = current.clone();
         match kind {
             PatchKind::Merge | PatchKind::Apply => json_patch::merge(&mut patched, &patch),
+            PatchKind::Strategic => crate::smp::apply(&mut patched, &patch)?,
             PatchKind::Json => {
                 let operations: json_patch::Patch = serde_json::from_value(patch)
                     .map_err(|err| ApiError::bad_request(format!("invalid JSON patch: {err}")))?;
@@ -446,7 +450,19 @@ impl Store {
                 return Err(ApiError::conflict(resource.plural(), resource.kind(), name));
             }
         }
-        let object = Value::clone(current);
+        let mut object = Value::clone(current);
+        // Finalizers pending: the object stays, marked for deletion, until they are removed.
+        if finalizers(&object).is_some_and(|f| !f.is_empty()) {
+            if object["metadata"].get("deletionTimestamp").is_some() {
+                return Ok(object);
+            }
+            object["metadata"]["deletionTimestamp"] = json!(now_rfc3339());
+            object["metadata"]["deletionGracePeriodSeconds"] = json!(0);
+            if mode == Mode::DryRun {
+                return Ok(object);
+            }
+            return self.commit(&mut inner, key, object, ChangeKind::Modified);
+        }
         if mode == Mode::DryRun {
             return Ok(object);
         }
@@ -474,6 +490,9 @@ impl Store {
         {
             return Err(ApiError::conflict(resource.plural(), resource.kind(), name));
         }
+        check_update(*resource, name, &current, &object)?;
+        // The update that removes the last finalizer of an object being deleted deletes it.
+        let deleting = keep_deletion_mark(*resource, name, &current, &mut object)?;
         object["metadata"]["uid"] = current["metadata"]["uid"].clone();
         object["metadata"]["creationTimestamp"] = current["metadata"]["creationTimestamp"].clone();
         // An update that changes nothing does not bump the resourceVersion (as the apiserver).
@@ -485,7 +504,13 @@ impl Store {
         if mode == Mode::DryRun {
             return Ok(unchanged);
         }
-        self.commit(inner, key, object, ChangeKind::Modified)
+        let finished = deleting && finalizers(&object).is_none_or(<[Value]>::is_empty);
+        let kind = if finished {
+            ChangeKind::Deleted
+        } else {
+            ChangeKind::Modified
+        };
+        self.commit(inner, key, object, kind)
     }
 
     /// Records a change (a new object, a new state, or a deletion) with the next
@@ -515,6 +540,7 @@ impl Store {
             kind,
             resource,
             Arc::clone(&shared),
+            previous.clone(),
         )));
         let mut dropped = Vec::new();
         while inner.history.len() > inner.capacity {

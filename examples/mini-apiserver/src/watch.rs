@@ -33,7 +33,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::change::event_line;
+use crate::change::{Change, ChangeKind, event_line};
 use crate::meta::meta_str;
 use crate::metrics::WatchGuard;
 use crate::resource::Resource;
@@ -122,6 +122,27 @@ impl WatchRequest {
                 .as_deref()
                 .is_none_or(|ns| ns == meta_str(object, "namespace"))
             && self.selector.matches(object)
+    }
+
+    /// The event this watch sends for `change`, if any. With a selector, a modification that
+    /// makes an object match is ADDED, one that makes it stop matching is DELETED with the
+    /// previous state at the new resourceVersion (kube-apiserver's watch cache does the same).
+    fn event_for(&self, change: &Change) -> Option<Bytes> {
+        let now = self.matches(change.resource, &change.object);
+        let before = match (&change.previous, change.kind) {
+            (Some(previous), ChangeKind::Modified) => self.matches(change.resource, previous),
+            _ => now,
+        };
+        match (before, now) {
+            (true, true) => Some(change.line.clone()),
+            (false, true) => Some(event_line("ADDED", &change.object)),
+            (true, false) => {
+                let mut last = change.previous.as_deref().cloned().unwrap_or(Value::Null);
+                last["metadata"]["resourceVersion"] = Value::from(change.rv.to_string());
+                Some(event_line("DELETED", &last))
+            }
+            (false, false) => None,
+        }
     }
 
     fn bookmark(&self, rv: u64, initial_events_end: bool) -> Bytes {
@@ -215,8 +236,8 @@ async fn stream(store: &Store, request: &WatchRequest, sink: &Sink) -> Result<()
             let page = store.changes_since(last)?;
             let complete = page.len() < CHANGES_PER_READ;
             for change in page {
-                if request.matches(change.resource, &change.object)
-                    && !sink.send(change.line.clone()).await
+                if let Some(line) = request.event_for(&change)
+                    && !sink.send(line).await
                 {
                     return Ok(());
                 }
@@ -288,6 +309,48 @@ mod tests {
             }
         });
         rx
+    }
+
+    #[tokio::test]
+    async fn a_label_watch_sees_objects_start_and_stop_matching() {
+        let store = Arc::new(Store::open(None, 100).unwrap());
+        let label = |name: &str, tier: &str| {
+            store
+                .patch(
+                    Resource::ConfigMaps,
+                    "ns",
+                    name,
+                    crate::store::PatchKind::Merge,
+                    json!({"metadata": {"labels": {"tier": tier}}}),
+                )
+                .unwrap();
+        };
+        create(&store, "ns", "a");
+        create(&store, "ns", "b");
+        label("a", "cp");
+        let mut watch = request(Start::After(store.resource_version()));
+        watch.selector = Selector::parse(Resource::ConfigMaps, Some("tier=cp"), None).unwrap();
+        let mut rx = spawn(&store, watch);
+        label("b", "cp");
+        label("a", "dp");
+        label("b", "cp2");
+        let added = next(&mut rx).await;
+        assert_eq!(added["type"], "ADDED");
+        assert_eq!(added["object"]["metadata"]["name"], "b");
+        let deleted = next(&mut rx).await;
+        assert_eq!(deleted["type"], "DELETED");
+        assert_eq!(deleted["object"]["metadata"]["name"], "a");
+        // The last matching state, at the version of the change that ended the match.
+        assert_eq!(deleted["object"]["metadata"]["labels"]["tier"], "cp");
+        assert_eq!(deleted["object"]["metadata"]["resourceVersion"], "5");
+        let gone = next(&mut rx).await;
+        assert_eq!(
+            (
+                gone["type"].as_str(),
+                gone["object"]["metadata"]["name"].as_str()
+            ),
+            (Some("DELETED"), Some("b"))
+        );
     }
 
     #[tokio::test]

@@ -72,7 +72,7 @@ const BODY_TIMEOUT: Duration = Duration::from_secs(60);
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The request body, at most [`MAX_BODY`] bytes (413 above).
-async fn read_bytes(request: Request<Incoming>) -> Result<bytes::Bytes, ApiError> {
+pub(super) async fn read_bytes(request: Request<Incoming>) -> Result<bytes::Bytes, ApiError> {
     let declared = request
         .headers()
         .get(http::header::CONTENT_LENGTH)

@@ -144,6 +144,7 @@ async fn serve_objects(
         "create" => {
             let ns = namespaced(&namespace)?;
             let body = read_body(request, resource).await?;
+            check_fields(query, resource, &body, true)?;
             let object = store.create_in(mode, resource, &ns, body)?;
             log_change(mode, "created", resource, &object);
             Ok(json_response(StatusCode::CREATED, &object))
@@ -151,6 +152,7 @@ async fn serve_objects(
         "update" => {
             let ns = namespaced(&namespace)?;
             let body = read_body(request, resource).await?;
+            check_fields(query, resource, &body, true)?;
             let name = name.as_deref().unwrap_or("");
             // Leases and Events are created by an update when missing (kube-apiserver's
             // AllowCreateOnUpdate for these kinds).
@@ -198,22 +200,28 @@ async fn serve_objects(
                 .trim()
                 .to_owned();
             let kind = match content_type.as_str() {
-                "application/merge-patch+json" | "application/strategic-merge-patch+json" => {
-                    PatchKind::Merge
-                }
+                "application/merge-patch+json" => PatchKind::Merge,
+                "application/strategic-merge-patch+json" => PatchKind::Strategic,
                 "application/json-patch+json" => PatchKind::Json,
                 "application/apply-patch+yaml" | "application/apply-patch+json" => PatchKind::Apply,
                 other => return Err(ApiError::unsupported_media_type(other)),
             };
             let body = read_body(request, resource).await?;
+            if kind != PatchKind::Json {
+                check_fields(query, resource, &body, false)?;
+            }
             let name = name.as_deref().unwrap_or("");
-            if kind == PatchKind::Merge
+            if matches!(kind, PatchKind::Merge | PatchKind::Strategic)
                 && creates_on_update(resource)
                 && body.is_object()
                 && store.get(resource, &ns, name).is_err_and(|e| e.code == 404)
             {
                 let mut object = json!({"metadata": {"name": name}});
-                json_patch::merge(&mut object, &body);
+                if kind == PatchKind::Strategic {
+                    crate::smp::apply(&mut object, &body)?;
+                } else {
+                    json_patch::merge(&mut object, &body);
+                }
                 let object = store.create_in(mode, resource, &ns, object)?;
                 log_change(mode, "created", resource, &object);
                 return Ok(json_ok(&object));
@@ -237,6 +245,11 @@ async fn serve_objects(
                 name.as_deref().unwrap_or(""),
                 &preconditions,
             )?;
+            if object["metadata"].get("deletionTimestamp").is_some() {
+                // Finalizers pending: the object stays; the answer is its state.
+                log_change(mode, "marked for deletion", resource, &object);
+                return Ok(json_ok(&object));
+            }
             log_change(mode, "deleted", resource, &object);
             // kube-apiserver answers a completed delete of these kinds with a Status.
             Ok(json_ok(&json!({
@@ -263,6 +276,38 @@ async fn serve_objects(
 }
 
 /// Kinds whose update (PUT, merge PATCH) creates a missing object, as in kube-apiserver.
+/// `fieldValidation=Strict`: 400 for fields the kind's schema does not declare, worded as
+/// kube-apiserver words it (the default, `Warn`, and `Ignore` accept them).
+fn check_fields(
+    query: &Query,
+    resource: Resource,
+    body: &Value,
+    whole_object: bool,
+) -> Result<(), ApiError> {
+    if query.get("fieldValidation") != Some("Strict") {
+        return Ok(());
+    }
+    let unknown = crate::openapi::unknown_fields(resource, body);
+    if unknown.is_empty() {
+        return Ok(());
+    }
+    let fields: Vec<String> = unknown
+        .iter()
+        .map(|field| format!("unknown field \"{field}\""))
+        .collect();
+    let kind = resource.kind();
+    let prefix = if whole_object {
+        let version = resource.api_version().rsplit('/').next().unwrap_or("v1");
+        format!("{kind} in version \"{version}\" cannot be handled as a {kind}: ")
+    } else {
+        String::new()
+    };
+    Err(ApiError::bad_request(format!(
+        "{prefix}strict decoding error: {}",
+        fields.join(", ")
+    )))
+}
+
 fn creates_on_update(resource: Resource) -> bool {
     matches!(resource, Resource::Leases | Resource::Events)
 }

@@ -266,3 +266,38 @@ fn watch_lines_are_encoded_once_as_json() {
     assert_eq!(event["type"], "ADDED");
     assert_eq!(event["object"], *change.object);
 }
+
+#[test]
+fn an_object_with_finalizers_stays_marked_until_they_are_removed() {
+    let store = Store::open(None, 100).unwrap();
+    let hold = json!({"metadata": {"name": "c", "finalizers": ["example.com/hold"]}});
+    store.create(Resource::ConfigMaps, "ns", hold).unwrap();
+    let marked = store
+        .delete(Resource::ConfigMaps, "ns", "c", &Preconditions::default())
+        .unwrap();
+    let timestamp = marked["metadata"]["deletionTimestamp"].clone();
+    assert!(timestamp.is_string(), "{marked}");
+    let kept = store.get(Resource::ConfigMaps, "ns", "c").unwrap();
+    assert_eq!(kept["metadata"]["deletionTimestamp"], timestamp);
+    // No new finalizers while being deleted; other changes are fine and keep the mark.
+    let more = json!({"metadata": {"finalizers": ["example.com/hold", "example.com/new"]}});
+    let refused = store
+        .patch(Resource::ConfigMaps, "ns", "c", PatchKind::Merge, more)
+        .unwrap_err();
+    assert_eq!(refused.code, 422);
+    let data = json!({"data": {"k": "v"}, "metadata": {"deletionTimestamp": null}});
+    let changed = store
+        .patch(Resource::ConfigMaps, "ns", "c", PatchKind::Merge, data)
+        .unwrap();
+    assert_eq!(changed["metadata"]["deletionTimestamp"], timestamp);
+    let release = json!({"metadata": {"finalizers": null}});
+    store
+        .patch(Resource::ConfigMaps, "ns", "c", PatchKind::Merge, release)
+        .unwrap();
+    assert_eq!(
+        store.get(Resource::ConfigMaps, "ns", "c").unwrap_err().code,
+        404
+    );
+    let last = store.changes_since(0).unwrap();
+    assert_eq!(last.last().map(|c| c.kind), Some(ChangeKind::Deleted));
+}
