@@ -8,7 +8,8 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_rustls::LazyConfigAcceptor;
 use tokio_rustls::server::TlsStream;
 
-use super::{ClientIdentity, ServingSnapshot};
+use super::identity::ClientIdentity;
+use super::snapshot::ServingSnapshot;
 
 /// Accepts TLS connections for a [`ServingSet`](super::ServingSet).
 ///

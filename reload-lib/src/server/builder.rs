@@ -12,33 +12,10 @@ use crate::material::normalize_name;
 use crate::reload::{self, Timing};
 use crate::source::CertKeyPaths;
 
-use super::ClientAuth;
+use super::auth::ClientAuth;
+use super::config::{ClientCaConfig, Configure, SniEntry, SniNames};
 use super::material::{ServingMaterial, Settings};
 use super::set::ServingSet;
-
-/// How a set of SNI names is chosen for a pair.
-#[derive(Debug, Clone)]
-pub(super) enum SniNames {
-    /// Configured names; each must be covered by the certificate's SANs.
-    Explicit(Vec<String>),
-    /// The certificate's DNS SANs (or its CN when it has none), re-read on every reload.
-    FromCertificate,
-}
-
-#[derive(Debug, Clone)]
-pub(super) struct SniEntry {
-    pub(super) names: SniNames,
-    pub(super) paths: CertKeyPaths,
-}
-
-#[derive(Debug, Clone)]
-pub(super) struct ClientCaConfig {
-    pub(super) path: PathBuf,
-    pub(super) crls: Vec<PathBuf>,
-    pub(super) auth: ClientAuth,
-}
-
-pub(super) type Configure = Arc<dyn Fn(&mut ServerConfig) + Send + Sync>;
 
 /// Configures and starts a [`ServingSet`]. Made by [`ServingSet::builder`].
 ///
@@ -408,5 +385,13 @@ impl ServingSetBuilder {
         Ok(ServingSet {
             handle: Arc::new(handle),
         })
+    }
+}
+
+impl ServingSet {
+    /// Starts configuring a set whose default pair is `default` (served to clients without SNI
+    /// and to names no SNI entry matches). See [`ServingSetBuilder`] for an example.
+    pub fn builder(default: CertKeyPaths) -> ServingSetBuilder {
+        ServingSetBuilder::new(default)
     }
 }

@@ -19,10 +19,11 @@ use crate::source::{CertKeyPaths, PassReader};
 use crate::status::{Served, ServedCert};
 use crate::watch::{Dirty, Interest, watch_path};
 
-use super::builder::{ClientCaConfig, Configure, SniEntry, SniNames};
+use super::auth::ClientAuth;
+use super::config::{ClientCaConfig, Configure, SniEntry, SniNames};
 use super::resolver::{PairEntry, Rank};
-use super::set::ServingSnapshot;
-use super::{ClientAuth, identity, sessions};
+use super::snapshot::ServingSnapshot;
+use super::{identity, sessions};
 
 /// How a pair's names are chosen, which sets its precedence.
 #[derive(Debug, Clone)]

@@ -14,7 +14,7 @@ use crate::status::{Served, ServedCert};
 use super::material::{AcceptedCa, AcceptedPair, Digest, ServingMaterial};
 use super::resolver::SniResolver;
 use super::sessions;
-use super::set::ServingSnapshot;
+use super::snapshot::ServingSnapshot;
 
 impl ServingMaterial {
     /// Builds the snapshot that serves `accepted` and `new_ca` on top of `current`, sharing

@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 mod events;
 
-use super::{Changes, Interest};
+use super::changes::{Changes, Interest};
 use crate::layout;
 use inotify::{EventMask, Inotify, WatchDescriptor, WatchMask, Watches};
 
