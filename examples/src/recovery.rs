@@ -19,13 +19,15 @@
 //! Every step is printed on a timeline with its time since start.
 
 mod apiserver;
+mod names;
+mod timeline;
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -38,11 +40,9 @@ use testkit::process::Child as Proc;
 use time::OffsetDateTime;
 
 use apiserver::{start_mini, start_real};
+pub use names::{NAMESPACE, OPERATOR_NAMESPACE};
+use timeline::Timeline;
 
-/// Where the apiserver's own objects live.
-pub const NAMESPACE: &str = "openshift-kube-apiserver";
-/// Where the signers live (as in OpenShift, the operator's namespace).
-pub const OPERATOR_NAMESPACE: &str = "openshift-kube-apiserver-operator";
 
 /// The rotation config the demo gives `cert-syncer regenerate` (also in
 /// `manifests/regenerate-config.yaml` form for the static pod).
@@ -107,51 +107,6 @@ pub struct Recovered {
     pub serial: String,
 }
 
-/// Prints events with the time since start.
-#[derive(Clone)]
-struct Timeline {
-    start: Instant,
-    seen: Arc<Mutex<Vec<String>>>,
-}
-
-impl Timeline {
-    fn new() -> Timeline {
-        Timeline {
-            start: Instant::now(),
-            seen: Arc::new(Mutex::new(Vec::new())),
-        }
-    }
-
-    fn mark(&self, what: &str) {
-        println!("[{:>6} ms] {what}", self.start.elapsed().as_millis());
-        self.seen
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(what.to_owned());
-    }
-
-    /// Whether `what` was marked.
-    fn has(&self, what: &str) -> bool {
-        self.seen
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .any(|s| s == what)
-    }
-
-    /// Marks `what` the first time only.
-    fn mark_once(&self, what: &str) {
-        let first = !self
-            .seen
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .any(|s| s == what);
-        if first {
-            self.mark(what);
-        }
-    }
-}
 
 /// A key pair and its certificate, PEM.
 struct Pair {
@@ -331,7 +286,7 @@ pub fn run(options: &Options) -> anyhow::Result<Recovered> {
 
     // The apiserver, serving the expired certificate for `localhost`.
     let (mut servers, addr) = match &options.apiserver {
-        Apiserver::Mini => start_mini(options, dir, &serving_dir, &recovery_dir, &seed, &timeline)?,
+        Apiserver::Mini => start_mini(&options.bin_dir, dir, &serving_dir, &recovery_dir, &seed, &timeline)?,
         Apiserver::Real(assets) => start_real(
             assets,
             dir,

@@ -12,6 +12,7 @@
 //! is a position (namespace, name), so later pages reflect later changes (kube-apiserver keeps
 //! the first page's snapshot instead).
 
+mod api;
 pub mod body;
 mod discovery;
 mod objects;
@@ -19,47 +20,22 @@ mod query;
 mod review;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use examples::serve::{Body, full};
 use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
 use serde_json::json;
 
-use crate::audit::AuditLog;
-use crate::auth::{Authorizer, Tokens, User};
+use crate::auth::User;
 use crate::listener::Conn;
 use crate::resource::Resource;
 use crate::status::ApiError;
-use crate::store::Store;
+pub use api::{Api, MAX_BODY};
 use body::{json_ok, json_response};
 use discovery::{group_json, resource_list, version};
 use objects::{Target, objects};
 use query::Query;
 
-/// Request bodies above this size are refused (the apiserver's own limit is about 3 MiB).
-pub const MAX_BODY: usize = 3 * 1024 * 1024;
-
-/// Everything a request handler needs.
-#[derive(Debug)]
-pub struct Api {
-    /// The objects.
-    pub store: Arc<Store>,
-    /// Who is calling.
-    pub tokens: Tokens,
-    /// What they may do.
-    pub authorizer: Authorizer,
-    /// Whether TLS client certificates (verified against `--client-ca`) authenticate users.
-    pub client_cert_auth: bool,
-    /// Time between watch bookmarks.
-    pub bookmark_interval: Duration,
-    /// Cancelled when the server shuts down: open watches end.
-    pub shutdown: tokio_util::sync::CancellationToken,
-    /// Open watches and requests, served at `/metrics`.
-    pub metrics: crate::metrics::Metrics,
-    /// `--audit-log`: every authenticated request on objects, as the authorizer sees it.
-    pub audit: Option<AuditLog>,
-}
 
 /// Where a request goes.
 #[derive(Debug, PartialEq, Eq)]

@@ -5,7 +5,7 @@ use std::io::{self, Write};
 use std::time::Duration;
 
 use super::observe::Observer;
-use super::worker::Seen;
+use super::seen::Seen;
 
 /// What one worker saw; each worker owns its tally, so recording takes no lock.
 ///
@@ -233,7 +233,7 @@ impl Summary {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::load::worker::Negotiated;
+    use crate::load::seen::Negotiated;
 
     fn seen(us: u32, resumed: bool, serial: Option<&str>) -> Seen {
         Seen {

@@ -12,8 +12,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-use super::Settings;
 use super::report::Tally;
+use super::seen::{Negotiated, Seen};
+use super::settings::Settings;
 
 /// Attempts back to back until the deadline passes or the shared budget runs out. An attempt in
 /// flight at the deadline completes (bounded by the timeout): cutting it would report a failure
@@ -39,47 +40,6 @@ fn take(budget: &AtomicU64) -> bool {
     budget
         .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
         .is_ok()
-}
-
-/// What one successful attempt saw.
-pub(super) struct Seen {
-    /// Connect + TLS handshake.
-    pub(super) handshake_us: u32,
-    /// Connect, handshake, request and the whole response.
-    pub(super) request_us: u32,
-    pub(super) resumed: bool,
-    /// The leaf's serial, for full handshakes only: on resumption rustls reports the chain of the
-    /// original session, which says nothing about what the server serves now.
-    pub(super) serial: Option<String>,
-    /// What the handshake negotiated, as rustls names it.
-    pub(super) negotiated: Negotiated,
-}
-
-/// The handshake parameters `ClientConnection` reports, named as rustls' `Debug` prints them
-/// (`TLSv1_3`, `TLS13_AES_256_GCM_SHA384`, `X25519`); `none` where nothing was negotiated.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub(super) struct Negotiated {
-    pub(super) protocol: String,
-    pub(super) cipher_suite: String,
-    pub(super) group: String,
-    pub(super) alpn: String,
-}
-
-impl Negotiated {
-    fn of(conn: &rustls::ClientConnection) -> Negotiated {
-        fn name(value: Option<impl std::fmt::Debug>) -> String {
-            value.map_or_else(|| "none".to_owned(), |v| format!("{v:?}"))
-        }
-        Negotiated {
-            protocol: name(conn.protocol_version()),
-            cipher_suite: name(conn.negotiated_cipher_suite().map(|s| s.suite())),
-            group: name(conn.negotiated_key_exchange_group().map(|g| g.name())),
-            alpn: conn.alpn_protocol().map_or_else(
-                || "none".to_owned(),
-                |p| String::from_utf8_lossy(p).into_owned(),
-            ),
-        }
-    }
 }
 
 /// One attempt: connect, handshake, `GET /`, the whole response, status 200. The error is the

@@ -13,18 +13,19 @@ use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, ServerName};
 use testkit::process::Child as Proc;
 
-use super::{NAMESPACE, OPERATOR_NAMESPACE, Options, Timeline};
+use super::names::{NAMESPACE, OPERATOR_NAMESPACE};
+use super::timeline::Timeline;
 
 /// `mini-apiserver` on the resource directory's files, seeded with `seed/objects.json`.
 pub(super) fn start_mini(
-    options: &Options,
+    bin_dir: &Path,
     dir: &Path,
     serving_dir: &Path,
     recovery_dir: &Path,
     seed: &Path,
     timeline: &Timeline,
 ) -> anyhow::Result<(Vec<Proc>, SocketAddr)> {
-    let mut apiserver_command = Command::new(options.bin_dir.join("mini-apiserver"));
+    let mut apiserver_command = Command::new(bin_dir.join("mini-apiserver"));
     apiserver_command
         .args(["--listen", "127.0.0.1:0", "--cert"])
         .arg(serving_dir.join("tls.crt"))

@@ -23,5 +23,6 @@ pub mod files;
 pub mod http;
 pub mod pki;
 pub mod process;
+pub mod rename;
 pub mod tls;
 pub mod wait;

@@ -17,7 +17,7 @@ use rcgen::{
 };
 use time::{Duration, OffsetDateTime};
 
-use crate::files;
+use crate::rename;
 
 /// The next serial number (and CRL number) of this process.
 static SERIAL: AtomicU64 = AtomicU64::new(0x1000_0000);
@@ -507,7 +507,7 @@ impl TempPki {
     pub fn ca(&self, name: &str) -> (Ca, PathBuf) {
         let ca = Ca::default();
         let path = self.path().join(format!("{name}.crt"));
-        files::rename_into(&path, ca.cert_pem.as_bytes());
+        rename::rename_into(&path, ca.cert_pem.as_bytes());
         (ca, path)
     }
 
@@ -525,6 +525,6 @@ impl TempPki {
 /// so a watcher never reads a torn file; a reader may still see the new key with the old
 /// certificate for a moment, which reload-lib rejects and retries.
 pub fn write_pair(cert: &Path, key: &Path, issued: &Issued) {
-    files::rename_into_with_mode(key, issued.key_pem.as_bytes(), 0o600);
-    files::rename_into(cert, issued.cert_pem.as_bytes());
+    rename::rename_into_with_mode(key, issued.key_pem.as_bytes(), 0o600);
+    rename::rename_into(cert, issued.cert_pem.as_bytes());
 }

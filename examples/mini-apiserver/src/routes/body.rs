@@ -9,7 +9,7 @@ use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use serde_json::Value;
 
-use super::MAX_BODY;
+use super::api::MAX_BODY;
 use crate::resource::Resource;
 use crate::status::ApiError;
 use crate::store::{Mode, Preconditions};

@@ -10,7 +10,7 @@ use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use serde_json::{Value, json};
 
-use super::Api;
+use super::api::Api;
 use super::body::{delete_options, json_ok, json_response, read_body};
 use super::query::Query;
 use crate::audit;

@@ -1,6 +1,7 @@
 //! Unit tests of the router: paths, watch and list parameters, client certificates, queries.
 
 use super::*;
+use std::time::Duration;
 use crate::auth::{Authorizer, Tokens};
 use crate::store::Store;
 use crate::watch::Start;
