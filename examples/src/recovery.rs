@@ -43,7 +43,6 @@ use apiserver::{start_mini, start_real};
 pub use names::{NAMESPACE, OPERATOR_NAMESPACE};
 use timeline::Timeline;
 
-
 /// The rotation config the demo gives `cert-syncer regenerate` (also in
 /// `manifests/regenerate-config.yaml` form for the static pod).
 pub const ROTATION_CONFIG: &str = r#"namespace: openshift-kube-apiserver
@@ -106,7 +105,6 @@ pub struct Recovered {
     /// Serial of the certificate served after recovery.
     pub serial: String,
 }
-
 
 /// A key pair and its certificate, PEM.
 struct Pair {
@@ -286,7 +284,14 @@ pub fn run(options: &Options) -> anyhow::Result<Recovered> {
 
     // The apiserver, serving the expired certificate for `localhost`.
     let (mut servers, addr) = match &options.apiserver {
-        Apiserver::Mini => start_mini(&options.bin_dir, dir, &serving_dir, &recovery_dir, &seed, &timeline)?,
+        Apiserver::Mini => start_mini(
+            &options.bin_dir,
+            dir,
+            &serving_dir,
+            &recovery_dir,
+            &seed,
+            &timeline,
+        )?,
         Apiserver::Real(assets) => start_real(
             assets,
             dir,

@@ -12,10 +12,7 @@ use crate::process::{ChildProcess, bin_path};
 use testkit::files::rename_into;
 use testkit::pki::{Ca, CertSpec, write_pair};
 
-/// The token of the `admin` user (group `system:masters`) in the token file.
-pub const ADMIN_TOKEN: &str = "e2e-token-0123456789";
-/// The token of the `viewer` user, started as `--read-only-user`.
-pub const VIEWER_TOKEN: &str = "read-only-token";
+pub use crate::tokens::{ADMIN_TOKEN, VIEWER_TOKEN};
 
 /// A `mini-apiserver` process and its files in `dir`:
 ///

@@ -26,6 +26,9 @@ impl std::fmt::Display for Backend {
     }
 }
 
+/// The namespace the sync tests use (the kube-apiserver's, as in OpenShift).
+pub const NS: &str = "openshift-kube-apiserver";
+
 /// What cert-syncer needs to connect to an apiserver: its URL and the directory with
 /// `recovery-ca.crt` and `token`.
 pub trait ApiEndpoint {
@@ -75,7 +78,7 @@ pub struct ApiOptions {
     /// read with [`TestApi::audit_records`].
     pub audit: bool,
     /// Namespaces to create (the real apiserver needs them; mini accepts any). The sync
-    /// tests' namespace, [`crate::syncer::NS`], is always created.
+    /// tests' namespace, [`NS`], is always created.
     pub namespaces: Vec<String>,
 }
 
@@ -144,7 +147,7 @@ impl TestApi {
         };
         if backend == Backend::Real {
             let client = api.recovery_client();
-            crate::envtest::create_namespace(&client, crate::syncer::NS).await;
+            crate::envtest::create_namespace(&client, NS).await;
             for namespace in &options.namespaces {
                 crate::envtest::create_namespace(&client, namespace).await;
             }
@@ -289,12 +292,12 @@ impl TestApi {
         let metrics = self.metrics().await;
         let resource = format!("resource=\"{resource}\"");
         match self.backend {
-            Backend::Mini => crate::metric_sum(
+            Backend::Mini => crate::metrics::metric_sum(
                 &metrics,
                 "mini_apiserver_requests_total",
                 &[&format!("verb=\"{verb}\""), &resource],
             ),
-            Backend::Real => crate::metric_sum(
+            Backend::Real => crate::metrics::metric_sum(
                 &metrics,
                 "apiserver_request_total",
                 &[&format!("verb=\"{}\"", verb.to_uppercase()), &resource],
@@ -308,7 +311,7 @@ impl TestApi {
     pub async fn open_watches(&self, resource: &str) -> f64 {
         let metrics = self.metrics().await;
         match self.backend {
-            Backend::Mini => crate::metric_sum(
+            Backend::Mini => crate::metrics::metric_sum(
                 &metrics,
                 "mini_apiserver_watches_open",
                 &[&format!("resource=\"{resource}\"")],
@@ -320,7 +323,7 @@ impl TestApi {
                     "leases" => "Lease",
                     other => panic!("no kind known for {other}"),
                 };
-                crate::metric_sum(
+                crate::metrics::metric_sum(
                     &metrics,
                     "apiserver_registered_watchers",
                     &[&format!("kind=\"{kind}\"")],

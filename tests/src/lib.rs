@@ -13,10 +13,12 @@ pub mod backend;
 pub mod envtest;
 pub mod log_scan;
 pub mod manifests;
+pub mod metrics;
 pub mod process;
 pub mod rbac;
 pub mod syncer;
 pub mod tls;
+pub mod tokens;
 
 pub use testkit::pki;
 pub use testkit::wait::wait_until;
@@ -24,6 +26,7 @@ pub use testkit::wait::wait_until;
 pub use apiserver::ApiServer;
 pub use backend::{ApiEndpoint, ApiOptions, Backend, TestApi};
 pub use envtest::RealApiServer;
+pub use metrics::{metric_sum, plain_http_get};
 pub use pki::{Ca, CertFiles, CertSpec, Issued, TempPki};
 pub use process::{ChildProcess, Server, bin, bin_path};
 pub use syncer::{Syncer, SyncerSpec};
@@ -123,33 +126,4 @@ impl<T> Drop for AbortOnDrop<T> {
     fn drop(&mut self) {
         self.0.abort();
     }
-}
-
-/// The sum of the samples of metric `name` (Prometheus text) whose labels contain every one of
-/// `labels` (`kind="secret"`, ...); 0 when there is none.
-pub fn metric_sum(text: &str, name: &str, labels: &[&str]) -> f64 {
-    text.lines()
-        .filter(|line| !line.starts_with('#'))
-        .filter_map(|line| {
-            let (series, value) = line.rsplit_once(' ')?;
-            let rest = series.strip_prefix(name)?;
-            (rest.is_empty() || rest.starts_with('{')).then_some((rest, value))
-        })
-        .filter(|(series, _)| labels.iter().all(|label| series.contains(label)))
-        .filter_map(|(_, value)| value.parse::<f64>().ok())
-        .sum()
-}
-
-/// One plain-HTTP `GET` (metrics and health endpoints); returns (status code, body).
-pub fn plain_http_get(addr: &str, path: &str) -> (u16, String) {
-    use std::io::{Read, Write};
-    let mut tcp = std::net::TcpStream::connect(addr).unwrap();
-    write!(
-        tcp,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut response = Vec::new();
-    tcp.read_to_end(&mut response).unwrap();
-    testkit::http::RawResponse::parse(&response).status_and_body()
 }

@@ -7,7 +7,7 @@
 //! - the base64 of such a header (a Secret's `data` as JSON);
 //! - the DER prefix every PKCS#8 P-256 key starts with, in base64 (the body of a PEM key, or of
 //!   a key whose header was cut off): every key the harness generates is one (rcgen, P-256);
-//! - the known test tokens ([`crate::apiserver::ADMIN_TOKEN`], [`crate::apiserver::VIEWER_TOKEN`])
+//! - the known test tokens ([`crate::tokens::ADMIN_TOKEN`], [`crate::tokens::VIEWER_TOKEN`])
 //!   and anything a test registers with [`register_secret`].
 
 use std::sync::{Arc, Mutex};
@@ -59,8 +59,8 @@ pub fn check_line(line: &str) -> Option<String> {
         }
     }
     let mut secrets = vec![
-        crate::apiserver::ADMIN_TOKEN.to_owned(),
-        crate::apiserver::VIEWER_TOKEN.to_owned(),
+        crate::tokens::ADMIN_TOKEN.to_owned(),
+        crate::tokens::VIEWER_TOKEN.to_owned(),
     ];
     secrets.extend(
         REGISTERED
@@ -132,13 +132,13 @@ mod tests {
             format!("error: invalid type: string \"{key_body}\""),
             format!(
                 "sending Authorization: Bearer {}",
-                crate::apiserver::ADMIN_TOKEN
+                crate::tokens::ADMIN_TOKEN
             ),
-            format!("token={}", crate::apiserver::VIEWER_TOKEN),
+            format!("token={}", crate::tokens::VIEWER_TOKEN),
         ];
         for line in &positives {
             let leak = check_line(line).unwrap_or_else(|| panic!("missed: {line}"));
-            assert!(!leak.contains(crate::apiserver::ADMIN_TOKEN), "{leak}");
+            assert!(!leak.contains(crate::tokens::ADMIN_TOKEN), "{leak}");
             assert!(!leak.contains(&key_body[..40]), "{leak}");
             assert!(!leak.contains(&key_b64[..40]), "{leak}");
         }

@@ -12,8 +12,7 @@ use k8s_openapi::api::core::v1::Secret;
 use crate::backend::ApiEndpoint;
 use crate::process::{ChildProcess, bin_path};
 
-/// The namespace the sync tests use (the kube-apiserver's, as in OpenShift).
-pub const NS: &str = "openshift-kube-apiserver";
+pub use crate::backend::NS;
 
 /// A running `cert-syncer sync`; its [`ChildProcess::addr`] is the metrics/health address.
 #[derive(Debug)]
@@ -98,12 +97,12 @@ impl Syncer {
 
     /// `GET /readyz`: (status, body).
     pub fn readyz(&self) -> (u16, String) {
-        crate::plain_http_get(&self.metrics_addr(), "/readyz")
+        crate::metrics::plain_http_get(&self.metrics_addr(), "/readyz")
     }
 
     /// `GET /metrics` body.
     pub fn metrics(&self) -> String {
-        crate::plain_http_get(&self.metrics_addr(), "/metrics").1
+        crate::metrics::plain_http_get(&self.metrics_addr(), "/metrics").1
     }
 }
 

@@ -1,3 +1,4 @@
+// Over 600 lines because the config format, its item-by-item validation and the tests of both read best side by side (the tests are a third of the file).
 //! The rotation config file (YAML): signers, CA bundles and targets, each a namespaced object.
 //!
 //! Items are parsed one by one, so one broken item (a typo, a bad duration, a reference to an

@@ -36,7 +36,6 @@ use discovery::{group_json, resource_list, version};
 use objects::{Target, objects};
 use query::Query;
 
-
 /// Where a request goes.
 #[derive(Debug, PartialEq, Eq)]
 enum Route {

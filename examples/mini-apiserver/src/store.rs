@@ -1,3 +1,4 @@
+// Over 600 lines because the store's one lock guards objects, history and persistence together; splitting the methods that take it would spread one invariant over files.
 //! The object store: one increasing resourceVersion for everything, a bounded history of changes
 //! for watches, optional persistence to a state file (see [`crate::persist`]). What an object
 //! must look like to be stored is [`crate::admission`]'s job.

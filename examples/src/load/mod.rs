@@ -20,7 +20,6 @@ pub use observe::{CountingStore, CountingVerifier, Observer};
 pub use report::Summary;
 pub use settings::Settings;
 
-
 /// Runs the workers until the deadline or the request budget and merges what they saw.
 ///
 /// # Errors

@@ -394,11 +394,6 @@ impl Ca {
         (issued.cert_pem, issued.key_pem)
     }
 
-    /// A client config trusting this CA, resumption off.
-    pub fn client_config(&self) -> std::sync::Arc<rustls::ClientConfig> {
-        crate::tls::no_resumption(&crate::tls::client_config(&[&self.cert_pem], None))
-    }
-
     /// A CRL (PEM) revoking `serials`, next update in a day.
     pub fn crl(&self, serials: &[u64]) -> String {
         self.crl_next_update(serials, Duration::days(1))

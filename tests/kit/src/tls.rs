@@ -84,3 +84,10 @@ fn build(
     };
     Arc::new(config)
 }
+
+impl crate::pki::Ca {
+    /// A client config trusting this CA, resumption off.
+    pub fn client_config(&self) -> std::sync::Arc<rustls::ClientConfig> {
+        no_resumption(&client_config(&[&self.cert_pem], None))
+    }
+}

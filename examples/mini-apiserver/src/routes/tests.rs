@@ -1,13 +1,13 @@
 //! Unit tests of the router: paths, watch and list parameters, client certificates, queries.
 
 use super::*;
-use std::time::Duration;
 use crate::auth::{Authorizer, Tokens};
 use crate::store::Store;
 use crate::watch::Start;
 use objects::{check_list_version, watch_request};
 use query::{Query, percent_decode};
 use serde_json::json;
+use std::time::Duration;
 
 #[test]
 fn paths_map_to_routes() {
