@@ -174,10 +174,10 @@ pub struct RegenerateArgs {
     /// A built-in set instead of --config: `openshift-kube-apiserver` is what OpenShift's
     /// cert-regeneration-controller manages for the kube-apiserver.
     #[arg(long, value_enum)]
-    pub profile: Option<crate::regenerate::Profile>,
+    pub profile: Option<RegenerateProfile>,
     /// Type of newly generated keys (overrides the config's `key-type`; default rsa-2048).
     #[arg(long, value_enum)]
-    pub key_type: Option<crate::regenerate::KeyType>,
+    pub key_type: Option<KeyType>,
     /// With --profile: the service network's first IP, when the cluster has no
     /// networks.config.openshift.io/cluster (refused if it disagrees with that object).
     #[arg(long, requires = "profile")]
@@ -232,6 +232,44 @@ pub struct RegenerateArgs {
 }
 
 /// `--mode` of `regenerate`: when to act.
+/// `--profile`: a built-in rotation set (the job's [`regenerate::Profile`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RegenerateProfile {
+    /// OpenShift's kube-apiserver PKI: the signers, CA bundles and targets the operator's
+    /// cert-regeneration-controller manages.
+    OpenshiftKubeApiserver,
+}
+
+impl From<RegenerateProfile> for regenerate::Profile {
+    fn from(profile: RegenerateProfile) -> regenerate::Profile {
+        match profile {
+            RegenerateProfile::OpenshiftKubeApiserver => {
+                regenerate::Profile::OpenshiftKubeApiserver
+            }
+        }
+    }
+}
+
+/// `--key-type`: the algorithm of new keys (the job's [`regenerate::KeyType`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum KeyType {
+    /// RSA 2048-bit with SHA-256 (library-go's choice; the default).
+    #[value(name = "rsa-2048")]
+    Rsa2048,
+    /// ECDSA on P-256 with SHA-256.
+    #[value(name = "ecdsa-p256")]
+    EcdsaP256,
+}
+
+impl From<KeyType> for regenerate::KeyType {
+    fn from(key_type: KeyType) -> regenerate::KeyType {
+        match key_type {
+            KeyType::Rsa2048 => regenerate::KeyType::Rsa2048,
+            KeyType::EcdsaP256 => regenerate::KeyType::EcdsaP256,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum RegenerateMode {
     /// Only expired or missing material (and serving hostname or client identity drift, and a
@@ -461,8 +499,8 @@ impl RegenerateArgs {
         Ok(regenerate::Settings {
             connection: self.connection.settings(),
             config: self.config.clone(),
-            profile: self.profile,
-            key_type: self.key_type,
+            profile: self.profile.map(Into::into),
+            key_type: self.key_type.map(Into::into),
             service_network_ip: self.service_network_ip,
             api_hostname: self.api_hostname.clone(),
             api_int_hostname: self.api_int_hostname.clone(),

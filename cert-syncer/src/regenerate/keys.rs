@@ -10,16 +10,14 @@ use rcgen::KeyPair;
 use serde::Deserialize;
 
 /// The algorithm of a newly generated key (existing keys are used as they are).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum KeyType {
     /// RSA 2048-bit, certificates signed with SHA-256 (library-go's choice).
     #[default]
-    #[value(name = "rsa-2048")]
     #[serde(rename = "rsa-2048")]
     Rsa2048,
     /// ECDSA on P-256, certificates signed with SHA-256.
-    #[value(name = "ecdsa-p256")]
     #[serde(rename = "ecdsa-p256")]
     EcdsaP256,
 }

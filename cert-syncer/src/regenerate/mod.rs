@@ -62,6 +62,40 @@ use pass::Pass;
 /// the pass it triggers normally finds nothing to do).
 const MAX_SLEEP: Duration = Duration::from_secs(6 * 3600);
 
+/// When the loop runs its next pass (watch events wake it earlier): one second after the next
+/// deadline a pass reported (an expiry or a rotation point), at most [`MAX_SLEEP`]; after a
+/// failed pass, a backoff from 1 s doubling to 60 s, reset by a pass that succeeds.
+#[derive(Debug)]
+struct PassTimer {
+    retry: Duration,
+}
+
+impl Default for PassTimer {
+    fn default() -> PassTimer {
+        PassTimer {
+            retry: Duration::from_secs(1),
+        }
+    }
+}
+
+impl PassTimer {
+    /// The sleep after a pass that succeeded at `pass_now` (Unix seconds).
+    fn after_success(&mut self, next_deadline: Option<i64>, pass_now: i64) -> Duration {
+        self.retry = Duration::from_secs(1);
+        next_deadline
+            .map(|at| Duration::from_secs((at - pass_now).max(0) as u64 + 1))
+            .unwrap_or(MAX_SLEEP)
+            .min(MAX_SLEEP)
+    }
+
+    /// The sleep after a pass with failures.
+    fn after_failure(&mut self) -> Duration {
+        let sleep = self.retry;
+        self.retry = (self.retry * 2).min(Duration::from_secs(60));
+        sleep
+    }
+}
+
 /// Runs the controller (or one pass with `--once`).
 pub(crate) async fn run(args: Settings) -> anyhow::Result<()> {
     let fixed_now = args.now;
@@ -206,7 +240,7 @@ pub(crate) async fn run(args: Settings) -> anyhow::Result<()> {
     }
     tracing::info!(mode = ?args.mode, signers = rotation.signers.len(), bundles = rotation.bundles.len(), targets = rotation.targets.len(), "regeneration controller started");
 
-    let mut retry = Duration::from_secs(1);
+    let mut timer = PassTimer::default();
     let mut sleep_for = Duration::ZERO;
     loop {
         tokio::select! {
@@ -237,17 +271,11 @@ pub(crate) async fn run(args: Settings) -> anyhow::Result<()> {
         record_failures(&events, &report).await;
         if report.failures.is_empty() {
             readiness.clear("pass");
-            retry = Duration::from_secs(1);
-            sleep_for = report
-                .next_deadline
-                .map(|at| Duration::from_secs((at - pass_now).max(0) as u64 + 1))
-                .unwrap_or(MAX_SLEEP)
-                .min(MAX_SLEEP);
+            sleep_for = timer.after_success(report.next_deadline, pass_now);
             tracing::debug!(next = ?sleep_for, "pass complete");
         } else {
             readiness.block("pass", report.failures.join("; "));
-            sleep_for = retry;
-            retry = (retry * 2).min(Duration::from_secs(60));
+            sleep_for = timer.after_failure();
         }
     }
     for watch in watches {
@@ -383,4 +411,53 @@ fn identity(pod_name: Option<&str>) -> String {
             .unwrap_or_else(|_| "unknown-host".to_owned());
         format!("{host}_{}", std::process::id())
     })
+}
+
+#[cfg(test)]
+mod timer_tests {
+    use super::{MAX_SLEEP, PassTimer};
+    use std::time::Duration;
+
+    #[test]
+    fn the_next_pass_is_a_second_after_the_deadline_and_never_later_than_max_sleep() {
+        let mut timer = PassTimer::default();
+        assert_eq!(
+            timer.after_success(Some(1_100), 1_000),
+            Duration::from_secs(101)
+        );
+        // A deadline already past: at once (one second, so the clock has moved past it).
+        assert_eq!(
+            timer.after_success(Some(900), 1_000),
+            Duration::from_secs(1)
+        );
+        assert_eq!(timer.after_success(None, 1_000), MAX_SLEEP);
+        assert_eq!(timer.after_success(Some(i64::MAX / 2), 0), MAX_SLEEP);
+    }
+
+    #[test]
+    fn failures_back_off_to_a_minute_and_a_success_resets_the_backoff() {
+        let mut timer = PassTimer::default();
+        let backoff: Vec<u64> = (0..8).map(|_| timer.after_failure().as_secs()).collect();
+        assert_eq!(backoff, [1, 2, 4, 8, 16, 32, 60, 60]);
+        timer.after_success(Some(10), 0);
+        assert_eq!(timer.after_failure(), Duration::from_secs(1));
+    }
+
+    /// On tokio's paused clock: a pass whose next deadline is 100 s away sleeps until a second
+    /// after it, not before (the loop's `sleep(sleep_for)` with the timer's value).
+    #[tokio::test(start_paused = true)]
+    async fn the_timer_wakes_the_loop_just_after_the_deadline_on_tokios_clock() {
+        let mut timer = PassTimer::default();
+        let start = tokio::time::Instant::now();
+        let sleep = tokio::time::sleep(timer.after_success(Some(100), 0));
+        tokio::pin!(sleep);
+        tokio::time::advance(Duration::from_secs(100)).await;
+        assert!(
+            futures::poll!(&mut sleep).is_pending(),
+            "woke before the deadline had passed"
+        );
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert!(futures::poll!(&mut sleep).is_ready());
+        assert_eq!(start.elapsed(), Duration::from_secs(101));
+    }
 }

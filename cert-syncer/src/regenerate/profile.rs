@@ -17,7 +17,7 @@ use super::config::{self, Rotation};
 use crate::error::ConfigError;
 
 /// The built-in profiles.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Profile {
     /// OpenShift's kube-apiserver PKI: 8 signers, 10 CA bundles, 12 targets (what the
     /// operator's cert-regeneration-controller manages, plus the aggregator CA copy the
