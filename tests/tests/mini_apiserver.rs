@@ -849,6 +849,8 @@ async fn discovery_patches_generate_name_and_preconditions_work_through_kube_rs(
     assert_eq!(
         found,
         [
+            "authorization.k8s.io/v1/selfsubjectaccessreviews",
+            "authorization.k8s.io/v1/selfsubjectrulesreviews",
             "coordination.k8s.io/v1/leases",
             "v1/configmaps",
             "v1/events",
