@@ -11,7 +11,7 @@ pub struct ConfigError(pub String);
 /// Shows an error with its whole cause chain, `outer: cause: root cause`, for logs: the
 /// `Display` of most errors is only their own layer (`error = %err` would drop why).
 ///
-/// ```ignore
+/// ```text
 /// tracing::warn!(error = %chain(&err), "watch failed");
 /// ```
 pub(crate) fn chain<'a>(err: &'a (dyn std::error::Error + 'static)) -> Chain<'a> {
