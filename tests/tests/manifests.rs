@@ -708,7 +708,7 @@ fn what_regenerate_writes_for_the_server_reaches_it() {
         unreachable!()
     };
     let rotation =
-        cert_syncer::regenerate::profile_objects(regen.profile.expect("--profile")).unwrap();
+        cert_syncer::regenerate::profile_objects(regen.profile.expect("--profile").into()).unwrap();
     // Client certificates for the pod's other consumers (the check-endpoints container and the
     // control-plane node's kubeconfig), which OpenShift installs as revisioned resources.
     let elsewhere = [
