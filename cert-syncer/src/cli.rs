@@ -328,7 +328,7 @@ pub(crate) enum Job {
     Node(crate::node::Settings),
 }
 
-/// Flags of `cert-syncer node` (turned into [`crate::node::Settings`] by [`NodeArgs::settings`]).
+/// Flags of `cert-syncer node` (turned into the node job's plain settings by `NodeArgs::settings`).
 #[derive(Debug, Args)]
 pub struct NodeArgs {
     #[command(flatten)]

@@ -4,7 +4,7 @@
 //! Paths: `/api/v1[/watch][/namespaces/NS]/{secrets,configmaps,events}[/NAME]` and
 //! `/apis/coordination.k8s.io/v1[/watch][/namespaces/NS]/leases[/NAME]` (`/watch/`: the legacy
 //! watch paths); discovery at `/api`, `/api/v1`, `/apis`, `/apis/coordination.k8s.io[/v1]`,
-//! `/apis/authorization.k8s.io[/v1]` (whose `selfsubject{access,rules}reviews` [`review`]
+//! `/apis/authorization.k8s.io[/v1]` (whose `selfsubject{access,rules}reviews` (`routes/review.rs`)
 //! answers); `/openapi/v2`, `/openapi/v3[/GROUP-VERSION]` ([`crate::openapi`]);
 //! `/healthz`, `/readyz`, `/livez` and (for clients without credentials) `/version` without
 //! authentication; `/metrics` for any authenticated user (see [`crate::metrics`]). Bodies are JSON (YAML accepted where the content type says

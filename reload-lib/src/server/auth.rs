@@ -3,7 +3,7 @@
 #[cfg(doc)]
 use super::Acceptor;
 
-/// Whether and how clients present certificates. Used with [`ServingSetBuilder::client_ca`].
+/// Whether and how clients present certificates. Used with [`ServingSetBuilder::client_ca`](crate::ServingSetBuilder::client_ca).
 ///
 /// A client without a certificate is refused by a [`Required`](Self::Required) set (a real
 /// handshake on 127.0.0.1):

@@ -14,7 +14,7 @@ use super::resolver::{PairEntry, SniResolver};
 use crate::material::{CertInfo, normalize_name};
 use crate::status::Served;
 
-/// One published state of a [`ServingSet`]: immutable, shared by every handshake that starts
+/// One published state of a [`ServingSet`](crate::ServingSet): immutable, shared by every handshake that starts
 /// while it is current.
 ///
 /// Snapshots share structure: a pair whose files did not change between two snapshots is the
@@ -106,7 +106,7 @@ impl ServingSnapshot {
     }
 
     /// What `chain` (a client's certificates, leaf first; `None`: none presented) proves under
-    /// this snapshot's client-CA bundle. See [`Acceptor::accept_with_identity`].
+    /// this snapshot's client-CA bundle. See [`Acceptor::accept_with_identity`](crate::Acceptor::accept_with_identity).
     pub fn client_identity(&self, chain: Option<&[CertificateDer<'_>]>) -> ClientIdentity {
         match &self.client_verifier {
             Some(verifier) => ClientIdentity::check(verifier.as_ref(), chain),
