@@ -470,6 +470,13 @@ async fn a_second_writer_rewriting_the_file_never_makes_node_mode_flap() {
     ));
     wait_for_ders(&file, &ders_of(&[&ours]), "the first write").await;
     let writes = || metric_sum(&metrics(&node), "cert_syncer_node_writes_total", &[]);
+    // The file is renamed into place before the counter moves: wait for the count, not the file.
+    e2e::wait_until(
+        "the first write counted",
+        Duration::from_secs(30),
+        || async { writes() >= 1.0 },
+    )
+    .await;
     assert_eq!(writes(), 1.0);
 
     // 100 rewrites with the same certificates (another formatting, as the MCD writes them):
