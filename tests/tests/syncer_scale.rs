@@ -379,6 +379,12 @@ async fn the_namespace_wide_path_keeps_the_per_object_behaviour(backend: Backend
     })
     .await;
     for resource in ["secrets", "configmaps"] {
+        // The real apiserver counts a watch once its first event went out: wait for the count
+        // to settle on exactly one, then check it stays there.
+        wait_until(&format!("one {resource} watch"), TIMEOUT, || async {
+            api.open_watches(resource).await - own_watches[resource] == 1.0
+        })
+        .await;
         assert_eq!(
             api.open_watches(resource).await - own_watches[resource],
             1.0,
