@@ -9,7 +9,6 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Duration;
 
 use common::*;
 use reload_lib::ServingSet;
@@ -42,19 +41,6 @@ impl Drop for BindMount {
     }
 }
 
-async fn served(set: &ServingSet, serial: &str, what: &str) {
-    let mut rx = set.subscribe();
-    let result = tokio::time::timeout(
-        Duration::from_secs(10),
-        rx.wait_for(|s| s.served[0].info.serial == serial),
-    )
-    .await;
-    assert!(
-        result.is_ok(),
-        "{what}: serial {serial} not served within 10 s"
-    );
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bind_mount_over_the_watched_directory_is_watched_after_a_repair() {
     init_tracing();
@@ -80,7 +66,7 @@ async fn a_bind_mount_over_the_watched_directory_is_watched_after_a_repair() {
     };
     // Nothing inotify reports; the explicit reload (like the resync) re-reads and re-watches.
     set.reload().await.unwrap();
-    served(
+    wait_served(
         &set,
         &mounted.serial,
         "the mounted directory after the repair",
@@ -89,7 +75,7 @@ async fn a_bind_mount_over_the_watched_directory_is_watched_after_a_repair() {
     for round in 0..3 {
         let next = ca.leaf(&["localhost"], 30);
         other.write(&next);
-        served(
+        wait_served(
             &set,
             &next.serial,
             &format!("write {round} into the mounted directory"),

@@ -11,15 +11,6 @@ use std::time::Duration;
 use common::*;
 use reload_lib::{ClientAuth, InvalidMaterial, ServingSet, Status};
 
-async fn wait_status(set: &ServingSet, pred: impl Fn(&Status) -> bool) -> Status {
-    let mut rx = set.subscribe();
-    tokio::time::timeout(Duration::from_secs(10), rx.wait_for(|s| pred(s)))
-        .await
-        .expect("status condition not reached within 10 s")
-        .unwrap()
-        .clone()
-}
-
 /// A server for `localhost` (issued by `server_ca`) requiring client certificates from the
 /// bundle at `bundle`, checked against the CRL file `crl` when given.
 async fn mtls_set(

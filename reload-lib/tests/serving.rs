@@ -7,19 +7,6 @@ use std::time::Duration;
 use common::*;
 use reload_lib::{CertKeyPaths, ClientAuth, InvalidMaterial, ServingSet, WatchMode};
 
-/// Waits (bounded) until the status satisfies `pred`.
-async fn wait_status(
-    set: &ServingSet,
-    pred: impl Fn(&reload_lib::Status) -> bool,
-) -> reload_lib::Status {
-    let mut rx = set.subscribe();
-    tokio::time::timeout(Duration::from_secs(10), rx.wait_for(|s| pred(s)))
-        .await
-        .expect("status condition not reached within 10 s")
-        .unwrap()
-        .clone()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_writer_style_rotates_the_served_certificate() {
     init_tracing();

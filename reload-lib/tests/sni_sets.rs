@@ -9,17 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use reload_lib::{CertKeyPaths, ServingSet, ServingSnapshot, Status};
-
-/// Waits (bounded) until the status satisfies `pred`.
-async fn wait_status(set: &ServingSet, pred: impl Fn(&Status) -> bool) -> Status {
-    let mut rx = set.subscribe();
-    tokio::time::timeout(Duration::from_secs(10), rx.wait_for(|s| pred(s)))
-        .await
-        .expect("status condition not reached within 10 s")
-        .unwrap()
-        .clone()
-}
+use reload_lib::{CertKeyPaths, ServingSet, ServingSnapshot};
 
 fn name(i: usize) -> String {
     format!("host-{i}.test")

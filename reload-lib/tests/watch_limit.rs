@@ -36,19 +36,6 @@ async fn watches_back_to(baseline: usize) {
     }
 }
 
-async fn served(set: &ServingSet, serial: &str, what: &str) {
-    let mut rx = set.subscribe();
-    let result = tokio::time::timeout(
-        Duration::from_secs(10),
-        rx.wait_for(|s| s.served[0].info.serial == serial),
-    )
-    .await;
-    assert!(
-        result.is_ok(),
-        "{what}: serial {serial} not served within 10 s"
-    );
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reaching_the_watch_limit_mid_run_falls_back_to_polling() {
     let _turn = ONE_AT_A_TIME.lock().await;
@@ -78,12 +65,12 @@ async fn reaching_the_watch_limit_mid_run_falls_back_to_polling() {
     std::fs::rename(&certs, tmp.path().join("certs-old")).unwrap();
     let replaced = ca.leaf(&["localhost"], 30);
     dir = PairDir::new(&certs, Writer::Rename, &replaced);
-    served(&set, &replaced.serial, "the replaced directory").await;
+    wait_served(&set, &replaced.serial, "the replaced directory").await;
     // Nothing watches the new directory: these are seen by polling alone.
     for round in 0..3 {
         let next = ca.leaf(&["localhost"], 30);
         dir.write(&next);
-        served(&set, &next.serial, &format!("polled write {round}")).await;
+        wait_served(&set, &next.serial, &format!("polled write {round}")).await;
     }
     drop(set);
     watches_back_to(baseline).await;
@@ -135,7 +122,7 @@ async fn a_subscribe_that_fails_halfway_leaves_no_watch_behind_and_polls() {
     );
     let next = ca.leaf(&["localhost"], 30);
     write(&next);
-    served(&set, &next.serial, "a write seen by polling").await;
+    wait_served(&set, &next.serial, "a write seen by polling").await;
     drop(set);
     watches_back_to(before).await;
 }

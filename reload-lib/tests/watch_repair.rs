@@ -20,20 +20,6 @@ async fn set_for(paths: CertKeyPaths) -> ServingSet {
         .unwrap()
 }
 
-/// Waits (bounded) until the set serves `serial` by default.
-async fn served(set: &ServingSet, serial: &str, what: &str) {
-    let mut rx = set.subscribe();
-    let result = tokio::time::timeout(
-        Duration::from_secs(10),
-        rx.wait_for(|s| s.served[0].info.serial == serial),
-    )
-    .await;
-    assert!(
-        result.is_ok(),
-        "{what}: serial {serial} not served within 10 s"
-    );
-}
-
 fn write_pair(dir: &Path, pair: &Pair) {
     std::fs::create_dir_all(dir).unwrap();
     rename_into(&dir.join("tls.key"), pair.key_pem.as_bytes());
@@ -71,12 +57,12 @@ async fn a_parent_directory_stays_watched_when_a_subdirectory_is_recreated() {
     .unwrap();
     let back = ca.leaf(&["localhost"], 30);
     write_pair(&parent.join("sub"), &back);
-    served(&inner, &back.serial, "the recreated subdirectory").await;
+    wait_served(&inner, &back.serial, "the recreated subdirectory").await;
 
     // The parent's own set still sees its rotations.
     let next = ca.leaf(&["localhost"], 30);
     write_pair(&parent, &next);
-    served(
+    wait_served(
         &outer,
         &next.serial,
         "the parent after the subdirectory came back",
@@ -107,7 +93,7 @@ async fn dropping_a_set_that_waits_below_a_directory_keeps_that_directory_watche
 
     let next = ca.leaf(&["localhost"], 30);
     write_pair(&parent, &next);
-    served(
+    wait_served(
         &outer,
         &next.serial,
         "the parent after the other set was dropped",
@@ -144,11 +130,11 @@ async fn a_symlinked_revision_directory_swap_is_seen_every_time() {
         let name = format!("kube-apiserver-pod-{revision}");
         write_pair(&base.join(&name), &next);
         swap_link(&name, &certs);
-        served(&set, &next.serial, &format!("revision {revision}")).await;
+        wait_served(&set, &next.serial, &format!("revision {revision}")).await;
         // And a rotation inside the revision now linked.
         let inside = ca.leaf(&["localhost"], 30);
         write_pair(&base.join(&name), &inside);
-        served(
+        wait_served(
             &set,
             &inside.serial,
             &format!("a write inside revision {revision}"),
@@ -172,7 +158,7 @@ async fn symlinked_files_whose_targets_change_elsewhere_are_seen() {
     for round in 0..3 {
         let next = ca.leaf(&["localhost"], 30);
         write_pair(&real, &next);
-        served(
+        wait_served(
             &set,
             &next.serial,
             &format!("target rewritten, round {round}"),
@@ -191,10 +177,10 @@ async fn symlinked_files_whose_targets_change_elsewhere_are_seen() {
         other.join("tls.crt").to_str().unwrap(),
         &links.join("tls.crt"),
     );
-    served(&set, &moved.serial, "links re-pointed").await;
+    wait_served(&set, &moved.serial, "links re-pointed").await;
     let after = ca.leaf(&["localhost"], 30);
     write_pair(&other, &after);
-    served(&set, &after.serial, "the new target rewritten").await;
+    wait_served(&set, &after.serial, "the new target rewritten").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -211,10 +197,10 @@ async fn a_renamed_parent_is_watched_again_after_a_repair() {
     write_pair(&certs, &replaced);
     // Nothing inotify reports; the explicit reload (like the resync) repairs the watches.
     set.reload().await.unwrap();
-    served(&set, &replaced.serial, "after the repair").await;
+    wait_served(&set, &replaced.serial, "after the repair").await;
     let next = ca.leaf(&["localhost"], 30);
     write_pair(&certs, &next);
-    served(&set, &next.serial, "an event after the repair").await;
+    wait_served(&set, &next.serial, "an event after the repair").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -230,6 +216,6 @@ async fn a_mkdir_p_racing_the_re_arm_of_a_deleted_directory_never_leaves_it_unwa
         let next = ca.leaf(&["localhost"], 30);
         // `mkdir -p` then the files, as fast as possible.
         write_pair(&certs, &next);
-        served(&set, &next.serial, &format!("round {round}")).await;
+        wait_served(&set, &next.serial, &format!("round {round}")).await;
     }
 }

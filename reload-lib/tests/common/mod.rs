@@ -104,6 +104,34 @@ pub async fn wait_for_serial(
     }
 }
 
+/// Waits (bounded) until the set's status satisfies `pred`; returns that status.
+pub async fn wait_status(
+    set: &reload_lib::ServingSet,
+    pred: impl Fn(&reload_lib::Status) -> bool,
+) -> reload_lib::Status {
+    let mut rx = set.subscribe();
+    tokio::time::timeout(Duration::from_secs(10), rx.wait_for(|s| pred(s)))
+        .await
+        .expect("status condition not reached within 10 s")
+        .unwrap()
+        .clone()
+}
+
+/// Waits (bounded) until the set serves `serial` by default; `what` names the step in the
+/// failure message.
+pub async fn wait_served(set: &reload_lib::ServingSet, serial: &str, what: &str) {
+    let mut rx = set.subscribe();
+    let result = tokio::time::timeout(
+        Duration::from_secs(10),
+        rx.wait_for(|s| s.served[0].info.serial == serial),
+    )
+    .await;
+    assert!(
+        result.is_ok(),
+        "{what}: serial {serial} not served within 10 s"
+    );
+}
+
 pub fn init_tracing() {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(
