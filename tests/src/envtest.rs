@@ -279,6 +279,33 @@ impl RealApiServer {
         )
     }
 
+    /// Issues a client certificate for `user` from `ca` and answers whether the apiserver
+    /// authenticates a request with it as that user: RBAC then names the user in its 403 (a
+    /// certificate of an unknown CA gets 401, and none makes the request anonymous). The
+    /// certificate is issued now; the request runs when the future is awaited, so the future
+    /// borrows neither `ca` nor the server (for retry loops).
+    pub fn authenticates_client_cert(
+        &self,
+        ca: &mut crate::Ca,
+        user: &str,
+    ) -> impl std::future::Future<Output = bool> + Send + use<> {
+        let issued = ca.issue(&crate::CertSpec::client(user));
+        let config = crate::tls::client_config_with_cert(
+            &self.recovery_ca,
+            &issued.cert_pem,
+            &issued.key_pem,
+        );
+        let addr = self.addr();
+        let user = user.to_owned();
+        async move {
+            // `User \"client-7\" cannot list ...` (JSON-escaped quotes).
+            matches!(
+                crate::tls::https_get(addr, "localhost-recovery", config, "/api/v1/namespaces/x/pods").await,
+                Ok((403, body)) if body.contains(&format!("User \\\"{user}\\\""))
+            )
+        }
+    }
+
     /// Kills kube-apiserver (SIGKILL, like a crash) and starts it again on the same port with
     /// the same flags; etcd keeps running, so every object survives.
     ///

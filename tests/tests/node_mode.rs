@@ -12,9 +12,9 @@ use std::time::{Duration, Instant};
 
 use e2e::envtest::{RealApiServer, RealOptions};
 use e2e::syncer::bundle_config_map;
-use e2e::tls::{client_config_with_cert, https_get, p50_p99};
+use e2e::tls::p50_p99;
 use e2e::{
-    Ca, CertSpec, ChildProcess, bin_path, install_crypto_provider, metric_sum, plain_http_get,
+    Ca, ChildProcess, bin_path, install_crypto_provider, metric_sum, plain_http_get,
     require_real_apiserver,
 };
 use k8s_openapi::ByteString;
@@ -172,23 +172,8 @@ async fn kube_apiserver_trusts_each_signer_node_mode_adds_and_refuses_each_one_r
         0.0
     );
 
-    let addr = api.addr();
-    let recovery_ca = api.recovery_ca.clone();
-    // Accepted means authenticated as the certificate's subject: RBAC then names the user in
-    // its 403 (an unknown certificate gets 401).
-    let accepted = |ca: &mut Ca, user: &str| {
-        let issued = ca.issue(&CertSpec::client(user));
-        let config = client_config_with_cert(&recovery_ca, &issued.cert_pem, &issued.key_pem);
-        let user = user.to_owned();
-        async move {
-            matches!(
-                https_get(addr, "localhost-recovery", config, "/api/v1/namespaces/x/pods").await,
-                Ok((403, body)) if body.contains(&format!("User \\\"{user}\\\""))
-            )
-        }
-    };
     assert!(
-        accepted(&mut oldest, "seed").await,
+        api.authenticates_client_cert(&mut oldest, "seed").await,
         "the seeded signer is trusted"
     );
 
@@ -206,7 +191,7 @@ async fn kube_apiserver_trusts_each_signer_node_mode_adds_and_refuses_each_one_r
         .await
         .unwrap();
     e2e::wait_until("the first added signer", Duration::from_secs(60), || {
-        accepted(&mut previous, "warm-up")
+        api.authenticates_client_cert(&mut previous, "warm-up")
     })
     .await;
     let mut latencies = Vec::new();
@@ -228,7 +213,7 @@ async fn kube_apiserver_trusts_each_signer_node_mode_adds_and_refuses_each_one_r
         let user = format!("client-{update}");
         let mut served = None;
         while start.elapsed() < SERVED_WITHIN {
-            if accepted(&mut next, &user).await {
+            if api.authenticates_client_cert(&mut next, &user).await {
                 served = Some(start.elapsed());
                 break;
             }
@@ -239,11 +224,13 @@ async fn kube_apiserver_trusts_each_signer_node_mode_adds_and_refuses_each_one_r
             None => missed.push(update),
         }
         assert!(
-            accepted(&mut previous, &format!("kept-{update}")).await,
+            api.authenticates_client_cert(&mut previous, &format!("kept-{update}"))
+                .await,
             "update {update}: the previous signer, still in the source, keeps working"
         );
         assert!(
-            !accepted(&mut oldest, &format!("dropped-{update}")).await,
+            !api.authenticates_client_cert(&mut oldest, &format!("dropped-{update}"))
+                .await,
             "update {update}: the signer removed from the source is refused"
         );
         oldest = previous;

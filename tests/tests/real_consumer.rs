@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use e2e::envtest::RealApiServer;
 use e2e::syncer::{NS, bundle_config_map, read, tls_secret};
-use e2e::tls::{client_config_with_cert, https_get, p50_p99};
+use e2e::tls::p50_p99;
 use e2e::{Ca, CertSpec, Syncer, handshake_leaf, install_crypto_provider, require_real_apiserver};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, PostParams};
@@ -178,37 +178,14 @@ async fn kube_apiserver_accepts_client_certificates_of_every_synced_ca_bundle_up
     tokio::task::block_in_place(|| {
         api.restart_with_args(&[format!("--client-ca-file={}", bundle.display())]);
     });
-    let addr = api.addr();
-    let recovery_ca = api.recovery_ca.clone();
-
-    // Accepted means authenticated as the certificate's subject: the apiserver names that user
-    // when RBAC denies the request (an unknown certificate gets 401 instead, and no
-    // certificate makes the request anonymous).
-    let accepted = |ca: &mut Ca, user: &str| {
-        let issued = ca.issue(&CertSpec::client(user));
-        let config = client_config_with_cert(&recovery_ca, &issued.cert_pem, &issued.key_pem);
-        let user = user.to_owned();
-        async move {
-            match https_get(
-                addr,
-                "localhost-recovery",
-                config,
-                "/api/v1/namespaces/x/pods",
-            )
-            .await
-            {
-                // `User \"client-7\" cannot list ...` (JSON-escaped quotes).
-                Ok((403, body)) => body.contains(&format!("User \\\"{user}\\\"")),
-                _ => false,
-            }
-        }
-    };
     assert!(
-        accepted(&mut previous, "client-start").await,
+        api.authenticates_client_cert(&mut previous, "client-start")
+            .await,
         "a client certificate of the synced bundle is accepted after the restart"
     );
     assert!(
-        !accepted(&mut Ca::default(), "stranger").await,
+        !api.authenticates_client_cert(&mut Ca::default(), "stranger")
+            .await,
         "a client certificate of an unknown CA is not"
     );
 
@@ -237,7 +214,7 @@ async fn kube_apiserver_accepts_client_certificates_of_every_synced_ca_bundle_up
         let user = format!("client-{update}");
         let mut served = None;
         while start.elapsed() < within {
-            if accepted(&mut next, &user).await {
+            if api.authenticates_client_cert(&mut next, &user).await {
                 served = Some(start.elapsed());
                 break;
             }

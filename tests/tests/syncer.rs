@@ -3,7 +3,6 @@
 //! `localhost-recovery` and a token: Secrets and ConfigMaps mirrored to disk, read by
 //! `https-server` through reload-lib.
 
-use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::Command;
@@ -28,16 +27,18 @@ fn mode(path: &Path) -> u32 {
     std::fs::metadata(path).unwrap().permissions().mode() & 0o777
 }
 
-both_backends!(
-    secrets_and_config_maps_are_mirrored_and_served_by_a_reloading_server,
-    a_key_that_would_escape_or_shadow_the_layout_is_refused_and_nothing_is_written,
-    files_changed_or_removed_behind_the_syncers_back_are_repaired_by_the_resync_without_requests
-);
+/// What [`seed_serving_cert_and_client_ca`] created, and the clients to change it.
+struct Seeded {
+    secrets: Api<Secret>,
+    config_maps: Api<ConfigMap>,
+    ca: Ca,
+    cert: String,
+    key: String,
+}
 
-async fn secrets_and_config_maps_are_mirrored_and_served_by_a_reloading_server(backend: Backend) {
-    install_crypto_provider();
-    let tmp = tempfile::tempdir().unwrap();
-    let api = TestApi::start_default(backend, tmp.path()).await;
+/// Creates, in `NS`, the Secret `serving-cert` (a `localhost` leaf) and the ConfigMap `client-ca`
+/// (its CA in `ca-bundle.crt`): the objects every scenario here syncs.
+async fn seed_serving_cert_and_client_ca(api: &TestApi) -> Seeded {
     let client = api.recovery_client();
     let secrets: Api<Secret> = Api::namespaced(client.clone(), NS);
     let config_maps: Api<ConfigMap> = Api::namespaced(client, NS);
@@ -50,26 +51,44 @@ async fn secrets_and_config_maps_are_mirrored_and_served_by_a_reloading_server(b
         )
         .await
         .unwrap();
+    config_maps
+        .create(
+            &PostParams::default(),
+            &e2e::syncer::bundle_config_map("client-ca", &ca.cert_pem),
+        )
+        .await
+        .unwrap();
+    Seeded {
+        secrets,
+        config_maps,
+        ca,
+        cert,
+        key,
+    }
+}
+
+both_backends!(
+    secrets_and_config_maps_are_mirrored_and_served_by_a_reloading_server,
+    a_key_that_would_escape_or_shadow_the_layout_is_refused_and_nothing_is_written,
+    files_changed_or_removed_behind_the_syncers_back_are_repaired_by_the_resync_without_requests
+);
+
+async fn secrets_and_config_maps_are_mirrored_and_served_by_a_reloading_server(backend: Backend) {
+    install_crypto_provider();
+    let tmp = tempfile::tempdir().unwrap();
+    let api = TestApi::start_default(backend, tmp.path()).await;
+    let Seeded {
+        secrets,
+        config_maps,
+        ca,
+        cert,
+        key,
+    } = seed_serving_cert_and_client_ca(&api).await;
     secrets
         .create(
             &PostParams::default(),
             &tls_secret("optional-cert", &cert, &key),
         )
-        .await
-        .unwrap();
-    let bundle = ConfigMap {
-        metadata: kube::api::ObjectMeta {
-            name: Some("client-ca".to_owned()),
-            ..Default::default()
-        },
-        data: Some(BTreeMap::from([(
-            "ca-bundle.crt".to_owned(),
-            ca.cert_pem.clone(),
-        )])),
-        ..Default::default()
-    };
-    config_maps
-        .create(&PostParams::default(), &bundle)
         .await
         .unwrap();
 
@@ -284,25 +303,7 @@ async fn files_changed_or_removed_behind_the_syncers_back_are_repaired_by_the_re
     install_crypto_provider();
     let tmp = tempfile::tempdir().unwrap();
     let api = TestApi::start_default(backend, tmp.path()).await;
-    let client = api.recovery_client();
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), NS);
-    let config_maps: Api<ConfigMap> = Api::namespaced(client, NS);
-    let ca = Ca::default();
-    let (cert, key, _) = ca.localhost_leaf();
-    secrets
-        .create(
-            &PostParams::default(),
-            &tls_secret("serving-cert", &cert, &key),
-        )
-        .await
-        .unwrap();
-    config_maps
-        .create(
-            &PostParams::default(),
-            &e2e::syncer::bundle_config_map("client-ca", &ca.cert_pem),
-        )
-        .await
-        .unwrap();
+    let Seeded { ca, cert, key, .. } = seed_serving_cert_and_client_ca(&api).await;
 
     // Per object, and namespace-wide (threshold 0), each with its own directory and host file.
     let mut syncers = Vec::new();
