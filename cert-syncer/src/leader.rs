@@ -16,6 +16,8 @@ use kube::api::{ObjectMeta, PostParams};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::error::is_conflict;
+
 /// Timing, defaults as OpenShift's cert-regeneration-controller (137 s / 107 s / 26 s).
 #[derive(Debug, Clone, Copy)]
 pub struct Timing {
@@ -213,10 +215,6 @@ impl Elector {
 enum Attempt {
     Held,
     HeldBy(String),
-}
-
-fn is_conflict(err: &kube::Error) -> bool {
-    matches!(err, kube::Error::Api(status) if status.code == 409)
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use serde_json::json;
 
 use super::Mode;
 use super::config::{self, Rotation};
-use super::pass::{Pass, Report};
+use super::pass::{Pass, Reads, Report};
 use crate::events::EventRecorder;
 use crate::fake_api::FakeApi;
 use crate::pki::{self, Cert, KeyPairPem};
@@ -39,6 +39,7 @@ async fn pass(api: &FakeApi, rotation: &Rotation, now: i64) -> Report {
     let events = EventRecorder::new(client.clone(), "ns", None);
     Pass {
         client: &client,
+        reads: Reads::Live,
         rotation,
         mode: Mode::ExpiredOnly,
         now,

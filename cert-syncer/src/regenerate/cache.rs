@@ -1,0 +1,292 @@
+//! The declared objects as `regenerate`'s watches last saw them: one list+watch per namespace
+//! and kind the config names ([`crate::watch::namespace_wide`], reduced to the declared names by
+//! [`crate::watch::NamedObjects`], the machinery `sync` uses for large sets), instead of one
+//! watch per object and a GET of every object in every pass. OpenShift's controller reads from
+//! shared informers the same way.
+//!
+//! - A pass reads here; an object that does not exist is absent here, as a 404 was.
+//! - The loop's first pass waits until every watched namespace has been listed ([`Cache::ready`]).
+//! - Every change bumps a generation the loop waits on ([`Cache::subscribe`]): a change wakes a
+//!   pass, as each object's own watch did.
+//! - Writes keep optimistic concurrency: they carry the resourceVersion read here. After a
+//!   successful write the answer is stored ([`Cache::written`]), so the watch event of our own
+//!   write is recognised as known and wakes nothing; a 409 means this copy was stale: the pass
+//!   waits until the watch brings a newer version ([`Cache::newer`]) and decides again, never
+//!   writing over what it has not seen.
+//!
+//! Only the declared objects are kept (others of the namespace pass through the watch and are
+//! dropped): no other Secret's key stays in memory.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::{Api, Resource};
+use kube::runtime::watcher::Event;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use super::config::{ObjectRef, Rotation};
+use crate::decode::{DecodeError, Raw};
+use crate::kind::Kind;
+use crate::watch::{Changes, NamedObjects};
+
+/// One declared object as last seen: its resourceVersion and the object, or why it does not
+/// decode (reported by the pass as the item's failure, by field, never with a value).
+#[derive(Clone)]
+pub(crate) struct Entry<K> {
+    version: String,
+    object: Result<K, DecodeError>,
+}
+
+/// What is known of the declared objects of one kind. An object is missing from the map until
+/// its namespace has been listed; after that it is `Some` (present) or `None` (absent).
+pub(crate) type Objects<K> = HashMap<ObjectRef, Option<Entry<K>>>;
+
+/// Everything the cache knows, behind one lock.
+#[derive(Default)]
+pub(crate) struct State {
+    secrets: Objects<Secret>,
+    config_maps: Objects<ConfigMap>,
+    /// (kind, namespace) pairs whose first list has not completed.
+    unlisted: BTreeSet<(Kind, String)>,
+}
+
+/// A kind the cache holds.
+pub(crate) trait Cached:
+    kube::Resource<DynamicType = (), Scope = NamespaceResourceScope>
+    + DeserializeOwned
+    + Serialize
+    + Clone
+    + std::fmt::Debug
+    + Send
+    + Sync
+    + 'static
+{
+    const KIND: Kind;
+    fn objects(state: &mut State) -> &mut Objects<Self>;
+}
+
+impl Cached for Secret {
+    const KIND: Kind = Kind::Secret;
+    fn objects(state: &mut State) -> &mut Objects<Secret> {
+        &mut state.secrets
+    }
+}
+
+impl Cached for ConfigMap {
+    const KIND: Kind = Kind::ConfigMap;
+    fn objects(state: &mut State) -> &mut Objects<ConfigMap> {
+        &mut state.config_maps
+    }
+}
+
+/// The declared objects as the namespace-wide watches last saw them.
+pub(crate) struct Cache {
+    state: Mutex<State>,
+    /// The declared names per (kind, namespace): one watch each.
+    groups: BTreeMap<(Kind, String), Vec<String>>,
+    /// Bumped on every change a watch brings (not on our own writes).
+    generation: watch::Sender<u64>,
+}
+
+impl Cache {
+    /// An empty cache for the objects `rotation` declares; nothing is watched yet.
+    pub fn new(rotation: &Rotation) -> Cache {
+        let mut groups: BTreeMap<(Kind, String), Vec<String>> = BTreeMap::new();
+        for (kind, object) in rotation.objects() {
+            let names = groups.entry((kind, object.namespace.clone())).or_default();
+            if !names.contains(&object.name) {
+                names.push(object.name.clone());
+            }
+        }
+        Cache {
+            state: Mutex::new(State {
+                unlisted: groups.keys().cloned().collect(),
+                ..State::default()
+            }),
+            groups,
+            generation: watch::Sender::new(0),
+        }
+    }
+
+    /// The (kind, namespace) pairs watched, one watch each.
+    pub fn watched(&self) -> impl Iterator<Item = &(Kind, String)> {
+        self.groups.keys()
+    }
+
+    /// Starts one namespace-wide watch per (kind, namespace); they run until aborted.
+    pub fn spawn_watches(
+        self: &Arc<Self>,
+        client: &kube::Client,
+        timeout_seconds: u32,
+    ) -> Vec<JoinHandle<()>> {
+        self.groups
+            .iter()
+            .map(|((kind, namespace), names)| {
+                let (cache, client) = (Arc::clone(self), client.clone());
+                let (namespace, names) = (namespace.clone(), names.clone());
+                match kind {
+                    Kind::Secret => tokio::spawn(cache.follow::<Secret>(
+                        client,
+                        namespace,
+                        names,
+                        timeout_seconds,
+                    )),
+                    Kind::ConfigMap => tokio::spawn(cache.follow::<ConfigMap>(
+                        client,
+                        namespace,
+                        names,
+                        timeout_seconds,
+                    )),
+                }
+            })
+            .collect()
+    }
+
+    async fn follow<K: Cached>(
+        self: Arc<Self>,
+        client: kube::Client,
+        namespace: String,
+        names: Vec<String>,
+        timeout_seconds: u32,
+    ) {
+        let api: Api<Raw<K>> = Api::namespaced(client, &namespace);
+        let mut named = NamedObjects::new(names);
+        let stream = crate::watch::namespace_wide(api, timeout_seconds);
+        futures::pin_mut!(stream);
+        while let Some(event) = stream.next().await {
+            match event {
+                Ok(event) => {
+                    if matches!(event, Event::InitDone) {
+                        tracing::debug!(kind = K::KIND.label(), %namespace, "namespace listed");
+                    }
+                    self.observe::<K>(&namespace, named.observe(event));
+                }
+                Err(err) => {
+                    tracing::warn!(kind = K::KIND.label(), %namespace, error = %crate::error::chain(&err), "watch failed; retrying with backoff")
+                }
+            }
+        }
+    }
+
+    /// Stores what one watch event changed; bumps the generation if anything did.
+    pub fn observe<K: Cached>(&self, namespace: &str, changes: Changes<Raw<K>>) {
+        let mut state = self.lock();
+        let mut changed = false;
+        for (name, raw) in changes.changed {
+            let object = ObjectRef {
+                namespace: namespace.to_owned(),
+                name,
+            };
+            let entry = raw.map(|raw| Entry {
+                version: raw.meta().resource_version.clone().unwrap_or_default(),
+                object: raw.decode(),
+            });
+            let objects = K::objects(&mut state);
+            let same = match (objects.get(&object), &entry) {
+                (Some(Some(old)), Some(new)) => old.version == new.version,
+                (Some(None), None) => true,
+                _ => false,
+            };
+            if !same {
+                objects.insert(object, entry);
+                changed = true;
+            }
+        }
+        if changes.listed && state.unlisted.remove(&(K::KIND, namespace.to_owned())) {
+            changed = true;
+        }
+        drop(state);
+        if changed {
+            self.generation.send_modify(|g| *g += 1);
+        }
+    }
+
+    /// Resolves once every watched namespace has been listed.
+    pub async fn ready(&self) {
+        let mut generation = self.generation.subscribe();
+        while !self.lock().unlisted.is_empty() {
+            // The sender lives as long as the cache.
+            let _ = generation.changed().await;
+        }
+    }
+
+    /// A receiver that sees every change the watches bring.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.generation.subscribe()
+    }
+
+    /// The object as last seen: `None` when it does not exist.
+    ///
+    /// # Errors
+    /// It does not decode (by field), or its namespace has not been listed yet.
+    pub fn get<K: Cached>(&self, object: &ObjectRef) -> Result<Option<K>, String> {
+        match K::objects(&mut self.lock()).get(object) {
+            None => Err("not listed yet".to_owned()),
+            Some(None) => Ok(None),
+            Some(Some(entry)) => entry
+                .object
+                .clone()
+                .map(Some)
+                .map_err(|err| format!("cannot decode: {err}")),
+        }
+    }
+
+    /// Waits up to `timeout` until the object's state differs from `than` (a resourceVersion;
+    /// `None`: absent). Whether it did.
+    pub async fn newer<K: Cached>(
+        &self,
+        object: &ObjectRef,
+        than: Option<&str>,
+        timeout: Duration,
+    ) -> bool {
+        let mut generation = self.generation.subscribe();
+        let moved = || match K::objects(&mut self.lock()).get(object) {
+            None => false,
+            Some(None) => than.is_some(),
+            Some(Some(entry)) => than != Some(entry.version.as_str()),
+        };
+        tokio::time::timeout(timeout, async {
+            while !moved() {
+                let _ = generation.changed().await;
+            }
+        })
+        .await
+        .is_ok()
+    }
+
+    /// Stores our own write (the apiserver's answer), if the cache still holds the version it
+    /// was based on (`None`: absent): the watch event of that write is then known and wakes no
+    /// pass. A cache that has moved on already holds that write or a later one: left as it is.
+    pub fn written<K: Cached>(&self, object: &ObjectRef, based_on: Option<&str>, written: &K) {
+        let Some(version) = written.meta().resource_version.clone() else {
+            return;
+        };
+        let mut state = self.lock();
+        let objects = K::objects(&mut state);
+        let current = match objects.get(object) {
+            Some(Some(entry)) => Some(entry.version.as_str()),
+            Some(None) => None,
+            None => return,
+        };
+        if current == based_on {
+            objects.insert(
+                object.clone(),
+                Some(Entry {
+                    version,
+                    object: Ok(written.clone()),
+                }),
+            );
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
