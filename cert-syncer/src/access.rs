@@ -192,9 +192,12 @@ fn sync_access(args: &sync::Settings) -> Vec<Access> {
     rules.into_list()
 }
 
-/// `regenerate`: on every declared signer, bundle and target, get, list and watch (one
-/// single-object watcher each, live reads in every pass) and update; create on Secrets and
-/// ConfigMaps of each namespace that has declared objects (a missing object is created);
+/// `regenerate`: list and watch on every object of each kind in each namespace that has
+/// declared objects of that kind (one namespace-wide watch each, the cache the passes read;
+/// RBAC cannot restrict a namespace-wide list by name); get and update on every declared
+/// signer, bundle and target (`--once` reads by GET, every pass reads the apiserver's clock from
+/// one of them); create on Secrets and ConfigMaps of each namespace that has declared objects
+/// (a missing object is created);
 /// Events on the pod when `POD_NAME` is known; with `--leader-elect`, get and update on the
 /// Lease and create on Leases.
 fn regenerate_access(args: &regenerate::Settings, rotation: &Rotation) -> Vec<Access> {
@@ -205,9 +208,10 @@ fn regenerate_access(args: &regenerate::Settings, rotation: &Rotation) -> Vec<Ac
             &object.namespace,
             CORE,
             resource,
-            &["get", "list", "watch", "update"],
+            &["get", "update"],
             &object.name,
         );
+        rules.any(&object.namespace, CORE, resource, &["list", "watch"]);
         rules.any(&object.namespace, CORE, resource, &["create"]);
     }
     if args.pod_name.is_some() {
@@ -582,10 +586,17 @@ targets:
             ("configmaps", "managed", "ca"),
             ("secrets", "ns", "cert"),
         ] {
-            for verb in ["get", "list", "watch", "update"] {
+            for verb in ["get", "update"] {
                 assert!(
                     allowed(&rules, verb, CORE, resource, ns, Some(name)),
                     "{verb} {ns}/{name}"
+                );
+            }
+            // The namespace-wide watch of the cache.
+            for verb in ["list", "watch"] {
+                assert!(
+                    allowed(&rules, verb, CORE, resource, ns, None),
+                    "{verb} {ns}"
                 );
             }
             assert!(allowed(&rules, "create", CORE, resource, ns, None));
@@ -607,6 +618,16 @@ targets:
             "operator",
             None
         ));
+        // No namespace-wide read where nothing of that kind is declared.
+        assert!(!allowed(
+            &rules,
+            "list",
+            CORE,
+            "configmaps",
+            "operator",
+            None
+        ));
+        assert!(!allowed(&rules, "watch", CORE, "secrets", "managed", None));
         assert!(allowed(&rules, "create", CORE, "events", "ns", None));
         let lease = "cert-regeneration-controller-lock";
         assert!(allowed(

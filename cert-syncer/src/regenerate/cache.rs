@@ -24,8 +24,8 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use kube::{Api, Resource};
 use kube::runtime::watcher::Event;
+use kube::{Api, Resource};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::sync::watch;
@@ -288,5 +288,134 @@ impl Cache {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::regenerate::config;
+
+    const CONFIG: &str = r#"
+signers:
+  - { name: signer, namespace: a, validity: 100d, refresh: 50d }
+  - { name: other-signer, namespace: a, validity: 100d, refresh: 50d }
+bundles:
+  - { name: ca, namespace: b, signers: [signer] }
+targets:
+  - { name: serving, namespace: b, signer: signer, serving: { hostnames: [localhost] }, validity: 30d, refresh: 15d }
+"#;
+
+    fn object(namespace: &str, name: &str) -> ObjectRef {
+        ObjectRef {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+        }
+    }
+
+    fn raw(name: &str, version: &str) -> Raw<Secret> {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": { "name": name, "resourceVersion": version },
+        }))
+        .unwrap()
+    }
+
+    fn listed<K>(objects: Vec<(&str, Option<Raw<K>>)>) -> Changes<Raw<K>> {
+        Changes {
+            changed: objects
+                .into_iter()
+                .map(|(name, raw)| (name.to_owned(), raw))
+                .collect(),
+            listed: true,
+            ..Changes::default()
+        }
+    }
+
+    fn version(cache: &Cache, object: &ObjectRef) -> Option<String> {
+        cache
+            .get::<Secret>(object)
+            .unwrap()
+            .and_then(|s| s.metadata.resource_version)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn one_watch_per_namespace_and_kind_and_ready_once_each_has_listed() {
+        let cache = Cache::new(&config::parse(CONFIG).unwrap());
+        let watched: Vec<String> = cache
+            .watched()
+            .map(|(kind, ns)| format!("{} {ns}", kind.label()))
+            .collect();
+        assert_eq!(watched, ["secret a", "secret b", "configmap b"]);
+        assert_eq!(
+            cache.get::<Secret>(&object("a", "signer")),
+            Err("not listed yet".to_owned())
+        );
+        let ready = cache.ready();
+        tokio::pin!(ready);
+        cache.observe::<Secret>("a", listed(vec![("signer", Some(raw("signer", "1")))]));
+        cache.observe::<Secret>("b", listed(vec![("serving", None)]));
+        assert!(futures::poll!(&mut ready).is_pending(), "configmaps in b");
+        cache.observe::<ConfigMap>("b", listed(vec![("ca", None)]));
+        assert!(futures::poll!(&mut ready).is_ready());
+        // Listed: present, or absent as a 404 was.
+        assert_eq!(version(&cache, &object("a", "signer")), Some("1".into()));
+        assert_eq!(cache.get::<Secret>(&object("b", "serving")), Ok(None));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn changes_wake_once_and_our_own_writes_are_known_to_the_watch() {
+        let cache = Cache::new(&config::parse(CONFIG).unwrap());
+        let signer = object("a", "signer");
+        cache.observe::<Secret>("a", listed(vec![("signer", Some(raw("signer", "1")))]));
+        let mut changes = cache.subscribe();
+        // Our write based on version 1 is remembered; its watch event then changes nothing.
+        let ours: Secret = raw("signer", "2").decode().unwrap();
+        cache.written(&signer, Some("1"), &ours);
+        assert_eq!(version(&cache, &signer), Some("2".into()));
+        cache.observe::<Secret>("a", listed(vec![("signer", Some(raw("signer", "2")))]));
+        assert!(!changes.has_changed().unwrap());
+        // Someone else's version wakes.
+        cache.observe::<Secret>("a", listed(vec![("signer", Some(raw("signer", "3")))]));
+        assert!(changes.has_changed().unwrap());
+        changes.borrow_and_update();
+        // A write based on a version the cache has moved past never replaces the newer one.
+        cache.written(&signer, Some("2"), &raw("signer", "4").decode().unwrap());
+        assert_eq!(version(&cache, &signer), Some("3".into()));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn newer_waits_for_a_version_other_than_the_one_written_against() {
+        let cache = Arc::new(Cache::new(&config::parse(CONFIG).unwrap()));
+        let signer = object("a", "signer");
+        cache.observe::<Secret>("a", listed(vec![("signer", None)]));
+        // Absent, and still absent: times out.
+        assert!(
+            !cache
+                .newer::<Secret>(&signer, None, Duration::from_secs(10))
+                .await
+        );
+        // Already moved on (our copy said version 0): at once.
+        cache.observe::<Secret>("a", listed(vec![("signer", Some(raw("signer", "1")))]));
+        assert!(
+            cache
+                .newer::<Secret>(&signer, Some("0"), Duration::ZERO)
+                .await
+        );
+        // A newer version arriving while waiting.
+        let feeder = {
+            let cache = Arc::clone(&cache);
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                cache.observe::<Secret>("a", listed(vec![("signer", Some(raw("signer", "5")))]));
+            })
+        };
+        assert!(
+            cache
+                .newer::<Secret>(&signer, Some("1"), Duration::from_secs(10))
+                .await
+        );
+        feeder.await.unwrap();
+        assert_eq!(version(&cache, &signer), Some("5".into()));
     }
 }

@@ -275,6 +275,13 @@ pub(crate) async fn run(args: Settings) -> anyhow::Result<()> {
             readiness.block("pass", report.failures.join("; "));
             sleep_for = timer.after_failure();
         }
+        // A pass that wrote is followed by another at once: a write can change the decision
+        // for an item earlier in the order (a bundle prunes an expired CA once the leaves it
+        // issued are re-issued). The cache already holds our writes, so their watch events wake
+        // nothing; this is the pass they used to wake.
+        if !report.written.is_empty() {
+            sleep_for = Duration::ZERO;
+        }
     }
     stop(watches);
     if let Some(holder) = holder {
@@ -379,7 +386,10 @@ fn log_report(report: &pass::Report) {
         tracing::info!(kind = written.kind, object = %written.object, reason = %written.reason, "written");
     }
     if report.conflicts > 0 {
-        tracing::info!(conflicts = report.conflicts, "writes refused as stale (409) were read again and decided again");
+        tracing::info!(
+            conflicts = report.conflicts,
+            "writes refused as stale (409) were read again and decided again"
+        );
     }
 }
 

@@ -39,8 +39,8 @@ use super::follow::{Follower, Resync, Retry};
 use super::settings::ObjectSpec;
 use crate::decode::Raw;
 use crate::fetched::{ToFetched, TryFetched};
-use crate::watch::NamedObjects;
 use crate::metrics::WatchEventLabels;
+use crate::watch::NamedObjects;
 
 /// Follows the named `objects` (all of one kind) with one namespace-wide watcher until shutdown.
 pub(super) async fn follow<K>(context: Arc<Follower>, objects: Vec<ObjectSpec>)
