@@ -65,6 +65,17 @@ where
     watcher::watcher(api, config(timeout_seconds)).default_backoff()
 }
 
+/// The HTTP status behind a watcher error, if any.
+pub fn error_status(err: &watcher::Error) -> Option<u16> {
+    match err {
+        watcher::Error::InitialListFailed(kube::Error::Api(status))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(status))
+        | watcher::Error::WatchFailed(kube::Error::Api(status)) => Some(status.code),
+        watcher::Error::WatchError(status) => Some(status.code),
+        _ => None,
+    }
+}
+
 /// The last state of a named object handed over, to recognise what was already handed over.
 #[derive(Debug, PartialEq, Eq)]
 enum Handed {

@@ -168,6 +168,11 @@ impl Cache {
                     }
                     self.observe::<K>(&namespace, named.observe(event));
                 }
+                Err(err) if matches!(crate::watch::error_status(&err), Some(401 | 403)) => {
+                    // Roles from before the namespace-wide watches granted list and watch by
+                    // name only: say what is missing, not just that a watch failed.
+                    tracing::error!(kind = K::KIND.label(), %namespace, error = %crate::error::chain(&err), "the apiserver refuses to list and watch {}s in {namespace}; regenerate needs list and watch on every {} of that namespace (manifests/rbac/cert-regeneration-controller.yaml); no pass runs until it can; retrying with backoff", K::KIND.label(), K::KIND.api_kind())
+                }
                 Err(err) => {
                     tracing::warn!(kind = K::KIND.label(), %namespace, error = %crate::error::chain(&err), "watch failed; retrying with backoff")
                 }
