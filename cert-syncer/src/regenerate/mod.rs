@@ -15,7 +15,7 @@
 //!   a declared object changes, and when the next expiry (or rotation point) is reached: a timer
 //!   aligned to the data, not a polling period. Failed passes are retried with backoff.
 //!
-//! Clock skew: each pass also reads the apiserver's clock (the `Date` of one GET) and decides at
+//! Clock skew: each pass also reads the apiserver's clock (the `Date` of a `GET /version`) and decides at
 //! `min(local, apiserver)` (`clocks`), so a local clock that jumped ahead expires, prunes and
 //! replaces nothing still valid at the apiserver's time. A persistence rule (act on an expiry only
 //! once it has been seen for N seconds) was not chosen: a jump persists as well, and `--once`
@@ -49,7 +49,6 @@ pub(crate) use settings::Settings;
 use crate::error::ConfigError;
 use crate::events::EventRecorder;
 use crate::health::Readiness;
-use crate::kind::Kind;
 use crate::leader::{self, Elector};
 use crate::time::{rfc3339, unix_now};
 use cache::Cache;
@@ -345,11 +344,7 @@ async fn clocks(
     rotation: &config::Rotation,
     local: i64,
 ) -> (i64, Option<i64>) {
-    let secret = rotation.objects().find(|(kind, _)| *kind == Kind::Secret);
-    let apiserver = match secret {
-        Some((_, object)) => pass::apiserver_time(client, object).await,
-        None => None,
-    };
+    let apiserver = pass::apiserver_time(client).await;
     if let Some(at) = apiserver
         && local - at > rotation.backdate.as_secs() as i64
     {

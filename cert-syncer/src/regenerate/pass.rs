@@ -735,19 +735,19 @@ impl Pass<'_> {
     }
 }
 
-/// The apiserver's clock: the `Date` of its answer to a GET of `object` (a Secret regenerate
-/// reads anyway, so no permission beyond its own; a 404 has a `Date` too). `None` if it does
-/// not answer or sends no usable `Date`: the caller then falls back to the local clock alone.
-pub async fn apiserver_time(client: &kube::Client, object: &ObjectRef) -> Option<i64> {
+/// The apiserver's clock: the `Date` of its answer to `GET /version` (public information every
+/// client may read: no permission, no object read; any answer, an error too, carries a `Date`).
+/// `None` if it does not answer or sends no usable `Date`: the caller then falls back to the
+/// local clock alone.
+pub async fn apiserver_time(client: &kube::Client) -> Option<i64> {
     use http_body_util::BodyExt;
-    let request =
-        kube::core::Request::new(format!("/api/v1/namespaces/{}/secrets", object.namespace))
-            .get(&object.name, &kube::api::GetParams::default())
-            .ok()?;
+    let request = http::Request::get("/version")
+        .body(kube::client::Body::from(Vec::new()))
+        .ok()?;
     let response = client
-        .send(request.map(kube::client::Body::from))
+        .send(request)
         .await
-        .map_err(|err| tracing::warn!(secret = %object, error = %chain(&err), "cannot read the apiserver's clock; using the local clock alone"))
+        .map_err(|err| tracing::warn!(error = %chain(&err), "cannot read the apiserver's clock; using the local clock alone"))
         .ok()?;
     let date = response.headers().get(http::header::DATE).cloned();
     // Drain the body so the connection can be reused; its content is not needed.
