@@ -192,22 +192,31 @@ fn sync_access(args: &sync::Settings) -> Vec<Access> {
     rules.into_list()
 }
 
-/// `regenerate`: on every declared signer, bundle and target, get, list and watch (one
-/// single-object watcher each, live reads in every pass) and update; create on Secrets and
-/// ConfigMaps of each namespace that has declared objects (a missing object is created);
+/// `regenerate`: update on every declared signer, bundle and target, and create on Secrets and
+/// ConfigMaps of each namespace that has declared objects (a missing object is created; RBAC
+/// cannot restrict a create by name); to read them, list and watch on every object of each kind
+/// in each namespace that has declared objects of that kind (one namespace-wide watch each, the
+/// cache the passes read; RBAC cannot restrict a namespace-wide list by name), or with `--once`
+/// (no watches) get on each declared object; the apiserver's clock is read from `/version`,
+/// which needs no rule;
 /// Events on the pod when `POD_NAME` is known; with `--leader-elect`, get and update on the
 /// Lease and create on Leases.
 fn regenerate_access(args: &regenerate::Settings, rotation: &Rotation) -> Vec<Access> {
     let mut rules = Rules::default();
     for (kind, object) in rotation.objects() {
         let resource = kind.plural();
-        rules.named(
-            &object.namespace,
-            CORE,
-            resource,
-            &["get", "list", "watch", "update"],
-            &object.name,
-        );
+        if args.once {
+            rules.named(
+                &object.namespace,
+                CORE,
+                resource,
+                &["get", "update"],
+                &object.name,
+            );
+        } else {
+            rules.named(&object.namespace, CORE, resource, &["update"], &object.name);
+            rules.any(&object.namespace, CORE, resource, &["list", "watch"]);
+        }
         rules.any(&object.namespace, CORE, resource, &["create"]);
     }
     if args.pod_name.is_some() {
@@ -577,15 +586,33 @@ targets:
             unreachable!()
         };
         let rules = regenerate_access(&args.settings().unwrap(), &rotation);
+        let Command::Regenerate(once) = command(&[
+            "regenerate",
+            "--server=https://127.0.0.1:6443",
+            "--config=/c.yaml",
+            "--once",
+        ]) else {
+            unreachable!()
+        };
+        let once = regenerate_access(&once.settings().unwrap(), &rotation);
         for (resource, ns, name) in [
             ("secrets", "operator", "signer"),
             ("configmaps", "managed", "ca"),
             ("secrets", "ns", "cert"),
         ] {
-            for verb in ["get", "list", "watch", "update"] {
+            assert!(allowed(&rules, "update", CORE, resource, ns, Some(name)));
+            // No GET per object...
+            assert!(!allowed(&rules, "get", CORE, resource, ns, Some(name)));
+            // ...except with --once, which has no watch.
+            for verb in ["get", "update"] {
+                assert!(allowed(&once, verb, CORE, resource, ns, Some(name)));
+            }
+            assert!(!allowed(&once, "list", CORE, resource, ns, None));
+            // The namespace-wide watch of the cache.
+            for verb in ["list", "watch"] {
                 assert!(
-                    allowed(&rules, verb, CORE, resource, ns, Some(name)),
-                    "{verb} {ns}/{name}"
+                    allowed(&rules, verb, CORE, resource, ns, None),
+                    "{verb} {ns}"
                 );
             }
             assert!(allowed(&rules, "create", CORE, resource, ns, None));
@@ -607,6 +634,16 @@ targets:
             "operator",
             None
         ));
+        // No namespace-wide read where nothing of that kind is declared.
+        assert!(!allowed(
+            &rules,
+            "list",
+            CORE,
+            "configmaps",
+            "operator",
+            None
+        ));
+        assert!(!allowed(&rules, "watch", CORE, "secrets", "managed", None));
         assert!(allowed(&rules, "create", CORE, "events", "ns", None));
         let lease = "cert-regeneration-controller-lock";
         assert!(allowed(

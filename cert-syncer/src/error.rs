@@ -39,6 +39,12 @@ impl std::fmt::Display for Chain<'_> {
     }
 }
 
+/// Whether the apiserver refused a write with 409: a stale resourceVersion (Conflict) or a
+/// create of a name that exists (AlreadyExists). Either way someone else wrote first.
+pub(crate) fn is_conflict(err: &kube::Error) -> bool {
+    matches!(err, kube::Error::Api(status) if status.code == 409)
+}
+
 /// The first line of a parser message with every quoted part (`'…'`, `"…"`, `` `…` ``)
 /// replaced by `…`, at most 300 characters: what is wrong and where, never the content.
 pub(crate) fn redact_parse_error(message: &str) -> String {

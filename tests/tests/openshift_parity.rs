@@ -358,6 +358,21 @@ impl Cluster {
         audit_records(&self.api.dir.join("audit.log")).len()
     }
 
+    /// Reads (get, list, watch) of Secrets and ConfigMaps by `user`, from audit record `from`
+    /// on: (verb, resource, namespace, name).
+    fn reads_by(&self, user: &str, from: usize) -> Vec<(String, String, String, Option<String>)> {
+        audit_records(&self.api.dir.join("audit.log"))
+            .into_iter()
+            .skip(from)
+            .filter(|r| {
+                r.user == user
+                    && ["get", "list", "watch"].contains(&r.verb.as_str())
+                    && ["secrets", "configmaps"].contains(&r.resource.as_str())
+            })
+            .map(|r| (r.verb, r.resource, r.namespace.unwrap_or_default(), r.name))
+            .collect()
+    }
+
     fn requests_by(&self, user: &str, from: usize) -> usize {
         audit_records(&self.api.dir.join("audit.log"))
             .into_iter()
@@ -636,6 +651,44 @@ async fn on_openshifts_pki_ours_idles_then_recovers_an_expired_set_that_openshif
         versions,
         "resourceVersions changed"
     );
+    // As frugal as OpenShift's informers: one list and one watch at a time per namespace and
+    // kind the profile names (3 namespaces × Secrets, ConfigMaps), no GET per object per pass
+    // (the apiserver's clock comes from /version), no watch per object.
+    let reads = cluster.reads_by("ours-regen", from);
+    let count = |verb: &str| reads.iter().filter(|r| r.0 == verb).count();
+    let watched: std::collections::BTreeSet<(&str, &str)> = reads
+        .iter()
+        .filter(|r| r.0 == "watch")
+        .map(|r| (r.1.as_str(), r.2.as_str()))
+        .collect();
+    let pairs = 6;
+    // Each watch asks to end after 60 s (two thirds of the 90 s read idle timeout) and is
+    // resumed: one request per pair per minute, plus the first.
+    let watches_allowed = pairs * (idle.as_secs() as usize / 60 + 2);
+    eprintln!(
+        "ours' reads on OpenShift's PKI in {idle:?}: {} lists, {} watches on {} namespace/kind \
+         pairs, {} gets",
+        count("list"),
+        count("watch"),
+        watched.len(),
+        count("get")
+    );
+    assert!(
+        reads.iter().all(|r| r.0 == "get" || r.3.is_none()),
+        "a list or watch of one object: {reads:#?}"
+    );
+    assert_eq!(watched.len(), pairs, "{reads:#?}");
+    assert_eq!(
+        count("list"),
+        pairs,
+        "one list per namespace and kind: {reads:#?}"
+    );
+    assert!(
+        count("watch") <= watches_allowed,
+        "{} watches, at most {watches_allowed} expected: {reads:#?}",
+        count("watch")
+    );
+    assert_eq!(count("get"), 0, "a GET per object: {reads:#?}");
 
     // 3. The expired set: everything made eleven years ago by ours, then the valid
     //    localhost-recovery objects OpenShift made put back.

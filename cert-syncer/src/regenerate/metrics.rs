@@ -4,6 +4,7 @@
 //! |---|---|---|
 //! | `cert_regenerate_regenerations_total` | `kind` (`signer`/`bundle`/`target`), `object`, `reason` | writes made; `reason` is why: `missing`, `unusable`, `not-ca`, `expired`, `lifetime`, `refresh`, `hostnames`, `identity`, `chain`, `not-yet-valid`, `annotation` (the manual trigger), `signer-rotated`; for bundles `missing`, `ca-added`, `ca-removed`, `ca-replaced`, `unparsable` |
 //! | `cert_regenerate_failures_total` | | failed items, summed over passes |
+//! | `cert_regenerate_conflicts_total` | | writes refused with 409 (a stale read: read again, decided again) |
 //! | `cert_regenerate_certificate_not_after_timestamp_seconds` | `kind`, `object` | notAfter of every managed certificate (bundles: the earliest CA) |
 //! | `cert_regenerate_last_pass_timestamp_seconds` | | end of the last pass |
 //! | `cert_regenerate_broken_config_items` | | config items skipped as invalid |
@@ -34,6 +35,7 @@ pub struct CertLabels {
 pub struct Metrics {
     pub regenerations: Family<WriteLabels, Counter>,
     pub failures: Counter,
+    pub conflicts: Counter,
     pub not_after: Family<CertLabels, Gauge>,
     pub last_pass: Gauge,
     pub broken: Gauge,
@@ -51,6 +53,11 @@ impl Metrics {
             "cert_regenerate_failures",
             "Items that failed in a pass",
             metrics.failures.clone(),
+        );
+        registry.register(
+            "cert_regenerate_conflicts",
+            "Writes refused with 409 Conflict (read again and decided again)",
+            metrics.conflicts.clone(),
         );
         registry.register(
             "cert_regenerate_certificate_not_after_timestamp_seconds",
@@ -82,6 +89,7 @@ impl Metrics {
                 .inc();
         }
         self.failures.inc_by(report.failures.len() as u64);
+        self.conflicts.inc_by(report.conflicts);
         let mut earliest: std::collections::BTreeMap<(&'static str, String), i64> =
             std::collections::BTreeMap::new();
         for (kind, object, not_after) in &report.not_after {

@@ -9,11 +9,13 @@
 //! - `keys`: the type of new keys (RSA-2048 by default, ECDSA P-256);
 //! - `crate::pki` (shared with `inspect`): parsing and generation (rcgen);
 //! - `pass`: one pass in dependency order with optimistic concurrency;
-//! - this module: the loop. A pass runs at start, whenever a declared object changes (one
-//!   watch per object), and when the next expiry (or rotation point) is reached: a timer aligned
-//!   to the data, not a polling period. Failed passes are retried with backoff.
+//! - `cache`: the declared objects as one list+watch per namespace and kind saw them (passes
+//!   read there, not with a GET per object);
+//! - this module: the loop. A pass runs once every watched namespace has been listed, whenever
+//!   a declared object changes, and when the next expiry (or rotation point) is reached: a timer
+//!   aligned to the data, not a polling period. Failed passes are retried with backoff.
 //!
-//! Clock skew: each pass also reads the apiserver's clock (the `Date` of one GET) and decides at
+//! Clock skew: each pass also reads the apiserver's clock (the `Date` of a `GET /version`) and decides at
 //! `min(local, apiserver)` (`clocks`), so a local clock that jumped ahead expires, prunes and
 //! replaces nothing still valid at the apiserver's time. A persistence rule (act on an expiry only
 //! once it has been seen for N seconds) was not chosen: a jump persists as well, and `--once`
@@ -22,6 +24,7 @@
 //! was ahead and are regenerated (`decide::not_yet_valid`) rather than blocking every pass.
 
 mod annotations;
+mod cache;
 pub mod config;
 mod decide;
 mod keys;
@@ -35,12 +38,7 @@ mod settings;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use kube::Api;
-use kube::runtime::{WatchStreamExt, watcher};
 use prometheus_client::registry::Registry;
-use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 pub use decide::Mode;
@@ -48,15 +46,14 @@ pub use keys::KeyType;
 pub use profile::Profile;
 pub(crate) use settings::Settings;
 
-use crate::decode::Raw;
 use crate::error::ConfigError;
 use crate::events::EventRecorder;
 use crate::health::Readiness;
-use crate::kind::Kind;
 use crate::leader::{self, Elector};
 use crate::time::{rfc3339, unix_now};
+use cache::Cache;
 use metrics::Metrics;
-use pass::Pass;
+use pass::{Pass, Reads};
 
 /// The longest the loop sleeps without a reason (a guard against clock jumps; not a poll:
 /// the pass it triggers normally finds nothing to do).
@@ -116,6 +113,7 @@ pub(crate) async fn run(args: Settings) -> anyhow::Result<()> {
         let (now, apiserver_now) = clocks(&client, &rotation, now()).await;
         let report = Pass {
             client: &client,
+            reads: Reads::Live,
             rotation: &rotation,
             mode: args.mode,
             now,
@@ -209,55 +207,54 @@ pub(crate) async fn run(args: Settings) -> anyhow::Result<()> {
         }));
     }
 
-    // One watch per declared object; any change wakes the loop.
-    let wake = Arc::new(Notify::new());
-    let watch_timeout = connection.watch_timeout_seconds;
-    let mut watches = Vec::new();
-    for (kind, object) in rotation.objects() {
-        let (client, wake, object) = (client.clone(), Arc::clone(&wake), object.clone());
-        watches.push(tokio::spawn(async move {
-            match kind {
-                Kind::Secret => {
-                    let api: Api<Raw<Secret>> = Api::namespaced(client, &object.namespace);
-                    follow(
-                        crate::watch::watch_object(api, &object.name, watch_timeout),
-                        &wake,
-                        &object,
-                    )
-                    .await;
-                }
-                Kind::ConfigMap => {
-                    let api: Api<Raw<ConfigMap>> = Api::namespaced(client, &object.namespace);
-                    follow(
-                        crate::watch::watch_object(api, &object.name, watch_timeout),
-                        &wake,
-                        &object,
-                    )
-                    .await;
-                }
+    // One list+watch per namespace and kind; any change of a declared object wakes the loop.
+    let cache = Arc::new(Cache::new(&rotation));
+    let watches = cache.spawn_watches(&client, connection.watch_timeout_seconds);
+    tracing::info!(mode = ?args.mode, signers = rotation.signers.len(), bundles = rotation.bundles.len(), targets = rotation.targets.len(), watches = ?cache.watched().map(|(kind, ns)| format!("{}s in {ns}", kind.label())).collect::<Vec<_>>(), "regeneration controller started");
+    let stop = |watches: Vec<tokio::task::JoinHandle<()>>| {
+        for watch in watches {
+            watch.abort();
+        }
+    };
+    // The first pass waits for every namespace's list: a pass on a partial cache would take
+    // objects not listed yet for failures.
+    tokio::select! {
+        () = cache.ready() => tracing::debug!("every watched namespace listed"),
+        () = shutdown.cancelled() => {
+            stop(watches);
+            if let Some(holder) = holder {
+                let _ = holder.await;
             }
-        }));
+            return Ok(());
+        }
+        () = lost.cancelled() => {
+            let reason = lost_reason.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            stop(watches);
+            return Err(anyhow::anyhow!("lost leadership: {reason}; exiting so the kubelet restarts us as a candidate"));
+        }
     }
-    tracing::info!(mode = ?args.mode, signers = rotation.signers.len(), bundles = rotation.bundles.len(), targets = rotation.targets.len(), "regeneration controller started");
+    let mut changes = cache.subscribe();
 
     let mut timer = PassTimer::default();
     let mut sleep_for = Duration::ZERO;
     loop {
         tokio::select! {
             () = tokio::time::sleep(sleep_for) => {}
-            () = wake.notified() => {}
+            // The sender lives as long as the cache.
+            _ = changes.changed() => {}
             () = shutdown.cancelled() => break,
             () = lost.cancelled() => {
                 let reason = lost_reason.lock().unwrap_or_else(|p| p.into_inner()).clone();
-                for watch in watches {
-                    watch.abort();
-                }
+                stop(watches);
                 return Err(anyhow::anyhow!("lost leadership: {reason}; exiting so the kubelet restarts us as a candidate"));
             }
         }
+        // Changes from here on wake the next pass; this one reads everything up to now.
+        changes.borrow_and_update();
         let (pass_now, apiserver_now) = clocks(&client, &rotation, now()).await;
         let report = Pass {
             client: &client,
+            reads: Reads::Cached(&cache),
             rotation: &rotation,
             mode: args.mode,
             now: pass_now,
@@ -277,10 +274,15 @@ pub(crate) async fn run(args: Settings) -> anyhow::Result<()> {
             readiness.block("pass", report.failures.join("; "));
             sleep_for = timer.after_failure();
         }
+        // A pass that wrote is followed by another at once: a write can change the decision
+        // for an item earlier in the order (a bundle prunes an expired CA once the leaves it
+        // issued are re-issued). The cache already holds our writes, so their watch events wake
+        // nothing; this is the pass they used to wake.
+        if !report.written.is_empty() {
+            sleep_for = Duration::ZERO;
+        }
     }
-    for watch in watches {
-        watch.abort();
-    }
+    stop(watches);
     if let Some(holder) = holder {
         // Releases the Lease so a standby takes over at once.
         let _ = holder.await;
@@ -342,11 +344,7 @@ async fn clocks(
     rotation: &config::Rotation,
     local: i64,
 ) -> (i64, Option<i64>) {
-    let secret = rotation.objects().find(|(kind, _)| *kind == Kind::Secret);
-    let apiserver = match secret {
-        Some((_, object)) => pass::apiserver_time(client, object).await,
-        None => None,
-    };
+    let apiserver = pass::apiserver_time(client).await;
     if let Some(at) = apiserver
         && local - at > rotation.backdate.as_secs() as i64
     {
@@ -358,25 +356,6 @@ async fn clocks(
         );
     }
     (decide::trusted_now(local, apiserver), apiserver)
-}
-
-async fn follow<K>(
-    stream: impl futures::Stream<Item = Result<Option<K>, watcher::Error>> + Send,
-    wake: &Notify,
-    object: &config::ObjectRef,
-) where
-    K: kube::Resource + Clone + std::fmt::Debug + Send + 'static,
-{
-    let stream = stream.default_backoff();
-    futures::pin_mut!(stream);
-    while let Some(event) = stream.next().await {
-        match event {
-            Ok(_) => wake.notify_one(),
-            Err(err) => {
-                tracing::warn!(object = %object, error = %crate::error::chain(&err), "watch failed; retrying with backoff")
-            }
-        }
-    }
 }
 
 /// One Warning Event per failed item (rate-limited per item by the recorder).
@@ -400,6 +379,12 @@ fn log_report(report: &pass::Report) {
     }
     for written in &report.written {
         tracing::info!(kind = written.kind, object = %written.object, reason = %written.reason, "written");
+    }
+    if report.conflicts > 0 {
+        tracing::info!(
+            conflicts = report.conflicts,
+            "writes refused as stale (409) were read again and decided again"
+        );
     }
 }
 

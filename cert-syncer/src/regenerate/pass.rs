@@ -1,9 +1,11 @@
 // Over 600 lines because one pass (read, clock check, signers, bundles, targets, each write with
 // its conflict retry) is one transaction over shared reads; its tests live in pass_tests.rs.
 //! One pass over the config, in dependency order: signers, then bundles, then targets. Every
-//! object is read live; every write carries the resourceVersion it was decided on, and a
-//! conflict (409) means another replica or the operator got there first: re-read and decide
-//! again, a bounded number of times. All replicas compute the same decisions from the same data,
+//! object is read once at the start of the pass ([`Reads`]: from the watches' cache in the
+//! controller's loop, by GET with `--once`); every write carries the resourceVersion it was
+//! decided on, and a conflict (409) means another replica or the operator got there first (or
+//! the cache had not caught up yet): read again (from the cache: once the watch brings a newer
+//! version) and decide again, a bounded number of times. All replicas compute the same decisions from the same data,
 //! so after one of them writes, the others find nothing to do: no double regeneration, no
 //! ping-pong.
 
@@ -15,10 +17,11 @@ use kube::Api;
 use kube::api::{ObjectMeta, PostParams};
 
 use super::annotations;
+use super::cache::{Cache, Cached};
 use super::config::{Identity, ObjectRef, Rotation};
 use super::decide::{self, Found, Mode, Reason};
 use crate::decode::Raw;
-use crate::error::chain;
+use crate::error::{chain, is_conflict};
 use crate::events::EventRecorder;
 use crate::kind::Kind as ObjectKind;
 use crate::pki::{self, Cert, KeyPairPem};
@@ -30,6 +33,10 @@ const OWNED_SECRET_TYPES: &[&str] = &["kubernetes.io/tls", "Opaque"];
 
 /// Attempts per object when writes conflict.
 const MAX_ATTEMPTS: usize = 5;
+
+/// After a conflict, how long a pass reading from the cache waits for the watch to bring the
+/// newer version (normally milliseconds) before it gives the item up until the next pass.
+const CONFLICT_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 pub const ANNOTATION_NOT_AFTER: &str = "auth.openshift.io/certificate-not-after";
 pub const ANNOTATION_NOT_BEFORE: &str = "auth.openshift.io/certificate-not-before";
@@ -56,6 +63,8 @@ pub struct Report {
     pub deadlines: Vec<i64>,
     /// The nearest of `deadlines` after now.
     pub next_deadline: Option<i64>,
+    /// Writes refused with 409 (read again and decided again).
+    pub conflicts: u64,
 }
 
 /// One write.
@@ -67,9 +76,20 @@ pub struct Written {
     pub reason_label: &'static str,
 }
 
+/// Where a pass reads the declared objects.
+#[derive(Clone, Copy)]
+pub enum Reads<'a> {
+    /// A GET of each object (`--once`: one pass, no watches worth opening).
+    Live,
+    /// The namespace-wide watches' cache (the controller's loop): no request per object.
+    Cached(&'a Cache),
+}
+
 /// What the pass needs from outside.
 pub struct Pass<'a> {
+    /// For writes, and for reads with [`Reads::Live`].
     pub client: &'a kube::Client,
+    pub reads: Reads<'a>,
     pub rotation: &'a Rotation,
     pub mode: Mode,
     /// The time decisions use: [`decide::trusted_now`] of the local clock and `apiserver_now`.
@@ -430,39 +450,66 @@ impl Pass<'_> {
         all
     }
 
-    async fn read_secret(&self, object: &ObjectRef) -> ReadSecret {
-        // Raw, then decoded here: kube-client would log the whole body (keys) on a bad field.
-        let api: Api<Raw<Secret>> = Api::namespaced(self.client.clone(), &object.namespace);
-        let secret = api
-            .get_opt(&object.name)
+    /// The object as read: `None` when it does not exist.
+    async fn read<K: Cached>(&self, object: &ObjectRef) -> Result<Option<K>, String> {
+        match self.reads {
+            Reads::Cached(cache) => cache.get::<K>(object),
+            Reads::Live => {
+                // Raw, then decoded here: kube-client would log the whole body (keys) on a bad
+                // field.
+                let api: Api<Raw<K>> = Api::namespaced(self.client.clone(), &object.namespace);
+                api.get_opt(&object.name)
+                    .await
+                    .map_err(|err| format!("cannot read: {}", chain(&err)))?
+                    .map(|raw| raw.decode())
+                    .transpose()
+                    .map_err(|err| format!("cannot decode: {err}"))
+            }
+        }
+    }
+
+    /// After a write of `object` based on `read` was refused with 409: the object as it is
+    /// now. From the cache, once the watch has brought a version other than `read`'s (the
+    /// cache was stale, or someone wrote since): never a write over a version not seen.
+    async fn read_again<K: Cached>(
+        &self,
+        object: &ObjectRef,
+        read: Option<&K>,
+    ) -> Result<Option<K>, String> {
+        let Reads::Cached(cache) = self.reads else {
+            return self.read(object).await;
+        };
+        let based_on = read.and_then(|o| o.meta().resource_version.clone());
+        if !cache
+            .newer::<K>(object, based_on.as_deref(), CONFLICT_WAIT)
             .await
-            .map_err(|err| format!("cannot read: {}", chain(&err)))?
-            .map(|raw| raw.decode())
-            .transpose()
-            .map_err(|err| format!("cannot decode: {err}"))?;
+        {
+            return Err(format!(
+                "changed since read, and the watch has not brought the new version within {}s; \
+                 the next pass decides again",
+                CONFLICT_WAIT.as_secs()
+            ));
+        }
+        cache.get::<K>(object)
+    }
+
+    /// Our own successful write, into the cache (see [`Cache::written`]).
+    fn remember<K: Cached>(&self, object: &ObjectRef, read: Option<&K>, written: &K) {
+        if let Reads::Cached(cache) = self.reads {
+            let based_on = read.and_then(|o| o.meta().resource_version.clone());
+            cache.written(object, based_on.as_deref(), written);
+        }
+    }
+
+    async fn read_secret(&self, object: &ObjectRef) -> ReadSecret {
+        let secret = self.read::<Secret>(object).await?;
         let found = secret.as_ref().map(parse_secret);
         Ok((secret, found))
     }
 
     async fn read_bundle(&self, object: &ObjectRef) -> ReadBundle {
-        let api: Api<Raw<ConfigMap>> = Api::namespaced(self.client.clone(), &object.namespace);
-        let map = api
-            .get_opt(&object.name)
-            .await
-            .map_err(|err| format!("cannot read: {}", chain(&err)))?
-            .map(|raw| raw.decode())
-            .transpose()
-            .map_err(|err| format!("cannot decode: {err}"))?;
-        let text = map
-            .as_ref()
-            .and_then(|m| m.data.as_ref())
-            .and_then(|d| d.get("ca-bundle.crt"))
-            .cloned()
-            .unwrap_or_default();
-        let (certs, problems) = pki::parse_bundle(text.as_bytes());
-        for problem in problems {
-            tracing::warn!(configmap = %object, %problem, "unparsable block in ca-bundle.crt; it will be dropped");
-        }
+        let map = self.read::<ConfigMap>(object).await?;
+        let certs = bundle_certs(object, map.as_ref());
         Ok((map, certs))
     }
 
@@ -537,7 +584,8 @@ impl Pass<'_> {
                 }
             };
             match result {
-                Ok(_) => {
+                Ok(written) => {
+                    self.remember(object, existing.as_ref(), &written);
                     let cert = pair.cert();
                     tracing::info!(secret = %object, kind, %reason, serial = %cert.serial, not_after = %rfc3339(cert.not_after), "regenerated");
                     self.events
@@ -564,10 +612,12 @@ impl Pass<'_> {
                     return Ok(pair);
                 }
                 Err(err) if is_conflict(&err) => {
+                    report.conflicts += 1;
                     tracing::info!(secret = %object, "changed since read (conflict); reading again");
-                    existing = api.get_opt(&object.name).await.map_err(|err| {
-                        format!("cannot re-read after a conflict: {}", chain(&err))
-                    })?;
+                    existing = self
+                        .read_again(object, existing.as_ref())
+                        .await
+                        .map_err(|err| format!("after a conflict: {err}"))?;
                     found = existing.as_ref().map(parse_secret);
                 }
                 Err(err) => return Err(format!("cannot write: {}", chain(&err))),
@@ -635,7 +685,8 @@ impl Pass<'_> {
                 }
             };
             match result {
-                Ok(_) => {
+                Ok(written) => {
+                    self.remember(object, existing.as_ref(), &written);
                     let added = desired
                         .iter()
                         .filter(|c| !certs.iter().any(|o| o.der == c.der))
@@ -669,13 +720,13 @@ impl Pass<'_> {
                     return Ok(desired);
                 }
                 Err(err) if is_conflict(&err) => {
+                    report.conflicts += 1;
                     tracing::info!(configmap = %object, "changed since read (conflict); reading again");
-                    let (map, read) = self
-                        .read_bundle(object)
+                    existing = self
+                        .read_again(object, existing.as_ref())
                         .await
                         .map_err(|err| format!("after a conflict: {err}"))?;
-                    existing = map;
-                    certs = read;
+                    certs = bundle_certs(object, existing.as_ref());
                 }
                 Err(err) => return Err(format!("cannot write: {}", chain(&err))),
             }
@@ -684,19 +735,19 @@ impl Pass<'_> {
     }
 }
 
-/// The apiserver's clock: the `Date` of its answer to a GET of `object` (a Secret regenerate
-/// reads anyway, so no permission beyond its own; a 404 has a `Date` too). `None` if it does
-/// not answer or sends no usable `Date`: the caller then falls back to the local clock alone.
-pub async fn apiserver_time(client: &kube::Client, object: &ObjectRef) -> Option<i64> {
+/// The apiserver's clock: the `Date` of its answer to `GET /version` (public information every
+/// client may read: no permission, no object read; any answer, an error too, carries a `Date`).
+/// `None` if it does not answer or sends no usable `Date`: the caller then falls back to the
+/// local clock alone.
+pub async fn apiserver_time(client: &kube::Client) -> Option<i64> {
     use http_body_util::BodyExt;
-    let request =
-        kube::core::Request::new(format!("/api/v1/namespaces/{}/secrets", object.namespace))
-            .get(&object.name, &kube::api::GetParams::default())
-            .ok()?;
+    let request = http::Request::get("/version")
+        .body(kube::client::Body::from(Vec::new()))
+        .ok()?;
     let response = client
-        .send(request.map(kube::client::Body::from))
+        .send(request)
         .await
-        .map_err(|err| tracing::warn!(secret = %object, error = %chain(&err), "cannot read the apiserver's clock; using the local clock alone"))
+        .map_err(|err| tracing::warn!(error = %chain(&err), "cannot read the apiserver's clock; using the local clock alone"))
         .ok()?;
     let date = response.headers().get(http::header::DATE).cloned();
     // Drain the body so the connection can be reused; its content is not needed.
@@ -732,6 +783,21 @@ fn parse_http_date(text: &str) -> Option<i64> {
     Some(date.with_time(at).assume_utc().unix_timestamp())
 }
 
+/// The CAs in a bundle's `ca-bundle.crt` (none when it is absent); unparsable blocks are logged
+/// and left out (the next write drops them).
+fn bundle_certs(object: &ObjectRef, map: Option<&ConfigMap>) -> Vec<Cert> {
+    let text = map
+        .and_then(|m| m.data.as_ref())
+        .and_then(|d| d.get("ca-bundle.crt"))
+        .map(String::as_str)
+        .unwrap_or_default();
+    let (certs, problems) = pki::parse_bundle(text.as_bytes());
+    for problem in problems {
+        tracing::warn!(configmap = %object, %problem, "unparsable block in ca-bundle.crt; it will be dropped");
+    }
+    certs
+}
+
 /// Whether a regenerate wrote this Secret: its not-before annotation is the certificate's.
 fn written_by_us(secret: &Secret, cert: &Cert) -> bool {
     secret
@@ -740,10 +806,6 @@ fn written_by_us(secret: &Secret, cert: &Cert) -> bool {
         .as_ref()
         .and_then(|a| a.get(ANNOTATION_NOT_BEFORE))
         .is_some_and(|at| *at == rfc3339(cert.not_before))
-}
-
-fn is_conflict(err: &kube::Error) -> bool {
-    matches!(err, kube::Error::Api(status) if status.code == 409)
 }
 
 /// The pair in a Secret, or why it is unusable.

@@ -1,18 +1,25 @@
 //! Unit tests of one [`Pass`] against an in-memory apiserver ([`crate::fake_api`]): signers,
 //! bundles and targets each on their own, what is written, what is left alone, and how
-//! conflicts and foreign objects are handled. (A file of its own, beside `pass.rs`.)
+//! conflicts and foreign objects are handled; and a pass reading from the watches' cache: no
+//! GET, its own writes remembered, a stale copy costing a conflict and never a blind write.
+//! (A file of its own, beside `pass.rs`.)
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use serde_json::json;
 
 use super::Mode;
+use super::cache::Cache;
 use super::config::{self, Rotation};
-use super::pass::{Pass, Report};
+use super::pass::{Pass, Reads, Report};
+use crate::decode::Raw;
 use crate::events::EventRecorder;
 use crate::fake_api::FakeApi;
+use crate::kind::Kind;
 use crate::pki::{self, Cert, KeyPairPem};
+use crate::watch::Changes;
 
 const DAY: u64 = 86_400;
 
@@ -39,6 +46,7 @@ async fn pass(api: &FakeApi, rotation: &Rotation, now: i64) -> Report {
     let events = EventRecorder::new(client.clone(), "ns", None);
     Pass {
         client: &client,
+        reads: Reads::Live,
         rotation,
         mode: Mode::ExpiredOnly,
         now,
@@ -251,4 +259,172 @@ async fn targets_a_leaf_whose_hostnames_drifted_is_reissued_from_the_current_sig
     assert!(pki::issued_by(new.cert(), signer.cert()));
     // Signer and bundle were fine: left alone.
     assert_eq!(stored_bundle(&api, "ca").len(), 1);
+}
+
+/// A cache that has listed namespace `ns` as the fake apiserver holds it now (what the
+/// watches' first lists bring).
+fn listed_cache(api: &FakeApi, rotation: &Rotation) -> Cache {
+    let cache = Cache::new(rotation);
+    let mut secrets: Changes<Raw<Secret>> = Changes::default();
+    let mut maps: Changes<Raw<ConfigMap>> = Changes::default();
+    for (kind, object) in rotation.objects() {
+        let name = object.name.clone();
+        match kind {
+            Kind::Secret => secrets.changed.push((
+                name,
+                api.get(&secret_path(&object.name))
+                    .map(|v| serde_json::from_value(v).unwrap()),
+            )),
+            Kind::ConfigMap => maps.changed.push((
+                name,
+                api.get(&config_map_path(&object.name))
+                    .map(|v| serde_json::from_value(v).unwrap()),
+            )),
+        }
+    }
+    secrets.listed = true;
+    maps.listed = true;
+    cache.observe::<Secret>("ns", secrets);
+    cache.observe::<ConfigMap>("ns", maps);
+    cache
+}
+
+/// What the watch brings for `name` now (its current version in the fake apiserver).
+fn watched_secret(api: &FakeApi, name: &str) -> Changes<Raw<Secret>> {
+    let mut changes = Changes::default();
+    let raw = serde_json::from_value(api.get(&secret_path(name)).unwrap()).unwrap();
+    changes.changed.push((name.to_owned(), Some(raw)));
+    changes
+}
+
+async fn cached_pass(api: &FakeApi, cache: &Cache, rotation: &Rotation, now: i64) -> Report {
+    let client = api.client();
+    let events = EventRecorder::new(client.clone(), "ns", None);
+    Pass {
+        client: &client,
+        reads: Reads::Cached(cache),
+        rotation,
+        mode: Mode::ExpiredOnly,
+        now,
+        apiserver_now: None,
+        events: &events,
+    }
+    .run()
+    .await
+}
+
+fn gets(api: &FakeApi) -> Vec<String> {
+    api.requests()
+        .into_iter()
+        .filter(|r| r.starts_with("GET"))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_pass_on_the_cache_reads_nothing_from_the_api_and_remembers_its_own_writes() {
+    let api = FakeApi::new();
+    let rotation = config::parse(CONFIG).unwrap();
+    let cache = listed_cache(&api, &rotation);
+    let changes = cache.subscribe();
+    let report = cached_pass(&api, &cache, &rotation, now()).await;
+    assert!(report.failures.is_empty(), "{:?}", report.failures);
+    assert_eq!(
+        written(&report),
+        [
+            "signer ns/signer missing",
+            "bundle ns/ca missing",
+            "target ns/serving missing"
+        ]
+    );
+    assert_eq!(gets(&api), Vec::<String>::new(), "a GET per object");
+    // Our own writes are in the cache: nothing changed that should wake a pass, and the next
+    // pass finds the set valid without a single request.
+    assert!(!changes.has_changed().unwrap());
+    assert_eq!(
+        cache.get::<Secret>(&rotation.signers[0].object).unwrap(),
+        Some(serde_json::from_value(api.get(&secret_path("signer")).unwrap()).unwrap())
+    );
+    let before = api.requests().len();
+    let again = cached_pass(&api, &cache, &rotation, now()).await;
+    assert!(
+        again.failures.is_empty() && again.written.is_empty(),
+        "{again:?}"
+    );
+    assert_eq!(api.requests()[before..], [] as [String; 0]);
+    // The watch events of those writes bring versions the cache already holds: no wake.
+    cache.observe::<Secret>("ns", watched_secret(&api, "signer"));
+    assert!(!changes.has_changed().unwrap());
+}
+
+#[tokio::test]
+async fn a_stale_cache_costs_one_conflict_then_the_pass_decides_on_the_version_the_watch_brings() {
+    let api = FakeApi::new();
+    let rotation = config::parse(CONFIG).unwrap();
+    let now = now();
+    let expired = signer_at(now - 200 * DAY as i64, 100);
+    api.put(
+        &secret_path("signer"),
+        tls_secret("signer", &expired, "kubernetes.io/tls"),
+    );
+    let cache = Arc::new(listed_cache(&api, &rotation));
+    // Someone else replaced the expired signer; the cache has not seen it yet.
+    let theirs = signer_at(now - DAY as i64, 100);
+    api.put(
+        &secret_path("signer"),
+        tls_secret("signer", &theirs, "kubernetes.io/tls"),
+    );
+    // The watch brings it a moment after our write was refused.
+    let watch = {
+        let (api, cache) = (api.clone(), Arc::clone(&cache));
+        tokio::spawn(async move {
+            while !api
+                .requests()
+                .iter()
+                .any(|r| r == "PUT /api/v1/namespaces/ns/secrets/signer")
+            {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            cache.observe::<Secret>("ns", watched_secret(&api, "signer"));
+        })
+    };
+    let report = cached_pass(&api, &cache, &rotation, now).await;
+    watch.await.unwrap();
+    assert!(report.failures.is_empty(), "{:?}", report.failures);
+    assert_eq!(report.conflicts, 1);
+    // Decided again on their signer: valid, kept; the bundle and the target come from it.
+    assert_eq!(
+        written(&report),
+        ["bundle ns/ca missing", "target ns/serving missing"]
+    );
+    assert_eq!(stored_pair(&api, "signer").cert().der, theirs.cert().der);
+    assert!(pki::issued_by(
+        stored_pair(&api, "serving").cert(),
+        theirs.cert()
+    ));
+    assert_eq!(gets(&api), Vec::<String>::new(), "read again by GET");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_conflict_the_watch_never_explains_gives_the_item_up_until_the_next_pass() {
+    let api = FakeApi::new();
+    let rotation = config::parse(CONFIG).unwrap();
+    let now = now();
+    let cache = listed_cache(&api, &rotation);
+    // The signer exists in the API but the cache says absent: the create meets 409
+    // AlreadyExists, and no watch event ever comes (a broken watch).
+    let theirs = signer_at(now - DAY as i64, 100);
+    api.put(
+        &secret_path("signer"),
+        tls_secret("signer", &theirs, "kubernetes.io/tls"),
+    );
+    let report = cached_pass(&api, &cache, &rotation, now).await;
+    assert_eq!(report.conflicts, 1);
+    let failures = report.failures.join("\n");
+    assert!(
+        failures.contains("secret ns/signer: after a conflict: changed since read, and the watch has not brought the new version"),
+        "{failures}"
+    );
+    // Never written over: their signer is still there, nothing depending on it was guessed.
+    assert_eq!(stored_pair(&api, "signer").cert().der, theirs.cert().der);
+    assert!(report.written.is_empty(), "{:?}", written(&report));
 }

@@ -147,7 +147,7 @@ impl Follower {
     /// A watcher error (the watcher retries with backoff): credentials refused, TLS not
     /// trusted, or anything else, logged about `what` (an object, or a kind in the namespace).
     pub fn watch_failed(&self, what: &str, err: &watcher::Error) {
-        let status = watch_error_status(err);
+        let status = crate::watch::error_status(err);
         if matches!(status, Some(401 | 403)) {
             self.auth_failed(what, &crate::error::chain(err).to_string());
         } else if let Some(reason) = self.connection.target.explain(err) {
@@ -306,17 +306,6 @@ impl Resync {
             }
             None => std::future::pending().await,
         }
-    }
-}
-
-/// The HTTP status behind a watcher error, if any.
-fn watch_error_status(err: &watcher::Error) -> Option<u16> {
-    match err {
-        watcher::Error::InitialListFailed(kube::Error::Api(status))
-        | watcher::Error::WatchStartFailed(kube::Error::Api(status))
-        | watcher::Error::WatchFailed(kube::Error::Api(status)) => Some(status.code),
-        watcher::Error::WatchError(status) => Some(status.code),
-        _ => None,
     }
 }
 
