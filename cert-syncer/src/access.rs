@@ -192,14 +192,16 @@ fn sync_access(args: &sync::Settings) -> Vec<Access> {
     rules.into_list()
 }
 
-/// `regenerate`: on every declared signer, bundle and target, get, list and watch (one
+/// `regenerate`: on every object it writes (signers, bundles, targets, intermediates, unions,
+/// published CAs, copies), get, list and watch (one
 /// single-object watcher each, live reads in every pass) and update; create on Secrets and
-/// ConfigMaps of each namespace that has declared objects (a missing object is created);
+/// ConfigMaps of each namespace that has declared objects (a missing object is created); on the
+/// sources of copies, get, list and watch only;
 /// Events on the pod when `POD_NAME` is known; with `--leader-elect`, get and update on the
 /// Lease and create on Leases.
 fn regenerate_access(args: &regenerate::Settings, rotation: &Rotation) -> Vec<Access> {
     let mut rules = Rules::default();
-    for (kind, object) in rotation.objects() {
+    for (kind, object) in rotation.written() {
         let resource = kind.plural();
         rules.named(
             &object.namespace,
@@ -209,6 +211,16 @@ fn regenerate_access(args: &regenerate::Settings, rotation: &Rotation) -> Vec<Ac
             &object.name,
         );
         rules.any(&object.namespace, CORE, resource, &["create"]);
+    }
+    // Sources of copies: read (and watched), never written.
+    for (kind, object) in rotation.read_only() {
+        rules.named(
+            &object.namespace,
+            CORE,
+            kind.plural(),
+            &["get", "list", "watch"],
+            &object.name,
+        );
     }
     if args.pod_name.is_some() {
         rules.any(args.events_namespace(), CORE, "events", &["create"]);

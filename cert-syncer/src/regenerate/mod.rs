@@ -9,6 +9,8 @@
 //! - `keys`: the type of new keys (RSA-2048 by default, ECDSA P-256);
 //! - `crate::pki` (shared with `inspect`): parsing and generation (rcgen);
 //! - `pass`: one pass in dependency order with optimistic concurrency;
+//! - `intermediate`, `intermediate_pass`: intermediate CAs (the kube-controller-manager's
+//!   `csr-signer`), the bundles built from them, their delayed publication, copies;
 //! - this module: the loop. A pass runs at start, whenever a declared object changes (one
 //!   watch per object), and when the next expiry (or rotation point) is reached: a timer aligned
 //!   to the data, not a polling period. Failed passes are retried with backoff.
@@ -24,6 +26,8 @@
 mod annotations;
 pub mod config;
 mod decide;
+mod intermediate;
+mod intermediate_pass;
 mod keys;
 mod metrics;
 mod pass;
@@ -316,7 +320,11 @@ async fn load_rotation(
             rotation
         }
         (None, Some(chosen)) => {
-            let cluster = profile::read_cluster(client).await?;
+            let cluster = if chosen.needs_cluster_values() {
+                profile::read_cluster(client).await?
+            } else {
+                profile::ClusterValues::default()
+            };
             let flags = profile::Flags {
                 service_network_ip: args.service_network_ip,
                 api_hostname: args.api_hostname.clone(),

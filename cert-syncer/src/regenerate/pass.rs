@@ -387,6 +387,10 @@ impl Pass<'_> {
             }
         }
 
+        // 4. Intermediate CAs and what is built from them (`intermediate_pass`).
+        self.run_intermediates(&current_signers, &triggered, &bundle_contents, &mut report)
+            .await;
+
         report.next_deadline = report
             .deadlines
             .iter()
@@ -398,7 +402,7 @@ impl Pass<'_> {
 
     /// The annotations the config declares for `object`, and for a signer or target its
     /// refresh period as library-go writes it.
-    fn declared_annotations(
+    pub(super) fn declared_annotations(
         &self,
         kind: ObjectKind,
         object: &ObjectRef,
@@ -420,6 +424,13 @@ impl Pass<'_> {
                     .iter()
                     .find(|t| t.object == *object)
                     .map(|t| t.refresh)
+            })
+            .or_else(|| {
+                rotation
+                    .intermediates
+                    .iter()
+                    .find(|i| i.object == *object)
+                    .map(|i| i.refresh)
             });
         if let (ObjectKind::Secret, Some(refresh)) = (kind, refresh) {
             all.insert(
@@ -430,7 +441,7 @@ impl Pass<'_> {
         all
     }
 
-    async fn read_secret(&self, object: &ObjectRef) -> ReadSecret {
+    pub(super) async fn read_secret(&self, object: &ObjectRef) -> ReadSecret {
         // Raw, then decoded here: kube-client would log the whole body (keys) on a bad field.
         let api: Api<Raw<Secret>> = Api::namespaced(self.client.clone(), &object.namespace);
         let secret = api
@@ -444,7 +455,7 @@ impl Pass<'_> {
         Ok((secret, found))
     }
 
-    async fn read_bundle(&self, object: &ObjectRef) -> ReadBundle {
+    pub(super) async fn read_bundle(&self, object: &ObjectRef) -> ReadBundle {
         let api: Api<Raw<ConfigMap>> = Api::namespaced(self.client.clone(), &object.namespace);
         let map = api
             .get_opt(&object.name)
@@ -469,7 +480,7 @@ impl Pass<'_> {
     /// Decides, generates and writes one Secret, re-reading and deciding again on conflict.
     /// Returns the pair now stored.
     #[allow(clippy::too_many_arguments)]
-    async fn ensure_secret(
+    pub(super) async fn ensure_secret(
         &self,
         object: &ObjectRef,
         kind: &'static str,
@@ -577,7 +588,7 @@ impl Pass<'_> {
     }
 
     /// Brings one bundle to its desired content; returns the content now stored.
-    async fn ensure_bundle(
+    pub(super) async fn ensure_bundle(
         &self,
         object: &ObjectRef,
         mut existing: Option<ConfigMap>,
@@ -733,7 +744,7 @@ fn parse_http_date(text: &str) -> Option<i64> {
 }
 
 /// Whether a regenerate wrote this Secret: its not-before annotation is the certificate's.
-fn written_by_us(secret: &Secret, cert: &Cert) -> bool {
+pub(super) fn written_by_us(secret: &Secret, cert: &Cert) -> bool {
     secret
         .metadata
         .annotations
