@@ -593,21 +593,23 @@ pub fn parse(text: &str) -> Result<Rotation, ConfigError> {
                     .as_deref()
                     .map(|name| make(name, Some(object.namespace.clone())))
                     .transpose()?;
-                let publish = item
-                    .publish
-                    .map(|p| -> Result<Publish, String> {
-                        let delay = match p.delay.as_deref() {
-                            Some(text) => {
-                                config_duration(text).map_err(|e| format!("publish.delay: {e}"))?
-                            }
-                            None => Duration::ZERO,
-                        };
-                        Ok(Publish {
-                            object: make(p.name.as_deref().unwrap_or(&item.name), Some(p.namespace))?,
-                            delay,
+                let publish =
+                    item.publish
+                        .map(|p| -> Result<Publish, String> {
+                            let delay = match p.delay.as_deref() {
+                                Some(text) => config_duration(text)
+                                    .map_err(|e| format!("publish.delay: {e}"))?,
+                                None => Duration::ZERO,
+                            };
+                            Ok(Publish {
+                                object: make(
+                                    p.name.as_deref().unwrap_or(&item.name),
+                                    Some(p.namespace),
+                                )?,
+                                delay,
+                            })
                         })
-                    })
-                    .transpose()?;
+                        .transpose()?;
                 if !seen.insert((Kind::Secret, object.clone())) {
                     return Err(format!("secret {object} is declared twice"));
                 }
@@ -641,9 +643,10 @@ pub fn parse(text: &str) -> Result<Rotation, ConfigError> {
             });
         match outcome {
             Ok((intermediate, annotations)) => {
-                rotation
-                    .annotations
-                    .insert((Kind::Secret, intermediate.object.clone()), annotations.clone());
+                rotation.annotations.insert(
+                    (Kind::Secret, intermediate.object.clone()),
+                    annotations.clone(),
+                );
                 if let Some(bundle) = &intermediate.bundle {
                     rotation
                         .annotations
@@ -671,7 +674,12 @@ pub fn parse(text: &str) -> Result<Rotation, ConfigError> {
                     .bundles
                     .iter()
                     .map(|b| &b.object)
-                    .chain(rotation.intermediates.iter().filter_map(|i| i.bundle.as_ref()))
+                    .chain(
+                        rotation
+                            .intermediates
+                            .iter()
+                            .filter_map(|i| i.bundle.as_ref()),
+                    )
                     .collect();
                 let sources = item
                     .bundles
@@ -679,9 +687,7 @@ pub fn parse(text: &str) -> Result<Rotation, ConfigError> {
                     .map(|reference| {
                         let matches: Vec<&&ObjectRef> = declared
                             .iter()
-                            .filter(|b| {
-                                b.to_string() == *reference || b.name == *reference
-                            })
+                            .filter(|b| b.to_string() == *reference || b.name == *reference)
                             .collect();
                         match matches[..] {
                             [one] => Ok((*one).clone()),
@@ -723,7 +729,10 @@ pub fn parse(text: &str) -> Result<Rotation, ConfigError> {
                     _ => return Err("exactly one of secret or configmap is required".to_owned()),
                 };
                 let from = object(&name, item.namespace)?;
-                let to = object(item.to.name.as_deref().unwrap_or(&name), Some(item.to.namespace))?;
+                let to = object(
+                    item.to.name.as_deref().unwrap_or(&name),
+                    Some(item.to.namespace),
+                )?;
                 if from == to {
                     return Err(format!("copies {from} onto itself"));
                 }

@@ -88,10 +88,7 @@ pub enum Publication {
     /// The copy holds the current CA: nothing to write.
     Current,
     /// Write the current CA now (`label`: metrics; `reason`: the log line).
-    Now {
-        label: &'static str,
-        reason: String,
-    },
+    Now { label: &'static str, reason: String },
     /// The copy is a valid older CA: keep it until `until` (Unix seconds), then publish.
     Wait { until: i64 },
 }
@@ -267,9 +264,14 @@ mod tests {
             user: "system:node:n1".into(),
             groups: vec!["system:nodes".into()],
         };
-        let mut leaf =
-            pki::new_leaf(&pair, &identity, NOW, Duration::ZERO, Duration::from_secs(DAY as u64))
-                .unwrap();
+        let mut leaf = pki::new_leaf(
+            &pair,
+            &identity,
+            NOW,
+            Duration::ZERO,
+            Duration::from_secs(DAY as u64),
+        )
+        .unwrap();
         leaf.chain.push(cert.clone());
         pki::verify_chain(&leaf, &[signer.cert().clone()], &identity, NOW + 1).unwrap();
         // Never outlives its signer.
@@ -302,7 +304,14 @@ mod tests {
         // Expired, missing, not a CA, a stranger's, another name: regenerated in either mode.
         let later = NOW + 30 * DAY;
         assert!(matches!(
-            decide(&found, &cfg, &roots, signer.cert(), Mode::ExpiredOnly, later),
+            decide(
+                &found,
+                &cfg,
+                &roots,
+                signer.cert(),
+                Mode::ExpiredOnly,
+                later
+            ),
             Some(Reason::Expired { .. })
         ));
         assert_eq!(
@@ -333,13 +342,27 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            decide(&Some(Ok(leaf)), &cfg, &roots, signer.cert(), Mode::ExpiredOnly, NOW),
+            decide(
+                &Some(Ok(leaf)),
+                &cfg,
+                &roots,
+                signer.cert(),
+                Mode::ExpiredOnly,
+                NOW
+            ),
             Some(Reason::NotACa)
         );
         let mut renamed = cfg.clone();
         renamed.common_name = "other-signer".into();
         assert!(matches!(
-            decide(&found, &renamed, &roots, signer.cert(), Mode::ExpiredOnly, NOW),
+            decide(
+                &found,
+                &renamed,
+                &roots,
+                signer.cert(),
+                Mode::ExpiredOnly,
+                NOW
+            ),
             Some(Reason::Unusable(_))
         ));
     }
@@ -386,7 +409,13 @@ mod tests {
             }
         ));
         assert!(matches!(
-            publication(new.cert(), &Some(Err("garbage".into())), delay, backdate, NOW),
+            publication(
+                new.cert(),
+                &Some(Err("garbage".into())),
+                delay,
+                backdate,
+                NOW
+            ),
             Publication::Now {
                 label: "unusable",
                 ..

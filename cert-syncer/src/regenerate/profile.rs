@@ -56,7 +56,11 @@ impl Profile {
 }
 
 /// The cluster-specific values a profile may name.
-const PLACEHOLDERS: [&str; 3] = ["${SERVICE_NETWORK_IP}", "${API_HOSTNAME}", "${API_INT_HOSTNAME}"];
+const PLACEHOLDERS: [&str; 3] = [
+    "${SERVICE_NETWORK_IP}",
+    "${API_HOSTNAME}",
+    "${API_INT_HOSTNAME}",
+];
 
 /// Values given on the command line (each optional when the cluster has the object).
 #[derive(Debug, Clone, Default)]
@@ -139,7 +143,12 @@ pub fn build(
 ) -> Result<Rotation, ConfigError> {
     let text = profile.text();
     // Only the values the profile names are needed (and checked against the cluster's).
-    let pick = |what: &str, object: &str, flag: &str, cluster: Option<String>, given: Option<String>, placeholder: &str| {
+    let pick = |what: &str,
+                object: &str,
+                flag: &str,
+                cluster: Option<String>,
+                given: Option<String>,
+                placeholder: &str| {
         if text.contains(placeholder) {
             pick(what, object, flag, cluster, given)
         } else {
@@ -306,7 +315,10 @@ mod tests {
         assert_eq!(rotation.bundles.len(), 1);
         assert_eq!(rotation.targets.len(), 0);
         let csr = &rotation.intermediates[0];
-        assert_eq!(csr.object.to_string(), "openshift-kube-controller-manager-operator/csr-signer");
+        assert_eq!(
+            csr.object.to_string(),
+            "openshift-kube-controller-manager-operator/csr-signer"
+        );
         assert_eq!(csr.common_name, "kube-csr-signer");
         assert_eq!(csr.validity, std::time::Duration::from_secs(30 * 86_400));
         assert_eq!(
@@ -314,7 +326,10 @@ mod tests {
             "openshift-kube-controller-manager-operator/csr-signer-ca"
         );
         let publish = csr.publish.as_ref().unwrap();
-        assert_eq!(publish.object.to_string(), "openshift-kube-controller-manager/csr-signer");
+        assert_eq!(
+            publish.object.to_string(),
+            "openshift-kube-controller-manager/csr-signer"
+        );
         assert_eq!(publish.delay, std::time::Duration::from_secs(300));
         let union = &rotation.unions[0];
         assert_eq!(union.object.name, "csr-controller-ca");
