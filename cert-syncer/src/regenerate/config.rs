@@ -874,6 +874,77 @@ targets:
     }
 
     #[test]
+    fn intermediates_unions_and_copies_are_validated_item_by_item() {
+        let text = r#"
+namespace: ns
+signers:
+  - { name: root, validity: 60d, refresh: 30d }
+  - { name: lonely, validity: 60d, refresh: 30d }
+bundles:
+  - { name: root-ca, signers: [root] }
+  - { name: other-ca, namespace: other, signers: [root] }
+  - { name: root-ca, namespace: other, signers: [root] }
+intermediates:
+  - { name: csr, signer: root, common-name: kube-csr-signer, validity: 30d, refresh: 15d, bundle: csr-ca, publish: { namespace: kcm, delay: 5m } }
+  - { name: loose, signer: lonely, common-name: x, validity: 30d, refresh: 15d }
+  - { name: badname, signer: root, common-name: "Not A Name", validity: 30d, refresh: 15d }
+  - { name: twice, signer: root, common-name: x, validity: 30d, refresh: 15d, bundle: csr-ca }
+  - { name: late, signer: root, common-name: x, validity: 30d, refresh: 15d, publish: { namespace: kcm, delay: soon } }
+unions:
+  - { name: all-ca, bundles: [csr-ca, ns/root-ca, other-ca] }
+  - { name: vague-ca, bundles: [root-ca] }
+  - { name: ghost-ca, bundles: [nowhere-ca] }
+copies:
+  - { configmap: all-ca, to: { namespace: managed } }
+  - { secret: client, namespace: managed, to: { namespace: kcm } }
+  - { secret: client, namespace: managed, to: { namespace: kcm, name: client-2 } }
+  - { configmap: all-ca, secret: all-ca, to: { namespace: managed } }
+  - { configmap: all-ca, to: { namespace: ns } }
+  - { configmap: all-ca, to: { namespace: managed } }
+"#;
+        let rotation = parse(text).unwrap();
+        let all = rotation
+            .broken
+            .iter()
+            .map(|b| format!("{}: {}", b.item, b.reason))
+            .collect::<Vec<_>>()
+            .join("\n");
+        for expected in [
+            "intermediates[1]: signer lonely is in no bundle",
+            "intermediates[2]: common-name \"Not A Name\"",
+            "intermediates[3]: configmap ns/csr-ca is declared twice",
+            "intermediates[4]: publish.delay",
+            "unions[1]: bundle root-ca is ambiguous",
+            "unions[2]: bundle nowhere-ca is not declared",
+            "copies[3]: exactly one of secret or configmap",
+            "copies[4]: copies ns/all-ca onto itself",
+            "copies[5]: configmaps managed/all-ca is declared twice",
+        ] {
+            assert!(all.contains(expected), "missing {expected:?} in\n{all}");
+        }
+        assert_eq!(rotation.intermediates.len(), 1);
+        let csr = &rotation.intermediates[0];
+        assert_eq!(csr.publish.as_ref().unwrap().object.to_string(), "kcm/csr");
+        assert_eq!(csr.bundle.as_ref().unwrap().to_string(), "ns/csr-ca");
+        assert_eq!(rotation.unions.len(), 1);
+        assert_eq!(
+            rotation.unions[0]
+                .sources
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>(),
+            ["ns/csr-ca", "ns/root-ca", "other/other-ca"]
+        );
+        assert_eq!(rotation.copies.len(), 3);
+        // The failed intermediates left nothing declared behind: "twice"'s Secret is free.
+        assert!(!rotation.written().any(|(_, o)| o.name == "twice"));
+        // The copies' shared source is read once and never written.
+        let read_only: Vec<String> = rotation.read_only().map(|(_, o)| o.to_string()).collect();
+        assert_eq!(read_only, ["managed/client"]);
+        assert_eq!(rotation.objects().count(), rotation.written().count() + 1);
+    }
+
+    #[test]
     fn garbage_is_an_error_not_a_panic() {
         for text in ["", "[1, 2]", "signers: 5", "{", "bogus: 1", "backdate: -1"] {
             let _ = parse(text);
