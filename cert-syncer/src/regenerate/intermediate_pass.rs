@@ -540,7 +540,7 @@ impl Pass<'_> {
     async fn copy_secret(&self, copy: &ObjectCopy) -> Result<CopyOutcome, String> {
         let to: Api<Secret> = Api::namespaced(self.client.clone(), &copy.to.namespace);
         let Some(source) = self.get_decoded::<Secret>(&copy.from).await? else {
-            tracing::info!(source = %copy.from, copy = %copy.to, "source missing; the copy is left as it is");
+            tracing::debug!(source = %copy.from, copy = %copy.to, "source missing; the copy is left as it is");
             return Ok(CopyOutcome::Nothing);
         };
         let existing = self.get_decoded::<Secret>(&copy.to).await?;
@@ -582,7 +582,7 @@ impl Pass<'_> {
     async fn copy_config_map(&self, copy: &ObjectCopy) -> Result<CopyOutcome, String> {
         let to: Api<ConfigMap> = Api::namespaced(self.client.clone(), &copy.to.namespace);
         let Some(source) = self.get_decoded::<ConfigMap>(&copy.from).await? else {
-            tracing::info!(source = %copy.from, copy = %copy.to, "source missing; the copy is left as it is");
+            tracing::debug!(source = %copy.from, copy = %copy.to, "source missing; the copy is left as it is");
             return Ok(CopyOutcome::Nothing);
         };
         let existing = self.get_decoded::<ConfigMap>(&copy.to).await?;
