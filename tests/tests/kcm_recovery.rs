@@ -3,7 +3,9 @@
 //! same set in namespaces of its own (the profile's text with other namespaces and delays), one
 //! namespace set per scenario on one shared apiserver:
 //!
-//! 1. Empty cluster, the profile as the static pod runs it: the whole set is created, the
+//! 1. Empty cluster, the profile as the static pod runs it — as its service account, with
+//!    exactly the Roles of `manifests/rbac/` applied (the real RBAC authorizer decides), with
+//!    leader election and Events: the whole set is created, the
 //!    intermediate `csr-signer` is a CA issued by `csr-signer-signer`, its published copy holds
 //!    it alone, and a client certificate issued from the published CA (by the testkit, as the
 //!    kube-controller-manager's CSR signer would) is authenticated by the real kube-apiserver
@@ -30,7 +32,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use e2e::envtest::{RealApiServer, create_namespace};
+use e2e::envtest::{RealApiServer, RealOptions, User, create_namespace};
 use e2e::syncer::tls_secret;
 use e2e::{ChildProcess, bin_path, install_crypto_provider, require_real_apiserver};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
@@ -44,6 +46,8 @@ use testkit::pki::{Ca, CertSpec};
 const OP: &str = "openshift-kube-controller-manager-operator";
 const KCM: &str = "openshift-kube-controller-manager";
 const CM: &str = "openshift-config-managed";
+/// The recovery controller's service account (`manifests/rbac/kube-controller-manager.yaml`).
+const SA_TOKEN: &str = "kcm-recovery-token";
 
 /// The profile's text, for the variants in namespaces of their own.
 fn profile_text() -> String {
@@ -119,6 +123,20 @@ impl Cluster {
 
     /// `cert-syncer regenerate` over the recovery connection, with the admin token.
     fn ours(&self, extra: &[&str]) -> Command {
+        self.ours_as(&self.api.dir.join("token"), extra)
+    }
+
+    /// `cert-syncer regenerate` as the static pod's service account (its Roles from
+    /// `manifests/rbac/`), in the pod's namespace.
+    fn ours_as_the_pod(&self, extra: &[&str]) -> Command {
+        let mut command = self.ours_as(&self.dir.join("sa.token"), extra);
+        command
+            .env("POD_NAME", "kube-controller-manager-node-1")
+            .env("POD_NAMESPACE", KCM);
+        command
+    }
+
+    fn ours_as(&self, token_file: &std::path::Path, extra: &[&str]) -> Command {
         let mut command = Command::new(bin_path("cert-syncer"));
         command
             .arg("regenerate")
@@ -127,16 +145,18 @@ impl Cluster {
             .arg("--ca-file")
             .arg(self.api.dir.join("recovery-ca.crt"))
             .arg("--token-file")
-            .arg(self.api.dir.join("token"))
+            .arg(token_file)
             .args(extra)
             .env("RUST_LOG", "info");
         command
     }
 
     fn once(&self, extra: &[&str]) -> String {
-        let mut args = vec!["--once"];
-        args.extend_from_slice(extra);
-        let out = self.ours(&args).output().unwrap();
+        self.run_once(self.ours(&["--once"]), extra)
+    }
+
+    fn run_once(&self, mut command: Command, extra: &[&str]) -> String {
+        let out = command.args(extra).output().unwrap();
         let log = String::from_utf8_lossy(&out.stderr).into_owned();
         eprintln!("[regenerate --once {extra:?}]\n{log}");
         assert!(out.status.success(), "regenerate --once failed:\n{log}");
@@ -247,8 +267,26 @@ async fn scenarios() {
     require_real_apiserver!();
     install_crypto_provider();
     let tmp = tempfile::tempdir().unwrap();
-    let api = RealApiServer::start(&tmp.path().join("apiserver"));
+    let api = RealApiServer::start_with(
+        &tmp.path().join("apiserver"),
+        &RealOptions {
+            users: vec![User::service_account(
+                SA_TOKEN,
+                KCM,
+                "cert-recovery-controller",
+            )],
+            ..RealOptions::default()
+        },
+    );
     let admin = api.client_with_token(&api.token);
+    let roles = e2e::rbac::apply_manifest_rbac(&admin).await;
+    assert!(roles >= 4, "{roles} RBAC objects");
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let token = tmp.path().join("sa.token");
+        rename_into(&token, SA_TOKEN.as_bytes());
+        std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
     let cluster = Cluster {
         api,
         admin,
@@ -285,7 +323,8 @@ async fn empty_cluster_the_profile_creates_a_chain_the_apiserver_trusts_then_wri
         .unwrap();
 
     let started = Instant::now();
-    cluster.once(&["--profile", "openshift-kube-controller-manager"]);
+    let profile = ["--profile", "openshift-kube-controller-manager"];
+    cluster.run_once(cluster.ours_as_the_pod(&["--once"]), &profile);
     eprintln!("the set was created in {:?}", started.elapsed());
     let versions = cluster.versions(&set).await;
     assert_eq!(versions.len(), set.written().len(), "{versions:#?}");
@@ -401,16 +440,20 @@ async fn empty_cluster_the_profile_creates_a_chain_the_apiserver_trusts_then_wri
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
 
-    // A healthy set: one more pass writes nothing, nor does the controller over a window.
-    cluster.once(&["--profile", "openshift-kube-controller-manager"]);
+    // A healthy set: one more pass writes nothing, nor does the controller (leader-elected, as
+    // the pod runs it) over a window.
+    cluster.run_once(cluster.ours_as_the_pod(&["--once"]), &profile);
     assert_eq!(cluster.versions(&set).await, versions, "written by --once");
     let metrics = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap();
-    let controller = ChildProcess::start(cluster.ours(&[
+    let controller = ChildProcess::start(cluster.ours_as_the_pod(&[
         "--profile",
         "openshift-kube-controller-manager",
+        "--leader-elect",
+        "--leader-elect-lease-name",
+        "cert-recovery-controller-lock",
         "--metrics-listen",
         &metrics.to_string(),
     ]));
@@ -430,6 +473,15 @@ async fn empty_cluster_the_profile_creates_a_chain_the_apiserver_trusts_then_wri
         cluster.versions(&set).await,
         versions,
         "written by the running controller within {window:?}"
+    );
+    let lease =
+        Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(cluster.admin.clone(), KCM)
+            .get("cert-recovery-controller-lock")
+            .await
+            .unwrap();
+    assert_eq!(
+        lease.spec.unwrap().holder_identity.as_deref(),
+        Some("kube-controller-manager-node-1")
     );
     drop(controller);
 }
