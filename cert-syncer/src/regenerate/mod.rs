@@ -10,7 +10,8 @@
 //! - `crate::pki` (shared with `inspect`): parsing and generation (rcgen);
 //! - `pass`: one pass in dependency order with optimistic concurrency;
 //! - `intermediate`, `intermediate_pass`: intermediate CAs (the kube-controller-manager's
-//!   `csr-signer`), the bundles built from them, their delayed publication, copies;
+//!   `csr-signer`), the bundles built from them, their delayed publication; `copies`: plain
+//!   copies of objects (resource-sync);
 //! - this module: the loop. A pass runs at start, whenever a declared object changes (one
 //!   watch per object), and when the next expiry (or rotation point) is reached: a timer aligned
 //!   to the data, not a polling period. Failed passes are retried with backoff.
@@ -25,9 +26,12 @@
 
 mod annotations;
 pub mod config;
+mod copies;
 mod decide;
 mod intermediate;
 mod intermediate_pass;
+#[cfg(test)]
+mod intermediate_pass_tests;
 mod keys;
 mod metrics;
 mod pass;
