@@ -5,11 +5,12 @@
 //!
 //! 1. Empty cluster, the profile as the static pod runs it — as its service account, with
 //!    exactly the Roles of `manifests/rbac/` applied (the real RBAC authorizer decides), with
-//!    leader election and Events: the whole set is created, the
+//!    leader election and Events, after and before the kube-apiserver's profile (which folds
+//!    the copied `csr-controller-ca` into its `client-ca`): the whole set is created, the
 //!    intermediate `csr-signer` is a CA issued by `csr-signer-signer`, its published copy holds
 //!    it alone, and a client certificate issued from the published CA (by the testkit, as the
 //!    kube-controller-manager's CSR signer would) is authenticated by the real kube-apiserver
-//!    once `csr-controller-ca` is in its client CA file (and refused before); then zero writes,
+//!    once that `client-ca` is its client CA file (and refused before); then zero writes,
 //!    once and over a window of the running controller (resourceVersions unchanged).
 //! 2. Expired set (signer of the signer, intermediate and published copy all expired): recovered
 //!    in one pass, the published copy replaced at once despite the 5-minute delay.
@@ -33,7 +34,6 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use e2e::envtest::{RealApiServer, RealOptions, User, create_namespace};
-use e2e::syncer::tls_secret;
 use e2e::{ChildProcess, bin_path, install_crypto_provider, require_real_apiserver};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::Api;
@@ -46,6 +46,8 @@ use testkit::pki::{Ca, CertSpec};
 const OP: &str = "openshift-kube-controller-manager-operator";
 const KCM: &str = "openshift-kube-controller-manager";
 const CM: &str = "openshift-config-managed";
+const KAS: &str = "openshift-kube-apiserver";
+const KAS_OP: &str = "openshift-kube-apiserver-operator";
 /// The recovery controller's service account (`manifests/rbac/kube-controller-manager.yaml`).
 const SA_TOKEN: &str = "kcm-recovery-token";
 
@@ -304,23 +306,23 @@ async fn empty_cluster_the_profile_creates_a_chain_the_apiserver_trusts_then_wri
 ) {
     let set = Set::profile();
     cluster.namespaces(&set).await;
-    // The kube-apiserver's client certificate for the kube-controller-manager (its profile
-    // writes it in openshift-config-managed); ours copies it into the KCM namespace.
-    let client = cluster
-        .api
-        .client_ca
-        .client("system:kube-controller-manager");
-    Api::<Secret>::namespaced(cluster.admin.clone(), CM)
-        .create(
-            &PostParams::default(),
-            &tls_secret(
-                "kube-controller-manager-client-cert-key",
-                &client.cert_pem,
-                &client.key_pem,
-            ),
-        )
-        .await
-        .unwrap();
+    for ns in [KAS, KAS_OP] {
+        create_namespace(&cluster.admin, ns).await;
+    }
+    // The kube-apiserver's half first, as on a recovering master: among others it writes the
+    // kube-controller-manager's client certificate into openshift-config-managed.
+    let kas_profile = [
+        "--profile",
+        "openshift-kube-apiserver",
+        "--service-network-ip",
+        "172.30.0.1",
+        "--api-hostname",
+        "api.cluster.example.com",
+        "--api-int-hostname",
+        "api-int.cluster.example.com",
+    ];
+    cluster.once(&kas_profile);
+    let client_ca_before = cluster.bundle(KAS, "client-ca").await;
 
     let started = Instant::now();
     let profile = ["--profile", "openshift-kube-controller-manager"];
@@ -395,15 +397,28 @@ async fn empty_cluster_the_profile_creates_a_chain_the_apiserver_trusts_then_wri
     let copied = cluster
         .secret(KCM, "kube-controller-manager-client-cert-key")
         .await;
-    assert_eq!(
-        copied.data.as_ref().unwrap()["tls.crt"].0,
-        client.cert_pem.as_bytes()
+    let client = cluster
+        .secret(CM, "kube-controller-manager-client-cert-key")
+        .await;
+    assert_eq!(copied.data, client.data);
+
+    // The kube-apiserver's half folds the copied csr-controller-ca into its client-ca.
+    let log = cluster.once(&kas_profile);
+    assert!(
+        log.contains("configmap=openshift-kube-apiserver/client-ca"),
+        "{log}"
     );
+    let client_ca = cluster.bundle(KAS, "client-ca").await;
+    assert_eq!(
+        client_ca.len(),
+        client_ca_before.len() + 2,
+        "the intermediate and its root added"
+    );
+    assert!(client_ca.contains(&chain[0]) && client_ca.contains(&root_der));
 
     // A kubelet's client certificate, issued from the published CA as the CSR signer would
-    // (the leaf alone), is refused by the real kube-apiserver, then authenticated once the
-    // copied csr-controller-ca is part of its client CA file (what OpenShift's kube-apiserver
-    // operator folds into client-ca).
+    // (the leaf alone), is refused by the real kube-apiserver, then authenticated once that
+    // client-ca is its client CA file (which the kube-apiserver pod's syncer keeps in step).
     let signer = Ca::from_pems(&text(&published, "tls.crt"), &text(&published, "tls.key"));
     let node = signer.issue(&CertSpec::client("system:node:node-1").organization("system:nodes"));
     let status = || async {
@@ -424,7 +439,11 @@ async fn empty_cluster_the_profile_creates_a_chain_the_apiserver_trusts_then_wri
     );
     let client_ca_file = cluster.api.dir.join("client-ca.crt");
     let mut client_ca = std::fs::read_to_string(&client_ca_file).unwrap();
-    client_ca.push_str(&managed.data.as_ref().unwrap()["ca-bundle.crt"]);
+    let folded = Api::<ConfigMap>::namespaced(cluster.admin.clone(), KAS)
+        .get("client-ca")
+        .await
+        .unwrap();
+    client_ca.push_str(&folded.data.unwrap()["ca-bundle.crt"]);
     rename_into(&client_ca_file, client_ca.as_bytes());
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {

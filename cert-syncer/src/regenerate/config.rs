@@ -83,6 +83,10 @@ pub struct Bundle {
     pub object: ObjectRef,
     /// Indexes into [`Rotation::signers`].
     pub signers: Vec<usize>,
+    /// Other CA bundle ConfigMaps (`ca-bundle.crt`, read only) whose unexpired CAs this bundle
+    /// also holds, as OpenShift's `CABundleController` folds them into the kube-apiserver's
+    /// `client-ca`; a missing one adds nothing (`include:` in the file, `namespace/name`).
+    pub include: Vec<ObjectRef>,
 }
 
 /// A leaf certificate key pair in a Secret, issued by one signer.
@@ -193,15 +197,26 @@ impl Rotation {
             .chain(self.copies.iter().map(|c| (c.kind, &c.to)))
     }
 
-    /// Sources of copies the config only reads (not written by it), each once.
+    /// Objects the config only reads (not written by it), each once: the sources of copies and
+    /// the bundles other bundles include.
     pub fn read_only(&self) -> impl Iterator<Item = (Kind, &ObjectRef)> {
-        self.copies.iter().enumerate().filter_map(|(i, copy)| {
-            let key = (copy.kind, &copy.from);
-            let first = !self.copies[..i]
-                .iter()
-                .any(|c| c.kind == copy.kind && c.from == copy.from);
-            (first && !self.written().any(|w| w == key)).then_some(key)
-        })
+        let sources: Vec<(Kind, &ObjectRef)> = self
+            .copies
+            .iter()
+            .map(|c| (c.kind, &c.from))
+            .chain(
+                self.bundles
+                    .iter()
+                    .flat_map(|b| b.include.iter().map(|o| (Kind::ConfigMap, o))),
+            )
+            .collect();
+        let mut out: Vec<(Kind, &ObjectRef)> = Vec::new();
+        for key in sources {
+            if !out.contains(&key) && !self.written().any(|w| w == key) {
+                out.push(key);
+            }
+        }
+        out.into_iter()
     }
 }
 
@@ -249,6 +264,8 @@ struct BundleItem {
     #[serde(default)]
     namespace: Option<String>,
     signers: Vec<String>,
+    #[serde(default)]
+    include: Vec<String>,
     #[serde(default)]
     annotations: BTreeMap<String, String>,
 }
@@ -457,7 +474,8 @@ pub fn parse(text: &str) -> Result<Rotation, ConfigError> {
         let outcome = serde_norway::from_value::<BundleItem>(value)
             .map_err(|e| e.to_string())
             .and_then(|item| {
-                let object = object(&item.name, item.namespace)?;
+                let make = &object;
+                let object = make(&item.name, item.namespace)?;
                 if item.signers.is_empty() {
                     return Err("no signers".to_owned());
                 }
@@ -470,7 +488,28 @@ pub fn parse(text: &str) -> Result<Rotation, ConfigError> {
                 if !seen.insert((Kind::ConfigMap, object.clone())) {
                     return Err(format!("configmap {object} is declared twice"));
                 }
-                Ok((Bundle { object, signers }, annotations))
+                let include = item
+                    .include
+                    .iter()
+                    .map(|reference| {
+                        let (namespace, name) = reference.split_once('/').ok_or_else(|| {
+                            format!("include {reference:?} is not namespace/name")
+                        })?;
+                        let included = make(name, Some(namespace.to_owned()))?;
+                        if included == object {
+                            return Err(format!("includes itself ({object})"));
+                        }
+                        Ok(included)
+                    })
+                    .collect::<Result<Vec<_>, String>>()?;
+                Ok((
+                    Bundle {
+                        object,
+                        signers,
+                        include,
+                    },
+                    annotations,
+                ))
             });
         match outcome {
             Ok((bundle, annotations)) => {

@@ -310,6 +310,27 @@ impl Pass<'_> {
         .await
     }
 
+    /// The unexpired CAs of the bundles `bundle` includes (a missing one adds nothing; an
+    /// unreadable one is an error, so trust is never dropped because a read failed).
+    pub(super) async fn included_cas(
+        &self,
+        bundle: &super::config::Bundle,
+    ) -> Result<Vec<Cert>, String> {
+        let mut certs: Vec<Cert> = Vec::new();
+        for source in &bundle.include {
+            let (_, found) = self
+                .read_bundle(source)
+                .await
+                .map_err(|err| format!("included {source}: {err}"))?;
+            for cert in found {
+                if !cert.is_expired_at(self.now) && !certs.iter().any(|c| c.der == cert.der) {
+                    certs.push(cert);
+                }
+            }
+        }
+        Ok(certs)
+    }
+
     /// Expiry metrics and deadlines of a bundle's CAs.
     fn note_bundle(&self, object: &ObjectRef, certs: &[Cert], report: &mut Report) {
         for cert in certs {

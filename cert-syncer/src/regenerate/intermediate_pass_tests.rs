@@ -205,3 +205,70 @@ async fn the_chain_is_created_then_left_alone_and_a_new_ca_is_published_after_th
     // The old CA stays trusted until it expires.
     assert!(has(&bundle(&api, "op", "csr-controller-ca"), csr.cert()));
 }
+
+#[tokio::test]
+async fn a_bundle_holds_the_cas_of_the_bundles_it_includes_and_a_missing_one_adds_nothing() {
+    let api = FakeApi::new();
+    let rotation = config::parse(
+        r#"
+namespace: kas
+signers:
+  - { name: kubelet-signer, validity: 60d, refresh: 30d }
+bundles:
+  - name: client-ca
+    signers: [kubelet-signer]
+    include: [managed/csr-controller-ca]
+"#,
+    )
+    .unwrap();
+    assert!(rotation.broken.is_empty(), "{:?}", rotation.broken);
+    let read_only: Vec<String> = rotation.read_only().map(|(_, o)| o.to_string()).collect();
+    assert_eq!(read_only, ["managed/csr-controller-ca"]);
+    let now = crate::time::unix_now();
+    // Absent: the bundle is its signer's CA alone, and that is not a failure.
+    let report = pass(&api, &rotation, Mode::ExpiredOnly, now).await;
+    assert!(report.failures.is_empty(), "{:?}", report.failures);
+    assert_eq!(bundle(&api, "kas", "client-ca").len(), 1);
+    // The kube-controller-manager's CAs appear: folded in, one write; then nothing.
+    let day = std::time::Duration::from_secs(86_400);
+    let csr = pki::new_signer("kube-csr-signer_@1", now, Default::default(), day).unwrap();
+    let expired = pki::new_signer(
+        "kube-csr-signer_@0",
+        now - 2 * 86_400,
+        Default::default(),
+        day,
+    )
+    .unwrap();
+    let text = pki::bundle_pem(&[csr.cert().clone(), expired.cert().clone()]);
+    api.put(
+        "/api/v1/namespaces/managed/configmaps/csr-controller-ca",
+        serde_json::json!({
+            "metadata": { "name": "csr-controller-ca", "namespace": "managed" },
+            "data": { "ca-bundle.crt": text }
+        }),
+    );
+    let report = pass(&api, &rotation, Mode::ExpiredOnly, now + 1).await;
+    assert_eq!(written(&report), ["bundle kas/client-ca ca-added"]);
+    let client_ca = bundle(&api, "kas", "client-ca");
+    assert_eq!(
+        client_ca.len(),
+        2,
+        "the signer's CA and the unexpired included one"
+    );
+    assert!(has(&client_ca, csr.cert()) && !has(&client_ca, expired.cert()));
+    let again = pass(&api, &rotation, Mode::ExpiredOnly, now + 2).await;
+    assert!(
+        again.written.is_empty() && again.failures.is_empty(),
+        "{again:?}"
+    );
+    // An include that is not namespace/name is a broken item.
+    let broken = config::parse(
+        "namespace: kas\nsigners: [{ name: s, validity: 1d, refresh: 12h }]\nbundles: [{ name: b, signers: [s], include: [nowhere] }]\n",
+    )
+    .unwrap();
+    assert!(
+        broken.broken[0].reason.contains("namespace/name"),
+        "{:?}",
+        broken.broken
+    );
+}

@@ -229,10 +229,22 @@ impl Pass<'_> {
                 bundle_contents.push(None);
                 continue;
             }
+            // CAs of the bundles it includes (`intermediate_pass`), held like its signers'.
+            let included = match self.included_cas(config).await {
+                Ok(certs) => certs,
+                Err(err) => {
+                    report
+                        .failures
+                        .push(format!("configmap {}: {err}", config.object));
+                    bundle_contents.push(None);
+                    continue;
+                }
+            };
             let signer_certs: Vec<&Cert> = config
                 .signers
                 .iter()
                 .filter_map(|i| current_signers[*i].as_ref().map(KeyPairPem::cert))
+                .chain(&included)
                 .collect();
             let leaves: Vec<&Cert> = in_use
                 .iter()

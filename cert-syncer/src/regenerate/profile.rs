@@ -291,7 +291,7 @@ mod tests {
             "openshift-config-managed"
         );
         // Every signer and target carries OpenShift's metadata.
-        for (kind, object) in rotation.objects() {
+        for (kind, object) in rotation.written() {
             let annotations = &rotation.annotations[&(kind, object.clone())];
             assert_eq!(
                 annotations
@@ -302,6 +302,12 @@ mod tests {
             );
         }
         assert_eq!(rotation.key_type, crate::regenerate::keys::KeyType::Rsa2048);
+        // client-ca folds in the kube-controller-manager's CSR CAs, read only.
+        let read_only: Vec<String> = rotation
+            .read_only()
+            .map(|(_, object)| object.to_string())
+            .collect();
+        assert_eq!(read_only, ["openshift-config-managed/csr-controller-ca"]);
     }
 
     #[test]
