@@ -16,6 +16,7 @@
 //! bundles:
 //!   - name: localhost-serving-ca
 //!     signers: [localhost-serving-signer]
+//!     include: [other/more-ca]               # also the unexpired CAs of these (read only)
 //! targets:
 //!   - name: localhost-serving-cert-certkey
 //!     signer: localhost-serving-signer
