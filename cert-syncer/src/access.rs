@@ -192,18 +192,19 @@ fn sync_access(args: &sync::Settings) -> Vec<Access> {
     rules.into_list()
 }
 
-/// `regenerate`: update on every declared signer, bundle and target, and create on Secrets and
-/// ConfigMaps of each namespace that has declared objects (a missing object is created; RBAC
-/// cannot restrict a create by name); to read them, list and watch on every object of each kind
-/// in each namespace that has declared objects of that kind (one namespace-wide watch each, the
-/// cache the passes read; RBAC cannot restrict a namespace-wide list by name), or with `--once`
-/// (no watches) get on each declared object; the apiserver's clock is read from `/version`,
-/// which needs no rule;
+/// `regenerate`: update on every object it writes (signers, bundles, targets, intermediates,
+/// unions, published CAs, copies), and create on Secrets and ConfigMaps of each namespace that
+/// has written objects (a missing object is created; RBAC cannot restrict a create by name); to
+/// read them and the sources of copies (read, never written), list and watch on every object of
+/// each kind in each namespace that has declared objects of that kind (one namespace-wide watch
+/// each, the cache the passes read; RBAC cannot restrict a namespace-wide list by name), or with
+/// `--once` (no watches) get on each declared object; the apiserver's clock is read from
+/// `/version`, which needs no rule;
 /// Events on the pod when `POD_NAME` is known; with `--leader-elect`, get and update on the
 /// Lease and create on Leases.
 fn regenerate_access(args: &regenerate::Settings, rotation: &Rotation) -> Vec<Access> {
     let mut rules = Rules::default();
-    for (kind, object) in rotation.objects() {
+    for (kind, object) in rotation.written() {
         let resource = kind.plural();
         if args.once {
             rules.named(
@@ -218,6 +219,20 @@ fn regenerate_access(args: &regenerate::Settings, rotation: &Rotation) -> Vec<Ac
             rules.any(&object.namespace, CORE, resource, &["list", "watch"]);
         }
         rules.any(&object.namespace, CORE, resource, &["create"]);
+    }
+    // Sources of copies and included bundles: read, never written.
+    for (kind, object) in rotation.read_only() {
+        if args.once {
+            rules.named(
+                &object.namespace,
+                CORE,
+                kind.plural(),
+                &["get"],
+                &object.name,
+            );
+        } else {
+            rules.any(&object.namespace, CORE, kind.plural(), &["list", "watch"]);
+        }
     }
     if args.pod_name.is_some() {
         rules.any(args.events_namespace(), CORE, "events", &["create"]);

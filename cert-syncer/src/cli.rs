@@ -172,7 +172,9 @@ pub struct RegenerateArgs {
     #[arg(long, required_unless_present = "profile", conflicts_with = "profile")]
     pub config: Option<PathBuf>,
     /// A built-in set instead of --config: `openshift-kube-apiserver` is what OpenShift's
-    /// cert-regeneration-controller manages for the kube-apiserver.
+    /// cert-regeneration-controller manages for the kube-apiserver,
+    /// `openshift-kube-controller-manager` what its cert-recovery-controller manages for the
+    /// kube-controller-manager (the CSR signer chain).
     #[arg(long, value_enum)]
     pub profile: Option<RegenerateProfile>,
     /// Type of newly generated keys (overrides the config's `key-type`; default rsa-2048).
@@ -238,6 +240,9 @@ pub enum RegenerateProfile {
     /// OpenShift's kube-apiserver PKI: the signers, CA bundles and targets the operator's
     /// cert-regeneration-controller manages.
     OpenshiftKubeApiserver,
+    /// OpenShift's kube-controller-manager PKI: the CSR signer chain (an intermediate CA and
+    /// its delayed publication) and the copies its cert-recovery-controller manages.
+    OpenshiftKubeControllerManager,
 }
 
 impl From<RegenerateProfile> for regenerate::Profile {
@@ -245,6 +250,9 @@ impl From<RegenerateProfile> for regenerate::Profile {
         match profile {
             RegenerateProfile::OpenshiftKubeApiserver => {
                 regenerate::Profile::OpenshiftKubeApiserver
+            }
+            RegenerateProfile::OpenshiftKubeControllerManager => {
+                regenerate::Profile::OpenshiftKubeControllerManager
             }
         }
     }

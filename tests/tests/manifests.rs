@@ -22,7 +22,55 @@ use k8s_openapi::api::core::v1::{Namespace, Pod, Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding};
 use kube::config::Kubeconfig;
 
-const SIDECARS: [&str; 2] = [SYNC_CONTAINER, REGENERATE_CONTAINER];
+/// A static pod of `manifests/` and the names of its containers.
+struct StaticPod {
+    /// Relative to `manifests/`.
+    file: &'static str,
+    server: &'static str,
+    sync: &'static str,
+    regenerate: &'static str,
+}
+
+/// The kube-apiserver pod (`e2e::manifests::pod`).
+const KAS: StaticPod = StaticPod {
+    file: POD,
+    server: SERVER_CONTAINER,
+    sync: SYNC_CONTAINER,
+    regenerate: REGENERATE_CONTAINER,
+};
+/// The kube-controller-manager pod (issue 13, item 5).
+const KCM: StaticPod = StaticPod {
+    file: "static-pod-kcm/kube-controller-manager-pod.yaml",
+    server: "kube-controller-manager",
+    sync: "kube-controller-manager-cert-syncer",
+    regenerate: "kube-controller-manager-recovery-controller",
+};
+const PODS: [StaticPod; 2] = [KAS, KCM];
+
+impl StaticPod {
+    fn load(&self) -> Pod {
+        let path = manifests::dir().join(self.file);
+        let docs = manifests::documents(&path);
+        assert_eq!(docs.len(), 1, "{} holds one object", path.display());
+        manifests::typed(&docs[0], self.file)
+    }
+
+    fn sidecars(&self) -> [&'static str; 2] {
+        [self.sync, self.regenerate]
+    }
+
+    /// The hostPath of the pod's volume `name`.
+    fn host_path(&self, pod: &Pod, name: &str) -> String {
+        pod.spec
+            .iter()
+            .flat_map(|s| s.volumes.iter().flatten())
+            .find(|v| v.name == name)
+            .and_then(|v| v.host_path.as_ref())
+            .unwrap_or_else(|| panic!("{}: a hostPath volume {name}", self.file))
+            .path
+            .clone()
+    }
+}
 
 #[test]
 fn every_object_parses_as_its_kubernetes_type_without_losing_a_field() {
@@ -48,8 +96,8 @@ fn every_object_parses_as_its_kubernetes_type_without_losing_a_field() {
             *kinds.entry(kind).or_default() += 1;
         }
     }
-    assert_eq!(kinds.get("Pod"), Some(&1), "{kinds:?}");
-    assert_eq!(kinds.get("ServiceAccount"), Some(&2), "{kinds:?}");
+    assert_eq!(kinds.get("Pod"), Some(&2), "{kinds:?}");
+    assert_eq!(kinds.get("ServiceAccount"), Some(&4), "{kinds:?}");
     assert!(kinds.get("Role").is_some_and(|n| *n >= 2), "{kinds:?}");
 }
 
@@ -142,9 +190,35 @@ fn by_identity(
 fn the_kustomizations_cover_every_object_file_and_render_them() {
     let root = manifests::dir();
     let (_, cluster) = kustomization_resources(&root);
-    let (static_pod, pod_files) = kustomization_resources(&root.join("static-pod"));
-    assert_eq!(pod_files, [PathBuf::from(POD)]);
-    let listed: BTreeSet<PathBuf> = cluster.iter().chain(&pod_files).cloned().collect();
+    let mut listed: BTreeSet<PathBuf> = cluster.iter().cloned().collect();
+    for pod_kind in &PODS {
+        let dir = Path::new(pod_kind.file).parent().unwrap();
+        let (static_pod, pod_files) = kustomization_resources(&root.join(dir));
+        assert_eq!(pod_files, [PathBuf::from(pod_kind.file)]);
+        listed.extend(pod_files);
+
+        // Image overrides name images the pod uses.
+        let pod = pod_kind.load();
+        let images: BTreeSet<String> = pod
+            .spec
+            .iter()
+            .flat_map(|s| &s.containers)
+            .filter_map(|c| c.image.as_deref())
+            .map(|i| i.rsplit_once(':').map_or(i, |(name, _)| name).to_owned())
+            .collect();
+        for entry in static_pod["images"].as_array().into_iter().flatten() {
+            let name = entry["name"].as_str().expect("an image name");
+            assert!(
+                images.contains(name),
+                "images: {name} is not used by {} ({images:?})",
+                pod_kind.file
+            );
+        }
+        if let Some(rendered) = kubectl_kustomize(&root.join(dir)) {
+            let expected = by_identity(manifests::documents(&root.join(pod_kind.file)));
+            assert_eq!(by_identity(rendered), expected);
+        }
+    }
     let all: BTreeSet<PathBuf> = manifests::object_files().into_iter().collect();
     assert_eq!(
         listed, all,
@@ -152,25 +226,8 @@ fn the_kustomizations_cover_every_object_file_and_render_them() {
     );
     assert!(
         cluster.iter().all(|p| !p.starts_with("static-pod")),
-        "the cluster kustomization must not apply the static pod through the API"
+        "the cluster kustomization must not apply a static pod through the API"
     );
-
-    // Image overrides name images the pod uses.
-    let pod = manifests::pod();
-    let images: BTreeSet<String> = pod
-        .spec
-        .iter()
-        .flat_map(|s| &s.containers)
-        .filter_map(|c| c.image.as_deref())
-        .map(|i| i.rsplit_once(':').map_or(i, |(name, _)| name).to_owned())
-        .collect();
-    for entry in static_pod["images"].as_array().into_iter().flatten() {
-        let name = entry["name"].as_str().expect("an image name");
-        assert!(
-            images.contains(name),
-            "images: {name} is not used by the pod ({images:?})"
-        );
-    }
 
     // Rendered by kustomize itself where it is installed: the same objects, unchanged.
     if let Some(rendered) = kubectl_kustomize(&root) {
@@ -181,15 +238,17 @@ fn the_kustomizations_cover_every_object_file_and_render_them() {
         );
         assert_eq!(by_identity(rendered), expected);
     }
-    if let Some(rendered) = kubectl_kustomize(&root.join("static-pod")) {
-        let expected = by_identity(manifests::documents(&root.join(POD)));
-        assert_eq!(by_identity(rendered), expected);
-    }
 }
 
 #[test]
 fn every_volume_mount_names_a_volume_and_every_volume_is_used() {
-    let pod = manifests::pod();
+    for p in &PODS {
+        volumes_of(p);
+    }
+}
+
+fn volumes_of(p: &StaticPod) {
+    let pod = p.load();
     let spec = pod.spec.as_ref().expect("a pod spec");
     let volumes: BTreeSet<&str> = spec
         .volumes
@@ -229,19 +288,14 @@ fn every_volume_mount_names_a_volume_and_every_volume_is_used() {
         for mount in c.volume_mounts.iter().flatten() {
             let writable = mount.read_only != Some(true);
             if mount.name == "cert-dir" {
-                assert_eq!(
-                    writable,
-                    c.name == SYNC_CONTAINER,
-                    "{}: cert-dir writable",
-                    c.name
-                );
+                assert_eq!(writable, c.name == p.sync, "{}: cert-dir writable", c.name);
             }
             if mount.name == "resource-dir" {
                 assert!(!writable, "{}: the resource dir is read-only", c.name);
             }
         }
     }
-    let regenerate = container(&pod, REGENERATE_CONTAINER);
+    let regenerate = container(&pod, p.regenerate);
     assert!(
         regenerate
             .volume_mounts
@@ -303,18 +357,63 @@ fn every_flag_the_pod_passes_exists_in_its_subcommand() {
     let mut wrong = argv(&pod, container(&pod, SYNC_CONTAINER));
     wrong.push("--leader-elect".to_owned());
     assert!(manifests::parse_cert_syncer(&wrong, &BTreeMap::new()).is_err());
+
+    // The kube-controller-manager pod: OpenShift's KCM cert-syncer list, the KCM profile
+    // under OpenShift's Lease name.
+    let pod = KCM.load();
+    let (_, sync) = parse_sidecar(&pod, KCM.sync);
+    let Command::Sync(sync) = sync.command else {
+        panic!("{} must run `sync`", KCM.sync)
+    };
+    assert_eq!(sync.namespace, "openshift-kube-controller-manager");
+    assert_eq!(
+        sync.secrets,
+        ["kube-controller-manager-client-cert-key", "csr-signer"]
+    );
+    assert_eq!(sync.configmaps, ["aggregator-client-ca", "client-ca"]);
+    assert_eq!(sync.optional_configmaps, ["trusted-ca-bundle"]);
+    let (_, regenerate) = parse_sidecar(&pod, KCM.regenerate);
+    let Command::Regenerate(regenerate) = regenerate.command else {
+        panic!("{} must run `regenerate`", KCM.regenerate)
+    };
+    assert_eq!(
+        regenerate.profile,
+        Some(cert_syncer::cli::RegenerateProfile::OpenshiftKubeControllerManager)
+    );
+    assert!(regenerate.leader_elect);
+    assert_eq!(
+        regenerate.leader_elect_lease_name,
+        "cert-recovery-controller-lock"
+    );
+    let server = argv(&pod, container(&pod, KCM.server));
+    assert_eq!(server[0], "kube-controller-manager");
+    for wanted in [
+        "cluster-signing-cert-file",
+        "cluster-signing-key-file",
+        "client-ca-file",
+        "requestheader-client-ca-file",
+        "kubeconfig",
+    ] {
+        assert!(flag(&server, wanted).is_some(), "--{wanted}");
+    }
 }
 
 #[test]
 fn sidecars_are_small_critical_probed_read_only_and_know_their_pod() {
-    let pod = manifests::pod();
+    for p in &PODS {
+        sidecars_of(p);
+    }
+}
+
+fn sidecars_of(p: &StaticPod) {
+    let pod = p.load();
     let spec = pod.spec.as_ref().expect("a pod spec");
     assert_eq!(
         spec.priority_class_name.as_deref(),
         Some("system-node-critical")
     );
     assert_eq!(spec.host_network, Some(true));
-    for name in SIDECARS {
+    for name in p.sidecars() {
         let c = container(&pod, name);
         let argv = argv(&pod, c);
 
@@ -432,9 +531,16 @@ fn sidecar_kubeconfig(pod: &Pod, name: &str) -> (PathBuf, Kubeconfig) {
 
 #[test]
 fn kubeconfig_templates_parse_and_describe_the_localhost_recovery_connection() {
-    let pod = manifests::pod();
+    for p in &PODS {
+        kubeconfigs_of(p);
+    }
+}
+
+fn kubeconfigs_of(p: &StaticPod) {
+    let pod = p.load();
+    let resource_dir = p.host_path(&pod, "resource-dir");
     let mut accounts = BTreeSet::new();
-    for name in SIDECARS {
+    for name in p.sidecars() {
         let (path, kubeconfig) = sidecar_kubeconfig(&pod, name);
         let what = path.display();
         let current = kubeconfig
@@ -491,8 +597,8 @@ fn kubeconfig_templates_parse_and_describe_the_localhost_recovery_connection() {
             let (host, _) = node_file(&pod, c, file)
                 .unwrap_or_else(|| panic!("{what}: {file} is on no mount of {name}"));
             assert!(
-                host.starts_with("/etc/kubernetes/static-pod-resources/kube-apiserver-pod-"),
-                "{host}"
+                host.starts_with(&format!("{resource_dir}/")),
+                "{host} is not on the resource dir {resource_dir}"
             );
         }
 
@@ -628,8 +734,14 @@ fn required_for(pod: &Pod, name: &str) -> Vec<Access> {
 
 #[test]
 fn rbac_grants_each_sidecar_exactly_what_its_flags_need() {
-    let pod = manifests::pod();
-    for name in SIDECARS {
+    for p in &PODS {
+        rbac_of(p);
+    }
+}
+
+fn rbac_of(p: &StaticPod) {
+    let pod = p.load();
+    for name in p.sidecars() {
         let required = required_for(&pod, name);
         assert!(!required.is_empty());
         let (_, kubeconfig) = sidecar_kubeconfig(&pod, name);
@@ -753,8 +865,77 @@ fn what_regenerate_writes_for_the_server_reaches_it() {
 }
 
 #[test]
+fn what_the_kcm_recovery_controller_writes_reaches_kube_controller_manager() {
+    // Every object the kube-controller-manager profile writes into the pod's namespace (the
+    // published CA, the copied client certificate) is mirrored by the syncer, and every synced
+    // path kube-controller-manager reads is an object the syncer writes.
+    let pod = KCM.load();
+    let (_, sync) = parse_sidecar(&pod, KCM.sync);
+    let Command::Sync(sync) = sync.command else {
+        unreachable!()
+    };
+    let (_, regen) = parse_sidecar(&pod, KCM.regenerate);
+    let Command::Regenerate(regen) = regen.command else {
+        unreachable!()
+    };
+    let rotation =
+        cert_syncer::regenerate::profile_objects(regen.profile.expect("--profile").into()).unwrap();
+    let mut in_namespace = 0;
+    for (kind, object) in rotation.written() {
+        if object.namespace != sync.namespace {
+            continue;
+        }
+        in_namespace += 1;
+        let synced = match kind {
+            cert_syncer::kind::Kind::Secret => &sync.secrets,
+            cert_syncer::kind::Kind::ConfigMap => &sync.configmaps,
+        };
+        assert!(
+            synced.contains(&object.name),
+            "{} {object} is written but not synced",
+            kind.plural()
+        );
+    }
+    assert_eq!(
+        in_namespace, 2,
+        "csr-signer and kube-controller-manager-client-cert-key"
+    );
+    let server = argv(&pod, container(&pod, KCM.server)).join(" ");
+    let mut read = 0;
+    for word in server.split([' ', '=', ',']) {
+        for (prefix, synced) in [
+            ("/etc/kubernetes/static-pod-certs/secrets/", &sync.secrets),
+            (
+                "/etc/kubernetes/static-pod-certs/configmaps/",
+                &sync.configmaps,
+            ),
+        ] {
+            if let Some(rest) = word.strip_prefix(prefix) {
+                let name = rest.split('/').next().unwrap();
+                assert!(
+                    synced.iter().any(|s| s == name),
+                    "the server reads {word}, not synced"
+                );
+                read += 1;
+            }
+        }
+    }
+    assert!(
+        read >= 4,
+        "{read} synced files read by kube-controller-manager"
+    );
+}
+
+#[test]
 fn every_node_file_the_pod_reads_is_shipped_or_documented() {
-    let pod = manifests::pod();
+    for p in &PODS {
+        node_files_of(p);
+    }
+}
+
+fn node_files_of(p: &StaticPod) {
+    let pod = p.load();
+    let cert_dir = p.host_path(&pod, "cert-dir");
     let readme =
         std::fs::read_to_string(manifests::dir().join("README.md")).expect("manifests/README.md");
     let mut checked = 0;
@@ -765,7 +946,7 @@ fn every_node_file_the_pod_reads_is_shipped_or_documented() {
             .flat_map(|a| a.split(['=', ',']).map(str::to_owned).collect::<Vec<_>>())
             .filter(|w| w.starts_with('/') && !w.starts_with("/usr/local/bin/"))
             .collect();
-        if SIDECARS.contains(&c.name.as_str()) {
+        if p.sidecars().contains(&c.name.as_str()) {
             let (_, kubeconfig) = sidecar_kubeconfig(&pod, &c.name);
             for cluster in kubeconfig
                 .clusters
@@ -794,7 +975,7 @@ fn every_node_file_the_pod_reads_is_shipped_or_documented() {
                 continue;
             }
             // Synced at run time by the syncer itself.
-            if host.starts_with("/etc/kubernetes/static-pod-resources/kube-apiserver-certs/") {
+            if host.starts_with(&format!("{cert_dir}/")) {
                 continue;
             }
             assert!(
@@ -805,7 +986,7 @@ fn every_node_file_the_pod_reads_is_shipped_or_documented() {
             checked += 1;
         }
     }
-    assert!(checked >= 8, "{checked} node files checked");
+    assert!(checked >= 6, "{}: {checked} node files checked", p.file);
 }
 
 #[test]
@@ -813,9 +994,36 @@ fn the_containerfile_builds_the_binaries_the_pod_runs() {
     let root = manifests::dir().parent().unwrap().to_owned();
     let containerfile =
         std::fs::read_to_string(root.join("Containerfile")).expect("a Containerfile");
-    let pod = manifests::pod();
-    for c in &pod.spec.as_ref().unwrap().containers {
-        let program = argv(&pod, c)[0].clone();
+    for p in &PODS {
+        let pod = p.load();
+        for c in &pod.spec.as_ref().unwrap().containers {
+            // Upstream's images (the kube-controller-manager) are not ours to build.
+            if !c
+                .image
+                .as_deref()
+                .is_some_and(|i| i.starts_with("localhost/cert-reload/"))
+            {
+                assert_eq!(
+                    c.name, KCM.server,
+                    "only upstream's server runs an upstream image"
+                );
+                continue;
+            }
+            containerfile_builds(&containerfile, &pod, c);
+        }
+    }
+    // The build uses the lock file and the packages exist.
+    assert!(containerfile.contains("--locked"));
+    let (cert_syncer, examples) = (
+        root.join("cert-syncer/Cargo.toml"),
+        root.join("examples/Cargo.toml"),
+    );
+    assert!(cert_syncer.is_file() && examples.is_file());
+}
+
+fn containerfile_builds(containerfile: &str, pod: &Pod, c: &k8s_openapi::api::core::v1::Container) {
+    {
+        let program = argv(pod, c)[0].clone();
         let binary = program.rsplit('/').next().unwrap();
         assert!(
             containerfile.contains(&format!("--bin {binary}")),
@@ -835,11 +1043,4 @@ fn the_containerfile_builds_the_binaries_the_pod_runs() {
             "no `FROM … AS {stage}` stage for image {image}"
         );
     }
-    // The build uses the lock file and the packages exist.
-    assert!(containerfile.contains("--locked"));
-    let (cert_syncer, examples) = (
-        root.join("cert-syncer/Cargo.toml"),
-        root.join("examples/Cargo.toml"),
-    );
-    assert!(cert_syncer.is_file() && examples.is_file());
 }

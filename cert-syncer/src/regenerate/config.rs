@@ -16,6 +16,7 @@
 //! bundles:
 //!   - name: localhost-serving-ca
 //!     signers: [localhost-serving-signer]
+//!     include: [other/more-ca]               # also the unexpired CAs of these (read only)
 //! targets:
 //!   - name: localhost-serving-cert-certkey
 //!     signer: localhost-serving-signer
@@ -27,6 +28,18 @@
 //!     client: { user: "system:kube-apiserver", groups: [kube-master] }
 //!     validity: 30d
 //!     refresh: 15d
+//! intermediates:                           # CA key pairs issued by a signer (library-go's
+//!   - name: csr-signer                     # SignerRotation), see `intermediate`
+//!     signer: localhost-serving-signer
+//!     common-name: kube-csr-signer         # CN kube-csr-signer_@<unix seconds>
+//!     validity: 30d
+//!     refresh: 15d
+//!     bundle: csr-signer-ca                # every unexpired CA its tls.crt has held
+//!     publish: { namespace: other, delay: 5m }   # a copy, new CAs only after the delay
+//! unions:                                  # a bundle that is exactly the union of others
+//!   - { name: csr-controller-ca, bundles: [csr-signer-ca, localhost-serving-ca] }
+//! copies:                                  # plain copies of an object's data
+//!   - { configmap: csr-controller-ca, to: { namespace: openshift-config-managed } }
 //! ```
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -71,6 +84,10 @@ pub struct Bundle {
     pub object: ObjectRef,
     /// Indexes into [`Rotation::signers`].
     pub signers: Vec<usize>,
+    /// Other CA bundle ConfigMaps (`ca-bundle.crt`, read only) whose unexpired CAs this bundle
+    /// also holds, as OpenShift's `CABundleController` folds them into the kube-apiserver's
+    /// `client-ca`; a missing one adds nothing (`include:` in the file, `namespace/name`).
+    pub include: Vec<ObjectRef>,
 }
 
 /// A leaf certificate key pair in a Secret, issued by one signer.
@@ -82,6 +99,52 @@ pub struct Target {
     pub identity: Identity,
     pub validity: Duration,
     pub refresh: Duration,
+}
+
+/// An intermediate CA key pair in a Secret (library-go's `SignerRotation`): a CA certificate
+/// issued by a signer, CN `<common_name>_@<unix seconds>`, `tls.crt` = the CA then its
+/// issuer. Decided like a target (expiry, chain to the signer's bundle; rotation points in
+/// rotate mode). See `intermediate`.
+#[derive(Debug, Clone)]
+pub struct Intermediate {
+    pub object: ObjectRef,
+    /// Index into [`Rotation::signers`].
+    pub signer: usize,
+    pub common_name: String,
+    pub validity: Duration,
+    pub refresh: Duration,
+    /// The ConfigMap that collects every unexpired CA this Secret's `tls.crt` has held, so
+    /// what the previous CA signed stays trusted (library-go's `csr-signer-ca`).
+    pub bundle: Option<ObjectRef>,
+    /// Where the CA is published for its user, and when.
+    pub publish: Option<Publish>,
+}
+
+/// The published copy of an intermediate (`tls.crt` = its certificate alone, `tls.key`):
+/// replaced by a new CA only `delay` after the new CA was made, so its trust can reach every
+/// bundle first; at once when the copy is missing, unusable or expired.
+#[derive(Debug, Clone)]
+pub struct Publish {
+    pub object: ObjectRef,
+    pub delay: Duration,
+}
+
+/// A CA bundle ConfigMap that holds exactly the unexpired CAs of its source bundles (library-go's
+/// `CombineCABundleConfigMaps`): sources in order, first occurrence kept.
+#[derive(Debug, Clone)]
+pub struct Union {
+    pub object: ObjectRef,
+    /// Declared bundles (of signers or of intermediates).
+    pub sources: Vec<ObjectRef>,
+}
+
+/// A copy of an object's data into another object of the same kind (library-go's
+/// resource-sync). A missing source leaves the copy as it is.
+#[derive(Debug, Clone)]
+pub struct ObjectCopy {
+    pub kind: Kind,
+    pub from: ObjectRef,
+    pub to: ObjectRef,
 }
 
 /// An item that could not be used, and why.
@@ -98,6 +161,9 @@ pub struct Rotation {
     pub signers: Vec<Signer>,
     pub bundles: Vec<Bundle>,
     pub targets: Vec<Target>,
+    pub intermediates: Vec<Intermediate>,
+    pub unions: Vec<Union>,
+    pub copies: Vec<ObjectCopy>,
     /// notBefore is set this far in the past; also the tolerated clock skew.
     pub backdate: Duration,
     /// Items that were skipped.
@@ -110,13 +176,48 @@ pub struct Rotation {
 }
 
 impl Rotation {
-    /// Every object the config manages.
+    /// Every object the config reads: each written one once ([`Rotation::written`]), then the
+    /// sources of copies that are not written themselves ([`Rotation::read_only`]).
     pub fn objects(&self) -> impl Iterator<Item = (Kind, &ObjectRef)> {
+        self.written().chain(self.read_only())
+    }
+
+    /// Every object the config writes.
+    pub fn written(&self) -> impl Iterator<Item = (Kind, &ObjectRef)> {
         self.signers
             .iter()
             .map(|s| (Kind::Secret, &s.object))
             .chain(self.bundles.iter().map(|b| (Kind::ConfigMap, &b.object)))
             .chain(self.targets.iter().map(|t| (Kind::Secret, &t.object)))
+            .chain(self.intermediates.iter().flat_map(|i| {
+                std::iter::once((Kind::Secret, &i.object))
+                    .chain(i.bundle.iter().map(|b| (Kind::ConfigMap, b)))
+                    .chain(i.publish.iter().map(|p| (Kind::Secret, &p.object)))
+            }))
+            .chain(self.unions.iter().map(|u| (Kind::ConfigMap, &u.object)))
+            .chain(self.copies.iter().map(|c| (c.kind, &c.to)))
+    }
+
+    /// Objects the config only reads (not written by it), each once: the sources of copies and
+    /// the bundles other bundles include.
+    pub fn read_only(&self) -> impl Iterator<Item = (Kind, &ObjectRef)> {
+        let sources: Vec<(Kind, &ObjectRef)> = self
+            .copies
+            .iter()
+            .map(|c| (c.kind, &c.from))
+            .chain(
+                self.bundles
+                    .iter()
+                    .flat_map(|b| b.include.iter().map(|o| (Kind::ConfigMap, o))),
+            )
+            .collect();
+        let mut out: Vec<(Kind, &ObjectRef)> = Vec::new();
+        for key in sources {
+            if !out.contains(&key) && !self.written().any(|w| w == key) {
+                out.push(key);
+            }
+        }
+        out.into_iter()
     }
 }
 
@@ -137,6 +238,12 @@ struct File {
     bundles: Vec<serde_norway::Value>,
     #[serde(default)]
     targets: Vec<serde_norway::Value>,
+    #[serde(default)]
+    intermediates: Vec<serde_norway::Value>,
+    #[serde(default)]
+    unions: Vec<serde_norway::Value>,
+    #[serde(default)]
+    copies: Vec<serde_norway::Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -159,6 +266,8 @@ struct BundleItem {
     namespace: Option<String>,
     signers: Vec<String>,
     #[serde(default)]
+    include: Vec<String>,
+    #[serde(default)]
     annotations: BTreeMap<String, String>,
 }
 
@@ -177,6 +286,65 @@ struct TargetItem {
     refresh: String,
     #[serde(default)]
     annotations: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct IntermediateItem {
+    name: String,
+    #[serde(default)]
+    namespace: Option<String>,
+    signer: String,
+    common_name: String,
+    validity: String,
+    refresh: String,
+    #[serde(default)]
+    bundle: Option<String>,
+    #[serde(default)]
+    publish: Option<PublishItem>,
+    #[serde(default)]
+    annotations: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PublishItem {
+    namespace: String,
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    delay: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UnionItem {
+    name: String,
+    #[serde(default)]
+    namespace: Option<String>,
+    bundles: Vec<String>,
+    #[serde(default)]
+    annotations: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CopyItem {
+    #[serde(default)]
+    secret: Option<String>,
+    #[serde(default)]
+    configmap: Option<String>,
+    #[serde(default)]
+    namespace: Option<String>,
+    to: CopyTo,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CopyTo {
+    namespace: String,
+    #[serde(default)]
+    name: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -307,7 +475,8 @@ pub fn parse(text: &str) -> Result<Rotation, ConfigError> {
         let outcome = serde_norway::from_value::<BundleItem>(value)
             .map_err(|e| e.to_string())
             .and_then(|item| {
-                let object = object(&item.name, item.namespace)?;
+                let make = &object;
+                let object = make(&item.name, item.namespace)?;
                 if item.signers.is_empty() {
                     return Err("no signers".to_owned());
                 }
@@ -320,7 +489,28 @@ pub fn parse(text: &str) -> Result<Rotation, ConfigError> {
                 if !seen.insert((Kind::ConfigMap, object.clone())) {
                     return Err(format!("configmap {object} is declared twice"));
                 }
-                Ok((Bundle { object, signers }, annotations))
+                let include = item
+                    .include
+                    .iter()
+                    .map(|reference| {
+                        let (namespace, name) = reference.split_once('/').ok_or_else(|| {
+                            format!("include {reference:?} is not namespace/name")
+                        })?;
+                        let included = make(name, Some(namespace.to_owned()))?;
+                        if included == object {
+                            return Err(format!("includes itself ({object})"));
+                        }
+                        Ok(included)
+                    })
+                    .collect::<Result<Vec<_>, String>>()?;
+                Ok((
+                    Bundle {
+                        object,
+                        signers,
+                        include,
+                    },
+                    annotations,
+                ))
             });
         match outcome {
             Ok((bundle, annotations)) => {
@@ -408,6 +598,193 @@ pub fn parse(text: &str) -> Result<Rotation, ConfigError> {
             }
             Err(reason) => rotation.broken.push(Broken {
                 item: format!("targets[{i}]"),
+                reason,
+            }),
+        }
+    }
+    // Intermediates: issued by a declared signer, like targets.
+    for (i, value) in file.intermediates.into_iter().enumerate() {
+        let outcome = serde_norway::from_value::<IntermediateItem>(value)
+            .map_err(|e| e.to_string())
+            .and_then(|item| {
+                let make = &object;
+                let object = make(&item.name, item.namespace.clone())?;
+                let signer = find_signer(&item.signer)?;
+                if !rotation.bundles.iter().any(|b| b.signers.contains(&signer)) {
+                    return Err(format!(
+                        "signer {} is in no bundle: nothing would trust this CA",
+                        item.signer
+                    ));
+                }
+                if !is_dns_subdomain(&item.common_name) {
+                    return Err(format!(
+                        "common-name {:?} is not a DNS subdomain",
+                        item.common_name
+                    ));
+                }
+                let validity =
+                    config_duration(&item.validity).map_err(|e| format!("validity: {e}"))?;
+                let refresh =
+                    config_duration(&item.refresh).map_err(|e| format!("refresh: {e}"))?;
+                check_periods(validity, refresh)?;
+                let annotations = annotate(item.annotations)?;
+                let bundle = item
+                    .bundle
+                    .as_deref()
+                    .map(|name| make(name, Some(object.namespace.clone())))
+                    .transpose()?;
+                let publish =
+                    item.publish
+                        .map(|p| -> Result<Publish, String> {
+                            let delay = match p.delay.as_deref() {
+                                Some(text) => config_duration(text)
+                                    .map_err(|e| format!("publish.delay: {e}"))?,
+                                None => Duration::ZERO,
+                            };
+                            Ok(Publish {
+                                object: make(
+                                    p.name.as_deref().unwrap_or(&item.name),
+                                    Some(p.namespace),
+                                )?,
+                                delay,
+                            })
+                        })
+                        .transpose()?;
+                if !seen.insert((Kind::Secret, object.clone())) {
+                    return Err(format!("secret {object} is declared twice"));
+                }
+                if let Some(bundle) = &bundle
+                    && !seen.insert((Kind::ConfigMap, bundle.clone()))
+                {
+                    seen.remove(&(Kind::Secret, object.clone()));
+                    return Err(format!("configmap {bundle} is declared twice"));
+                }
+                if let Some(publish) = &publish
+                    && !seen.insert((Kind::Secret, publish.object.clone()))
+                {
+                    seen.remove(&(Kind::Secret, object.clone()));
+                    if let Some(bundle) = &bundle {
+                        seen.remove(&(Kind::ConfigMap, bundle.clone()));
+                    }
+                    return Err(format!("secret {} is declared twice", publish.object));
+                }
+                Ok((
+                    Intermediate {
+                        object,
+                        signer,
+                        common_name: item.common_name,
+                        validity,
+                        refresh,
+                        bundle,
+                        publish,
+                    },
+                    annotations,
+                ))
+            });
+        match outcome {
+            Ok((intermediate, annotations)) => {
+                rotation.annotations.insert(
+                    (Kind::Secret, intermediate.object.clone()),
+                    annotations.clone(),
+                );
+                if let Some(bundle) = &intermediate.bundle {
+                    rotation
+                        .annotations
+                        .insert((Kind::ConfigMap, bundle.clone()), annotations);
+                }
+                rotation.intermediates.push(intermediate);
+            }
+            Err(reason) => rotation.broken.push(Broken {
+                item: format!("intermediates[{i}]"),
+                reason,
+            }),
+        }
+    }
+
+    // Unions of declared bundles (of signers or of intermediates), by name or namespace/name.
+    for (i, value) in file.unions.into_iter().enumerate() {
+        let outcome = serde_norway::from_value::<UnionItem>(value)
+            .map_err(|e| e.to_string())
+            .and_then(|item| {
+                let object = object(&item.name, item.namespace)?;
+                if item.bundles.is_empty() {
+                    return Err("no bundles".to_owned());
+                }
+                let declared: Vec<&ObjectRef> = rotation
+                    .bundles
+                    .iter()
+                    .map(|b| &b.object)
+                    .chain(
+                        rotation
+                            .intermediates
+                            .iter()
+                            .filter_map(|i| i.bundle.as_ref()),
+                    )
+                    .collect();
+                let sources = item
+                    .bundles
+                    .iter()
+                    .map(|reference| {
+                        let matches: Vec<&&ObjectRef> = declared
+                            .iter()
+                            .filter(|b| b.to_string() == *reference || b.name == *reference)
+                            .collect();
+                        match matches[..] {
+                            [one] => Ok((*one).clone()),
+                            [] => Err(format!("bundle {reference} is not declared (or broken)")),
+                            _ => Err(format!(
+                                "bundle {reference} is ambiguous: name it as namespace/name"
+                            )),
+                        }
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                let annotations = annotate(item.annotations)?;
+                if !seen.insert((Kind::ConfigMap, object.clone())) {
+                    return Err(format!("configmap {object} is declared twice"));
+                }
+                Ok((Union { object, sources }, annotations))
+            });
+        match outcome {
+            Ok((union, annotations)) => {
+                rotation
+                    .annotations
+                    .insert((Kind::ConfigMap, union.object.clone()), annotations);
+                rotation.unions.push(union);
+            }
+            Err(reason) => rotation.broken.push(Broken {
+                item: format!("unions[{i}]"),
+                reason,
+            }),
+        }
+    }
+
+    // Copies: any source (another component's object too); the copy is written by us alone.
+    for (i, value) in file.copies.into_iter().enumerate() {
+        let outcome = serde_norway::from_value::<CopyItem>(value)
+            .map_err(|e| e.to_string())
+            .and_then(|item| {
+                let (kind, name) = match (item.secret, item.configmap) {
+                    (Some(name), None) => (Kind::Secret, name),
+                    (None, Some(name)) => (Kind::ConfigMap, name),
+                    _ => return Err("exactly one of secret or configmap is required".to_owned()),
+                };
+                let from = object(&name, item.namespace)?;
+                let to = object(
+                    item.to.name.as_deref().unwrap_or(&name),
+                    Some(item.to.namespace),
+                )?;
+                if from == to {
+                    return Err(format!("copies {from} onto itself"));
+                }
+                if !seen.insert((kind, to.clone())) {
+                    return Err(format!("{} {to} is declared twice", kind.plural()));
+                }
+                Ok(ObjectCopy { kind, from, to })
+            });
+        match outcome {
+            Ok(copy) => rotation.copies.push(copy),
+            Err(reason) => rotation.broken.push(Broken {
+                item: format!("copies[{i}]"),
                 reason,
             }),
         }
@@ -534,6 +911,77 @@ targets:
         ] {
             assert!(all.contains(expected), "missing {expected:?} in\n{all}");
         }
+    }
+
+    #[test]
+    fn intermediates_unions_and_copies_are_validated_item_by_item() {
+        let text = r#"
+namespace: ns
+signers:
+  - { name: root, validity: 60d, refresh: 30d }
+  - { name: lonely, validity: 60d, refresh: 30d }
+bundles:
+  - { name: root-ca, signers: [root] }
+  - { name: other-ca, namespace: other, signers: [root] }
+  - { name: root-ca, namespace: other, signers: [root] }
+intermediates:
+  - { name: csr, signer: root, common-name: kube-csr-signer, validity: 30d, refresh: 15d, bundle: csr-ca, publish: { namespace: kcm, delay: 5m } }
+  - { name: loose, signer: lonely, common-name: x, validity: 30d, refresh: 15d }
+  - { name: badname, signer: root, common-name: "Not A Name", validity: 30d, refresh: 15d }
+  - { name: twice, signer: root, common-name: x, validity: 30d, refresh: 15d, bundle: csr-ca }
+  - { name: late, signer: root, common-name: x, validity: 30d, refresh: 15d, publish: { namespace: kcm, delay: soon } }
+unions:
+  - { name: all-ca, bundles: [csr-ca, ns/root-ca, other-ca] }
+  - { name: vague-ca, bundles: [root-ca] }
+  - { name: ghost-ca, bundles: [nowhere-ca] }
+copies:
+  - { configmap: all-ca, to: { namespace: managed } }
+  - { secret: client, namespace: managed, to: { namespace: kcm } }
+  - { secret: client, namespace: managed, to: { namespace: kcm, name: client-2 } }
+  - { configmap: all-ca, secret: all-ca, to: { namespace: managed } }
+  - { configmap: all-ca, to: { namespace: ns } }
+  - { configmap: all-ca, to: { namespace: managed } }
+"#;
+        let rotation = parse(text).unwrap();
+        let all = rotation
+            .broken
+            .iter()
+            .map(|b| format!("{}: {}", b.item, b.reason))
+            .collect::<Vec<_>>()
+            .join("\n");
+        for expected in [
+            "intermediates[1]: signer lonely is in no bundle",
+            "intermediates[2]: common-name \"Not A Name\"",
+            "intermediates[3]: configmap ns/csr-ca is declared twice",
+            "intermediates[4]: publish.delay",
+            "unions[1]: bundle root-ca is ambiguous",
+            "unions[2]: bundle nowhere-ca is not declared",
+            "copies[3]: exactly one of secret or configmap",
+            "copies[4]: copies ns/all-ca onto itself",
+            "copies[5]: configmaps managed/all-ca is declared twice",
+        ] {
+            assert!(all.contains(expected), "missing {expected:?} in\n{all}");
+        }
+        assert_eq!(rotation.intermediates.len(), 1);
+        let csr = &rotation.intermediates[0];
+        assert_eq!(csr.publish.as_ref().unwrap().object.to_string(), "kcm/csr");
+        assert_eq!(csr.bundle.as_ref().unwrap().to_string(), "ns/csr-ca");
+        assert_eq!(rotation.unions.len(), 1);
+        assert_eq!(
+            rotation.unions[0]
+                .sources
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>(),
+            ["ns/csr-ca", "ns/root-ca", "other/other-ca"]
+        );
+        assert_eq!(rotation.copies.len(), 3);
+        // The failed intermediates left nothing declared behind: "twice"'s Secret is free.
+        assert!(!rotation.written().any(|(_, o)| o.name == "twice"));
+        // The copies' shared source is read once and never written.
+        let read_only: Vec<String> = rotation.read_only().map(|(_, o)| o.to_string()).collect();
+        assert_eq!(read_only, ["managed/client"]);
+        assert_eq!(rotation.objects().count(), rotation.written().count() + 1);
     }
 
     #[test]

@@ -9,6 +9,9 @@
 //! - `keys`: the type of new keys (RSA-2048 by default, ECDSA P-256);
 //! - `crate::pki` (shared with `inspect`): parsing and generation (rcgen);
 //! - `pass`: one pass in dependency order with optimistic concurrency;
+//! - `intermediate`, `intermediate_pass`: intermediate CAs (the kube-controller-manager's
+//!   `csr-signer`), the bundles built from them, their delayed publication; `copies`: plain
+//!   copies of objects (resource-sync);
 //! - `cache`: the declared objects as one list+watch per namespace and kind saw them (passes
 //!   read there, not with a GET per object);
 //! - this module: the loop. A pass runs once every watched namespace has been listed, whenever
@@ -26,7 +29,12 @@
 mod annotations;
 mod cache;
 pub mod config;
+mod copies;
 mod decide;
+mod intermediate;
+mod intermediate_pass;
+#[cfg(test)]
+mod intermediate_pass_tests;
 mod keys;
 mod metrics;
 mod pass;
@@ -318,7 +326,11 @@ async fn load_rotation(
             rotation
         }
         (None, Some(chosen)) => {
-            let cluster = profile::read_cluster(client).await?;
+            let cluster = if chosen.needs_cluster_values() {
+                profile::read_cluster(client).await?
+            } else {
+                profile::ClusterValues::default()
+            };
             let flags = profile::Flags {
                 service_network_ip: args.service_network_ip,
                 api_hostname: args.api_hostname.clone(),

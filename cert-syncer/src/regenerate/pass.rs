@@ -249,10 +249,22 @@ impl Pass<'_> {
                 bundle_contents.push(None);
                 continue;
             }
+            // CAs of the bundles it includes (`intermediate_pass`), held like its signers'.
+            let included = match self.included_cas(config).await {
+                Ok(certs) => certs,
+                Err(err) => {
+                    report
+                        .failures
+                        .push(format!("configmap {}: {err}", config.object));
+                    bundle_contents.push(None);
+                    continue;
+                }
+            };
             let signer_certs: Vec<&Cert> = config
                 .signers
                 .iter()
                 .filter_map(|i| current_signers[*i].as_ref().map(KeyPairPem::cert))
+                .chain(&included)
                 .collect();
             let leaves: Vec<&Cert> = in_use
                 .iter()
@@ -407,6 +419,10 @@ impl Pass<'_> {
             }
         }
 
+        // 4. Intermediate CAs and what is built from them (`intermediate_pass`).
+        self.run_intermediates(&current_signers, &triggered, &bundle_contents, &mut report)
+            .await;
+
         report.next_deadline = report
             .deadlines
             .iter()
@@ -418,7 +434,7 @@ impl Pass<'_> {
 
     /// The annotations the config declares for `object`, and for a signer or target its
     /// refresh period as library-go writes it.
-    fn declared_annotations(
+    pub(super) fn declared_annotations(
         &self,
         kind: ObjectKind,
         object: &ObjectRef,
@@ -440,6 +456,13 @@ impl Pass<'_> {
                     .iter()
                     .find(|t| t.object == *object)
                     .map(|t| t.refresh)
+            })
+            .or_else(|| {
+                rotation
+                    .intermediates
+                    .iter()
+                    .find(|i| i.object == *object)
+                    .map(|i| i.refresh)
             });
         if let (ObjectKind::Secret, Some(refresh)) = (kind, refresh) {
             all.insert(
@@ -451,7 +474,7 @@ impl Pass<'_> {
     }
 
     /// The object as read: `None` when it does not exist.
-    async fn read<K: Cached>(&self, object: &ObjectRef) -> Result<Option<K>, String> {
+    pub(super) async fn read<K: Cached>(&self, object: &ObjectRef) -> Result<Option<K>, String> {
         match self.reads {
             Reads::Cached(cache) => cache.get::<K>(object),
             Reads::Live => {
@@ -471,7 +494,7 @@ impl Pass<'_> {
     /// After a write of `object` based on `read` was refused with 409: the object as it is
     /// now. From the cache, once the watch has brought a version other than `read`'s (the
     /// cache was stale, or someone wrote since): never a write over a version not seen.
-    async fn read_again<K: Cached>(
+    pub(super) async fn read_again<K: Cached>(
         &self,
         object: &ObjectRef,
         read: Option<&K>,
@@ -494,20 +517,20 @@ impl Pass<'_> {
     }
 
     /// Our own successful write, into the cache (see [`Cache::written`]).
-    fn remember<K: Cached>(&self, object: &ObjectRef, read: Option<&K>, written: &K) {
+    pub(super) fn remember<K: Cached>(&self, object: &ObjectRef, read: Option<&K>, written: &K) {
         if let Reads::Cached(cache) = self.reads {
             let based_on = read.and_then(|o| o.meta().resource_version.clone());
             cache.written(object, based_on.as_deref(), written);
         }
     }
 
-    async fn read_secret(&self, object: &ObjectRef) -> ReadSecret {
+    pub(super) async fn read_secret(&self, object: &ObjectRef) -> ReadSecret {
         let secret = self.read::<Secret>(object).await?;
         let found = secret.as_ref().map(parse_secret);
         Ok((secret, found))
     }
 
-    async fn read_bundle(&self, object: &ObjectRef) -> ReadBundle {
+    pub(super) async fn read_bundle(&self, object: &ObjectRef) -> ReadBundle {
         let map = self.read::<ConfigMap>(object).await?;
         let certs = bundle_certs(object, map.as_ref());
         Ok((map, certs))
@@ -516,7 +539,7 @@ impl Pass<'_> {
     /// Decides, generates and writes one Secret, re-reading and deciding again on conflict.
     /// Returns the pair now stored.
     #[allow(clippy::too_many_arguments)]
-    async fn ensure_secret(
+    pub(super) async fn ensure_secret(
         &self,
         object: &ObjectRef,
         kind: &'static str,
@@ -627,7 +650,7 @@ impl Pass<'_> {
     }
 
     /// Brings one bundle to its desired content; returns the content now stored.
-    async fn ensure_bundle(
+    pub(super) async fn ensure_bundle(
         &self,
         object: &ObjectRef,
         mut existing: Option<ConfigMap>,
@@ -799,7 +822,7 @@ fn bundle_certs(object: &ObjectRef, map: Option<&ConfigMap>) -> Vec<Cert> {
 }
 
 /// Whether a regenerate wrote this Secret: its not-before annotation is the certificate's.
-fn written_by_us(secret: &Secret, cert: &Cert) -> bool {
+pub(super) fn written_by_us(secret: &Secret, cert: &Cert) -> bool {
     secret
         .metadata
         .annotations

@@ -23,6 +23,10 @@ pub enum Profile {
     /// operator's cert-regeneration-controller manages, plus the aggregator CA copy the
     /// kube-apiserver's cert-syncer mirrors).
     OpenshiftKubeApiserver,
+    /// OpenShift's kube-controller-manager PKI: the CSR signer chain (`csr-signer-signer`, the
+    /// intermediate `csr-signer` and its delayed publication), its bundles, and the two copies
+    /// the kube-controller-manager's recovery controller makes.
+    OpenshiftKubeControllerManager,
 }
 
 impl Profile {
@@ -31,15 +35,32 @@ impl Profile {
             Profile::OpenshiftKubeApiserver => {
                 include_str!("profiles/openshift-kube-apiserver.yaml")
             }
+            Profile::OpenshiftKubeControllerManager => {
+                include_str!("profiles/openshift-kube-controller-manager.yaml")
+            }
         }
     }
 
     fn name(self) -> &'static str {
         match self {
             Profile::OpenshiftKubeApiserver => "openshift-kube-apiserver",
+            Profile::OpenshiftKubeControllerManager => "openshift-kube-controller-manager",
         }
     }
+
+    /// Whether the profile names cluster-specific hostnames (read from the cluster's config
+    /// objects, else flags).
+    pub fn needs_cluster_values(self) -> bool {
+        PLACEHOLDERS.iter().any(|p| self.text().contains(p))
+    }
 }
+
+/// The cluster-specific values a profile may name.
+const PLACEHOLDERS: [&str; 3] = [
+    "${SERVICE_NETWORK_IP}",
+    "${API_HOSTNAME}",
+    "${API_INT_HOSTNAME}",
+];
 
 /// Values given on the command line (each optional when the cluster has the object).
 #[derive(Debug, Clone, Default)]
@@ -120,12 +141,27 @@ pub fn build(
     cluster: &ClusterValues,
     flags: &Flags,
 ) -> Result<Rotation, ConfigError> {
+    let text = profile.text();
+    // Only the values the profile names are needed (and checked against the cluster's).
+    let pick = |what: &str,
+                object: &str,
+                flag: &str,
+                cluster: Option<String>,
+                given: Option<String>,
+                placeholder: &str| {
+        if text.contains(placeholder) {
+            pick(what, object, flag, cluster, given)
+        } else {
+            Ok(String::new())
+        }
+    };
     let ip = pick(
         "the service network's first IP",
         "networks.config.openshift.io/cluster status.serviceNetwork[0]",
         "--service-network-ip",
         cluster.service_network_ip.map(|ip| ip.to_string()),
         flags.service_network_ip.map(|ip| ip.to_string()),
+        "${SERVICE_NETWORK_IP}",
     )?;
     let api = pick(
         "the external load balancer's hostname",
@@ -133,6 +169,7 @@ pub fn build(
         "--api-hostname",
         cluster.api_hostname.clone(),
         flags.api_hostname.clone(),
+        "${API_HOSTNAME}",
     )?;
     let api_int = pick(
         "the internal load balancer's hostname",
@@ -140,9 +177,9 @@ pub fn build(
         "--api-int-hostname",
         cluster.api_int_hostname.clone(),
         flags.api_int_hostname.clone(),
+        "${API_INT_HOSTNAME}",
     )?;
-    let text = profile
-        .text()
+    let text = text
         .replace("${SERVICE_NETWORK_IP}", &ip)
         .replace("${API_HOSTNAME}", &api)
         .replace("${API_INT_HOSTNAME}", &api_int);
@@ -254,7 +291,7 @@ mod tests {
             "openshift-config-managed"
         );
         // Every signer and target carries OpenShift's metadata.
-        for (kind, object) in rotation.objects() {
+        for (kind, object) in rotation.written() {
             let annotations = &rotation.annotations[&(kind, object.clone())];
             assert_eq!(
                 annotations
@@ -265,6 +302,78 @@ mod tests {
             );
         }
         assert_eq!(rotation.key_type, crate::regenerate::keys::KeyType::Rsa2048);
+        // client-ca folds in the kube-controller-manager's CSR CAs, read only.
+        let read_only: Vec<String> = rotation
+            .read_only()
+            .map(|(_, object)| object.to_string())
+            .collect();
+        assert_eq!(read_only, ["openshift-config-managed/csr-controller-ca"]);
+    }
+
+    #[test]
+    fn the_kube_controller_manager_profile_is_the_csr_signer_chain_and_needs_no_hostnames() {
+        let profile = Profile::OpenshiftKubeControllerManager;
+        assert!(!profile.needs_cluster_values());
+        assert!(Profile::OpenshiftKubeApiserver.needs_cluster_values());
+        // No hostnames from anywhere: still builds.
+        let rotation = build(profile, &ClusterValues::default(), &Flags::default()).unwrap();
+        assert_eq!(rotation.signers.len(), 1);
+        assert_eq!(rotation.bundles.len(), 1);
+        assert_eq!(rotation.targets.len(), 0);
+        let csr = &rotation.intermediates[0];
+        assert_eq!(
+            csr.object.to_string(),
+            "openshift-kube-controller-manager-operator/csr-signer"
+        );
+        assert_eq!(csr.common_name, "kube-csr-signer");
+        assert_eq!(csr.validity, std::time::Duration::from_secs(30 * 86_400));
+        assert_eq!(
+            csr.bundle.as_ref().unwrap().to_string(),
+            "openshift-kube-controller-manager-operator/csr-signer-ca"
+        );
+        let publish = csr.publish.as_ref().unwrap();
+        assert_eq!(
+            publish.object.to_string(),
+            "openshift-kube-controller-manager/csr-signer"
+        );
+        assert_eq!(publish.delay, std::time::Duration::from_secs(300));
+        let union = &rotation.unions[0];
+        assert_eq!(union.object.name, "csr-controller-ca");
+        assert_eq!(union.sources.len(), 2);
+        let written: Vec<String> = rotation
+            .written()
+            .map(|(kind, object)| format!("{} {object}", kind.plural()))
+            .collect();
+        assert_eq!(
+            written,
+            [
+                "secrets openshift-kube-controller-manager-operator/csr-signer-signer",
+                "configmaps openshift-kube-controller-manager-operator/csr-controller-signer-ca",
+                "secrets openshift-kube-controller-manager-operator/csr-signer",
+                "configmaps openshift-kube-controller-manager-operator/csr-signer-ca",
+                "secrets openshift-kube-controller-manager/csr-signer",
+                "configmaps openshift-kube-controller-manager-operator/csr-controller-ca",
+                "configmaps openshift-config-managed/csr-controller-ca",
+                "secrets openshift-kube-controller-manager/kube-controller-manager-client-cert-key",
+            ]
+        );
+        // Read, never written: the kube-apiserver's client certificate it copies.
+        let read_only: Vec<String> = rotation
+            .read_only()
+            .map(|(_, object)| object.to_string())
+            .collect();
+        assert_eq!(
+            read_only,
+            ["openshift-config-managed/kube-controller-manager-client-cert-key"]
+        );
+        for (kind, object) in rotation.written() {
+            if let Some(annotations) = rotation.annotations.get(&(kind, object.clone())) {
+                assert_eq!(
+                    annotations["openshift.io/owning-component"], "kube-controller-manager",
+                    "{object}"
+                );
+            }
+        }
     }
 
     #[test]

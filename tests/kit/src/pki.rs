@@ -339,6 +339,20 @@ impl Ca {
         }
     }
 
+    /// A CA someone else made, from its certificate and private key (PEM): issue certificates
+    /// with it (e.g. from a signer a controller under test generated).
+    ///
+    /// # Panics
+    /// When either does not parse.
+    pub fn from_pems(cert_pem: &str, key_pem: &str) -> Ca {
+        let key = KeyPair::from_pem(key_pem).expect("a PEM private key");
+        let issuer = Issuer::from_ca_cert_pem(cert_pem, key).expect("a PEM CA certificate");
+        Ca {
+            cert_pem: cert_pem.to_owned(),
+            issuer,
+        }
+    }
+
     /// The CA's private key, PEM (for tests that store the CA in a Secret as a signer).
     pub fn key_pem(&self) -> String {
         self.issuer.key().serialize_pem()

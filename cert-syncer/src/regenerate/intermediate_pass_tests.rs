@@ -1,0 +1,275 @@
+//! Unit tests of the intermediate step of a [`Pass`] (`intermediate_pass`, `copies`) against
+//! an in-memory apiserver ([`crate::fake_api`]): the whole kube-controller-manager chain created,
+//! left alone when healthy, rotated by the manual trigger, and published after the delay. (A
+//! file of its own, beside `intermediate_pass.rs`.)
+
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+
+use super::Mode;
+use super::config::{self, Rotation};
+use super::pass::{Pass, Reads, Report};
+use crate::events::EventRecorder;
+use crate::fake_api::FakeApi;
+use crate::pki::{self, Cert, KeyPairPem};
+
+/// The kube-controller-manager's chain in two namespaces, with a 60 s publication delay.
+const CONFIG: &str = r#"
+namespace: op
+backdate: 10s
+signers:
+  - { name: csr-signer-signer, validity: 60d, refresh: 30d }
+bundles:
+  - { name: csr-controller-signer-ca, signers: [csr-signer-signer] }
+intermediates:
+  - name: csr-signer
+    signer: csr-signer-signer
+    common-name: kube-csr-signer
+    validity: 30d
+    refresh: 15d
+    bundle: csr-signer-ca
+    publish: { namespace: kcm, delay: 60s }
+unions:
+  - { name: csr-controller-ca, bundles: [csr-signer-ca, op/csr-controller-signer-ca] }
+copies:
+  - { configmap: csr-controller-ca, to: { namespace: managed } }
+  - { secret: client, namespace: managed, to: { namespace: kcm } }
+"#;
+
+async fn pass(api: &FakeApi, rotation: &Rotation, mode: Mode, now: i64) -> Report {
+    let client = api.client();
+    let events = EventRecorder::new(client.clone(), "op", None);
+    Pass {
+        client: &client,
+        rotation,
+        mode,
+        now,
+        apiserver_now: None,
+        events: &events,
+        reads: Reads::Live,
+    }
+    .run()
+    .await
+}
+
+fn written(report: &Report) -> Vec<String> {
+    report
+        .written
+        .iter()
+        .map(|w| format!("{} {} {}", w.kind, w.object, w.reason_label))
+        .collect()
+}
+
+fn secret(api: &FakeApi, ns: &str, name: &str) -> Secret {
+    serde_json::from_value(
+        api.get(&format!("/api/v1/namespaces/{ns}/secrets/{name}"))
+            .unwrap(),
+    )
+    .unwrap()
+}
+
+fn pair(api: &FakeApi, ns: &str, name: &str) -> KeyPairPem {
+    let data = secret(api, ns, name).data.unwrap();
+    KeyPairPem::parse(&data["tls.crt"].0, &data["tls.key"].0).unwrap()
+}
+
+fn bundle(api: &FakeApi, ns: &str, name: &str) -> Vec<Cert> {
+    let map: ConfigMap = serde_json::from_value(
+        api.get(&format!("/api/v1/namespaces/{ns}/configmaps/{name}"))
+            .unwrap(),
+    )
+    .unwrap();
+    pki::parse_bundle(map.data.unwrap()["ca-bundle.crt"].as_bytes()).0
+}
+
+fn has(certs: &[Cert], cert: &Cert) -> bool {
+    certs.iter().any(|c| c.der == cert.der)
+}
+
+#[tokio::test]
+async fn the_chain_is_created_then_left_alone_and_a_new_ca_is_published_after_the_delay() {
+    let api = FakeApi::new();
+    let rotation = config::parse(CONFIG).unwrap();
+    assert!(rotation.broken.is_empty(), "{:?}", rotation.broken);
+    let now = crate::time::unix_now();
+    // The kube-apiserver's client certificate the copy follows.
+    let client_pair = pki::new_signer(
+        "client",
+        now,
+        Default::default(),
+        std::time::Duration::from_secs(86_400),
+    )
+    .unwrap();
+    let client_secret = Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some("client".into()),
+            namespace: Some("managed".into()),
+            labels: Some([("a".to_owned(), "b".to_owned())].into()),
+            ..Default::default()
+        },
+        type_: Some("kubernetes.io/tls".into()),
+        data: Some(
+            [
+                ("tls.crt", client_pair.cert_pem().into_bytes()),
+                ("tls.key", client_pair.key_pem.clone().into_bytes()),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), k8s_openapi::ByteString(v)))
+            .collect(),
+        ),
+        ..Default::default()
+    };
+    api.put(
+        "/api/v1/namespaces/managed/secrets/client",
+        serde_json::to_value(client_secret).unwrap(),
+    );
+
+    let report = pass(&api, &rotation, Mode::ExpiredOnly, now).await;
+    assert!(report.failures.is_empty(), "{:?}", report.failures);
+    assert_eq!(
+        written(&report),
+        [
+            "signer op/csr-signer-signer missing",
+            "bundle op/csr-controller-signer-ca missing",
+            "target op/csr-signer missing",
+            "bundle op/csr-signer-ca missing",
+            "bundle op/csr-controller-ca missing",
+            "published kcm/csr-signer missing",
+            "copy managed/csr-controller-ca missing",
+            "copy kcm/client missing",
+        ]
+    );
+    let root = pair(&api, "op", "csr-signer-signer");
+    let csr = pair(&api, "op", "csr-signer");
+    assert!(csr.cert().is_ca && pki::issued_by(csr.cert(), root.cert()));
+    assert_eq!(csr.chain.len(), 2);
+    let published = pair(&api, "kcm", "csr-signer");
+    assert_eq!(
+        published.chain.len(),
+        1,
+        "the CA alone, as library-go publishes it"
+    );
+    assert_eq!(published.cert().der, csr.cert().der);
+    let controller_ca = bundle(&api, "op", "csr-controller-ca");
+    assert!(has(&controller_ca, csr.cert()) && has(&controller_ca, root.cert()));
+    assert_eq!(controller_ca.len(), 2);
+    assert_eq!(bundle(&api, "managed", "csr-controller-ca").len(), 2);
+    let copy = secret(&api, "kcm", "client");
+    assert_eq!(copy.data, secret(&api, "managed", "client").data);
+    assert_eq!(copy.metadata.labels.unwrap()["a"], "b");
+
+    // A healthy set: nothing written, in either mode.
+    for mode in [Mode::ExpiredOnly, Mode::Rotate] {
+        let again = pass(&api, &rotation, mode, now + 5).await;
+        assert!(
+            again.failures.is_empty() && again.written.is_empty(),
+            "{again:?}"
+        );
+    }
+
+    // The manual trigger on csr-signer (rotate mode): a new CA at once, collected into the
+    // bundles next to the old one; the published copy stays the old CA for the delay.
+    let mut stored = secret(&api, "op", "csr-signer");
+    stored
+        .metadata
+        .annotations
+        .as_mut()
+        .unwrap()
+        .remove("auth.openshift.io/certificate-not-after");
+    api.put(
+        "/api/v1/namespaces/op/secrets/csr-signer",
+        serde_json::to_value(&stored).unwrap(),
+    );
+    let t = now + 20;
+    let report = pass(&api, &rotation, Mode::Rotate, t).await;
+    assert!(report.failures.is_empty(), "{:?}", report.failures);
+    assert_eq!(
+        written(&report),
+        [
+            "target op/csr-signer annotation",
+            "bundle op/csr-signer-ca ca-added",
+            "bundle op/csr-controller-ca ca-added",
+            "copy managed/csr-controller-ca changed",
+        ]
+    );
+    let new = pair(&api, "op", "csr-signer");
+    let signer_ca = bundle(&api, "op", "csr-signer-ca");
+    assert!(has(&signer_ca, new.cert()) && has(&signer_ca, csr.cert()));
+    assert_eq!(pair(&api, "kcm", "csr-signer").cert().der, csr.cert().der);
+    // Made at t (notBefore t - 10 s + backdate 10 s), published at t + 60 s: the pass asks to
+    // be woken then.
+    assert_eq!(report.next_deadline, Some(t + 60));
+    let early = pass(&api, &rotation, Mode::Rotate, t + 59).await;
+    assert!(early.written.is_empty(), "{early:?}");
+    let due = pass(&api, &rotation, Mode::Rotate, t + 60).await;
+    assert_eq!(written(&due), ["published kcm/csr-signer delay-passed"]);
+    assert_eq!(pair(&api, "kcm", "csr-signer").cert().der, new.cert().der);
+    // The old CA stays trusted until it expires.
+    assert!(has(&bundle(&api, "op", "csr-controller-ca"), csr.cert()));
+}
+
+#[tokio::test]
+async fn a_bundle_holds_the_cas_of_the_bundles_it_includes_and_a_missing_one_adds_nothing() {
+    let api = FakeApi::new();
+    let rotation = config::parse(
+        r#"
+namespace: kas
+signers:
+  - { name: kubelet-signer, validity: 60d, refresh: 30d }
+bundles:
+  - name: client-ca
+    signers: [kubelet-signer]
+    include: [managed/csr-controller-ca]
+"#,
+    )
+    .unwrap();
+    assert!(rotation.broken.is_empty(), "{:?}", rotation.broken);
+    let read_only: Vec<String> = rotation.read_only().map(|(_, o)| o.to_string()).collect();
+    assert_eq!(read_only, ["managed/csr-controller-ca"]);
+    let now = crate::time::unix_now();
+    // Absent: the bundle is its signer's CA alone, and that is not a failure.
+    let report = pass(&api, &rotation, Mode::ExpiredOnly, now).await;
+    assert!(report.failures.is_empty(), "{:?}", report.failures);
+    assert_eq!(bundle(&api, "kas", "client-ca").len(), 1);
+    // The kube-controller-manager's CAs appear: folded in, one write; then nothing.
+    let day = std::time::Duration::from_secs(86_400);
+    let csr = pki::new_signer("kube-csr-signer_@1", now, Default::default(), day).unwrap();
+    let expired = pki::new_signer(
+        "kube-csr-signer_@0",
+        now - 2 * 86_400,
+        Default::default(),
+        day,
+    )
+    .unwrap();
+    let text = pki::bundle_pem(&[csr.cert().clone(), expired.cert().clone()]);
+    api.put(
+        "/api/v1/namespaces/managed/configmaps/csr-controller-ca",
+        serde_json::json!({
+            "metadata": { "name": "csr-controller-ca", "namespace": "managed" },
+            "data": { "ca-bundle.crt": text }
+        }),
+    );
+    let report = pass(&api, &rotation, Mode::ExpiredOnly, now + 1).await;
+    assert_eq!(written(&report), ["bundle kas/client-ca ca-added"]);
+    let client_ca = bundle(&api, "kas", "client-ca");
+    assert_eq!(
+        client_ca.len(),
+        2,
+        "the signer's CA and the unexpired included one"
+    );
+    assert!(has(&client_ca, csr.cert()) && !has(&client_ca, expired.cert()));
+    let again = pass(&api, &rotation, Mode::ExpiredOnly, now + 2).await;
+    assert!(
+        again.written.is_empty() && again.failures.is_empty(),
+        "{again:?}"
+    );
+    // An include that is not namespace/name is a broken item.
+    let broken = config::parse(
+        "namespace: kas\nsigners: [{ name: s, validity: 1d, refresh: 12h }]\nbundles: [{ name: b, signers: [s], include: [nowhere] }]\n",
+    )
+    .unwrap();
+    assert!(
+        broken.broken[0].reason.contains("namespace/name"),
+        "{:?}",
+        broken.broken
+    );
+}
