@@ -286,10 +286,10 @@ impl RealApiServer {
     /// borrows neither `ca` nor the server (for retry loops).
     pub fn authenticates_client_cert(
         &self,
-        ca: &mut crate::Ca,
+        ca: &mut Ca,
         user: &str,
     ) -> impl std::future::Future<Output = bool> + Send + use<> {
-        let issued = ca.issue(&crate::CertSpec::client(user));
+        let issued = ca.issue(&testkit::pki::CertSpec::client(user));
         let config = crate::tls::client_config_with_cert(
             &self.recovery_ca,
             &issued.cert_pem,
