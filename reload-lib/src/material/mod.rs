@@ -5,6 +5,7 @@
 #[doc(hidden)]
 pub mod fuzz;
 mod info;
+pub(crate) mod keys;
 mod names;
 
 use std::path::Path;
@@ -12,7 +13,7 @@ use std::sync::Arc;
 
 use rustls::crypto::CryptoProvider;
 use rustls::sign::CertifiedKey;
-use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::pem::{PemObject, SectionKind};
 use rustls_pki_types::{CertificateDer, CertificateRevocationListDer, PrivateKeyDer};
 
 use crate::error::{Error, InvalidMaterial, Result};
@@ -79,7 +80,14 @@ impl ParsedPair {
         key_pem: &[u8],
         provider: &CryptoProvider,
     ) -> Result<Self> {
-        let chain = parse_certificates(cert_path, cert_pem)?;
+        // A bundle is decoded once for both: each PEM iteration decodes every section it passes,
+        // the key's included (in constant time, the slow way).
+        let bundle = std::ptr::eq(cert_pem, key_pem);
+        let (chain, key_in_bundle) = if bundle {
+            parse_bundle(cert_path, cert_pem)?
+        } else {
+            (parse_certificates(cert_path, cert_pem)?, None)
+        };
         let infos = chain
             .iter()
             .enumerate()
@@ -91,16 +99,11 @@ impl ParsedPair {
             .collect::<Result<Vec<_>>>()?;
         check_chain_order(cert_path, &infos)?;
 
-        if key_pem.iter().all(u8::is_ascii_whitespace) {
-            return Err(Error::invalid(key_path, InvalidMaterial::Empty));
-        }
-        let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(|err| {
-            let reason = match err {
-                rustls_pki_types::pem::Error::NoItemsFound => InvalidMaterial::NoPrivateKey,
-                other => InvalidMaterial::Pem(pem_error(&other)),
-            };
-            Error::invalid(key_path, reason)
-        })?;
+        let key = match key_in_bundle {
+            Some(key) => key,
+            None if bundle => return Err(Error::invalid(key_path, InvalidMaterial::NoPrivateKey)),
+            None => parse_key(key_path, key_pem)?,
+        };
         // The provider's message is fixed text, but a key file's content must never reach an
         // error whatever a future provider says: name the failure only.
         let signing_key = provider.key_provider.load_private_key(key).map_err(|_| {
@@ -239,6 +242,45 @@ impl ParsedBundle {
     pub(crate) fn is_subset_of(&self, other: &ParsedBundle) -> bool {
         self.crls == other.crls && self.certs.iter().all(|c| other.certs.contains(c))
     }
+}
+
+/// The first private key of a PEM file.
+fn parse_key(path: &Path, pem: &[u8]) -> Result<PrivateKeyDer<'static>> {
+    if pem.iter().all(u8::is_ascii_whitespace) {
+        return Err(Error::invalid(path, InvalidMaterial::Empty));
+    }
+    PrivateKeyDer::from_pem_slice(pem).map_err(|err| {
+        let reason = match err {
+            rustls_pki_types::pem::Error::NoItemsFound => InvalidMaterial::NoPrivateKey,
+            other => InvalidMaterial::Pem(pem_error(&other)),
+        };
+        Error::invalid(path, reason)
+    })
+}
+
+/// A bundle's `CERTIFICATE` blocks (at least one, as [`parse_certificates`]) and its first
+/// private key, in one pass over the file.
+fn parse_bundle(
+    path: &Path,
+    pem: &[u8],
+) -> Result<(Vec<CertificateDer<'static>>, Option<PrivateKeyDer<'static>>)> {
+    if pem.iter().all(u8::is_ascii_whitespace) {
+        return Err(Error::invalid(path, InvalidMaterial::Empty));
+    }
+    let (mut certs, mut key) = (Vec::new(), None);
+    for section in <(SectionKind, Vec<u8>)>::pem_slice_iter(pem) {
+        let (kind, der) =
+            section.map_err(|err| Error::invalid(path, InvalidMaterial::Pem(pem_error(&err))))?;
+        match kind {
+            SectionKind::Certificate => certs.push(CertificateDer::from(der)),
+            _ if key.is_none() => key = PrivateKeyDer::from_pem(kind, der),
+            _ => {}
+        }
+    }
+    if certs.is_empty() {
+        return Err(Error::invalid(path, InvalidMaterial::NoCertificate));
+    }
+    Ok((certs, key))
 }
 
 /// All `CERTIFICATE` blocks of a PEM file, at least one, each well-formed PEM.

@@ -83,6 +83,11 @@ impl Changes {
         self.wake.notified().await;
     }
 
+    /// Looks at what was marked so far, leaving it marked.
+    pub(crate) fn inspect<R>(&self, look: impl FnOnce(&Dirty) -> R) -> R {
+        look(&self.lock())
+    }
+
     /// Takes what was marked so far, leaving nothing marked.
     pub(crate) fn take(&self) -> Dirty {
         std::mem::take(&mut *self.lock())
