@@ -16,12 +16,11 @@ const BOUND: Duration = Duration::from_secs(30);
 
 async fn wait_status(set: &ServingSet, done: impl FnMut(&Status) -> bool) -> Status {
     let mut updates = set.subscribe();
-    let status = tokio::time::timeout(BOUND, updates.wait_for(done))
+    tokio::time::timeout(BOUND, updates.wait_for(done))
         .await
         .expect("the status reached the expected state in time")
         .expect("the set is running")
-        .clone();
-    status
+        .clone()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
