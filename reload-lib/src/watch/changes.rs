@@ -73,7 +73,7 @@ pub(crate) struct Changes {
     wake: Notify,
     pub(super) dirty: Mutex<Dirty>,
     /// Set when some of the reloader's directories can no longer be watched (the watch limit
-    /// reached mid-run, the reader thread gone): it must poll from now on.
+    /// reached mid-run, the inotify reader gone): it must poll from now on.
     degraded: std::sync::atomic::AtomicBool,
 }
 
