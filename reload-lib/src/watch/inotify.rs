@@ -75,6 +75,19 @@ struct State {
     to_wake: Vec<Arc<Changes>>,
     /// A cap on kernel watches below the kernel's own (tests: see [`Watcher::limit_watches`]).
     limit: Option<usize>,
+    /// The names an event must carry to matter (see [`State::is_notable`]); `None` when the maps
+    /// it is built from changed since.
+    notable: Option<Notable>,
+}
+
+/// Every file name some subscriber reads, and the last component of every trigger entry and
+/// symlink target: an event naming anything else (a writer's temporary file, most of what a
+/// rotation makes the kernel report) cannot concern anyone.
+#[derive(Debug, Default)]
+struct Notable {
+    names: HashSet<OsString>,
+    /// A trigger or target without a last component: every name is notable.
+    all: bool,
 }
 
 #[derive(Debug)]
@@ -131,6 +144,7 @@ impl Watcher {
                 aliases: HashMap::new(),
                 to_wake: Vec::new(),
                 limit: None,
+                notable: None,
             }),
         });
         let reader = Arc::clone(&watcher);
@@ -152,6 +166,7 @@ impl Watcher {
         let mut state = self.lock();
         let id = state.next_id;
         state.next_id += 1;
+        state.notable = None;
         state.subscribers.insert(
             id,
             Subscriber {
@@ -188,6 +203,7 @@ impl Watcher {
         let Some(subscriber) = state.subscribers.remove(&id) else {
             return;
         };
+        state.notable = None;
         for dir in subscriber.dirs.keys() {
             let still_used = state.subscribers.values().any(|s| s.dirs.contains_key(dir));
             if !still_used {
@@ -421,6 +437,7 @@ impl State {
 
     /// Records `dir`'s watch (from `arm`) as its current one.
     fn adopt(&mut self, dir: &Path, watch: DirWatch) {
+        self.notable = None;
         for trigger in &watch.triggers {
             self.triggers
                 .entry(trigger.clone())
@@ -454,6 +471,7 @@ impl State {
 
     /// Removes `watch`'s triggers and aliases from the lookup maps.
     fn unregister(&mut self, watch: &DirWatch, dir: &Path) {
+        self.notable = None;
         for trigger in &watch.triggers {
             if let Some(dirs) = self.triggers.get_mut(trigger) {
                 dirs.remove(dir);
