@@ -10,6 +10,15 @@
 //! whole set; explicit reloads, resyncs, polls and queue overflows mark everything. The material
 //! compares content per source, so only sources whose bytes changed are parsed again.
 //!
+//! A certificate and key kept in two files are usually replaced one after the other (two
+//! renames). When an event names only one of them, the pass waits for the other's event, at
+//! most `Timing::pair_wait` (10 ms): a rotation then costs one pass, where it used to cost a
+//! pass that read the new certificate with the old key, parsed both, rejected the pair and
+//! counted a failed reload (0.88–0.98 such passes per rotation, BENCHMARKS.md "Rotations"). A
+//! pass that still catches a pair half way (the writer was slower than the wait; a poll) is
+//! retried and reported only if the pair still does not match after `Timing::torn_grace`; a
+//! key that does not match is never published either way.
+//!
 //! Where a pass runs: inline on the crate's own runtime thread (see `runtime`), never on the
 //! caller's async workers, and never on tokio's blocking pool. The files are opened
 //! non-blocking and only regular files within the size cap are read (see `read`), so a FIFO, a

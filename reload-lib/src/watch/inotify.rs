@@ -6,7 +6,9 @@
 //! pass that follows a rotation needs no second thread woken. Measured (BENCHMARKS.md,
 //! "Rotations"): the dedicated reader thread it replaces was switched in 3.2 times per bundle
 //! rotation, and each of its blocking reads cost four `fcntl`s (the inotify crate toggles
-//! `O_NONBLOCK` around it), then woke the runtime thread through its eventfd.
+//! `O_NONBLOCK` around it), then woke the runtime thread through its eventfd. A pass stuck on a
+//! hung filesystem holds the reader as well (as it holds every other set's passes): the kernel
+//! queues the events meanwhile, and a queue overflow marks everything.
 //!
 //! Model: each directory of interest holds watches on a set of paths (inotify watches inodes,
 //! found by path): the directory itself when it exists, else its nearest existing ancestor; the
