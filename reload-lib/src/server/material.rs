@@ -12,7 +12,7 @@ use rustls::server::danger::ClientCertVerifier;
 use sha2::{Digest as _, Sha256};
 
 use crate::error::{Error, InvalidMaterial, Result};
-use crate::material::{CertInfo, ParsedBundle, ParsedPair, covers, normalize_name};
+use crate::material::{CertInfo, LoadedKey, ParsedBundle, ParsedPair, covers, normalize_name};
 use crate::policy;
 use crate::reload::{Material, Pass};
 use crate::source::{CertKeyPaths, PassReader};
@@ -266,12 +266,18 @@ impl ServingMaterial {
         }
         *parsed += 1;
         let key = key.as_deref().unwrap_or(&cert);
-        let pair = ParsedPair::parse(
+        // The served key, if this pass finds the same one (a certificate renewed for it).
+        let loaded = source.entry.as_ref().map(|entry| LoadedKey {
+            digest: &entry.key_digest,
+            key: &entry.certified.key,
+        });
+        let pair = ParsedPair::parse_reusing(
             paths.cert(),
             &cert,
             paths.key(),
             key,
             &self.settings.provider,
+            loaded,
         )
         .inspect_err(|err| {
             *mid_write = err.invalid_material() == Some(&InvalidMaterial::KeyMismatch)
@@ -316,6 +322,7 @@ impl ServingMaterial {
             id,
             digest,
             entry: Arc::new(PairEntry {
+                key_digest: pair.key_digest,
                 validity: pair.validity,
                 certified: pair.certified,
                 served: Arc::new(ServedCert {
