@@ -6,8 +6,8 @@
 //! *and checks it* (for an EC key, the public point is recomputed from the private scalar)
 //! before it looks at the algorithm. An ECDSA P-256 key (`BEGIN PRIVATE KEY`, what `openssl
 //! genpkey`, rcgen and most tools write) was thus parsed and checked twice, first as a would-be
-//! RSA key: half of a reload pass (measured with callgrind: 123k of 263k instructions for the
-//! key, of 449k for the pass; see BENCHMARKS.md). This provider reads the algorithm from the
+//! RSA key (measured with callgrind: the key load was 265k of a pass's 456k instructions, 123k
+//! of them the RSA attempt; see BENCHMARKS.md, "Rotations"). This provider reads the algorithm from the
 //! PKCS#8 header and calls the matching rustls parser directly. Nothing is skipped: aws-lc
 //! still parses and checks the key, and the key is still matched against the certificate.
 
