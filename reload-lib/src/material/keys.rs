@@ -7,9 +7,10 @@
 //! before it looks at the algorithm. An ECDSA P-256 key (`BEGIN PRIVATE KEY`, what `openssl
 //! genpkey`, rcgen and most tools write) was thus parsed and checked twice, first as a would-be
 //! RSA key (measured with callgrind: the key load was 265k of a pass's 456k instructions, 123k
-//! of them the RSA attempt; see BENCHMARKS.md, "Rotations"). This provider reads the algorithm from the
-//! PKCS#8 header and calls the matching rustls parser directly. Nothing is skipped: aws-lc
-//! still parses and checks the key, and the key is still matched against the certificate.
+//! of them the RSA attempt; see BENCHMARKS.md, "Rotations"). This provider reads the algorithm
+//! from the PKCS#8 header and calls the matching rustls parser directly. Nothing is skipped:
+//! aws-lc still parses and checks the key, and the key is still matched against the
+//! certificate.
 
 use std::sync::Arc;
 
