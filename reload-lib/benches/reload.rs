@@ -11,6 +11,10 @@
 //!   `reloading:N`) runs only N handshakes of one side after the common setup and exits, for
 //!   instruction counts: `valgrind --tool=callgrind` of `static:N` vs `reloading:N` differ by
 //!   exactly the reloading side's extra instructions (client + server).
+//!   `RELOAD_BENCH_ONLY=pass-ecdsa:N` (or `pass-rsa:N`) runs N explicit reload passes that
+//!   publish (two pairs alternating) and `rename-ecdsa:N` (or `rename-rsa:N`) N renames through
+//!   inotify, each awaited until published: under callgrind, the difference between two values
+//!   of N divided by their difference is the instructions of one pass (one rotation).
 //! - `reload/{ecdsa-p256,rsa-2048}`: one reload pass that publishes (read both files, parse,
 //!   check the key, build the config, swap), driven through `ServingSet::reload`.
 //! - Before criterion runs, percentile figures (criterion reports means): reload cost p50/p99,
@@ -219,7 +223,8 @@ fn interleaved_handshakes() {
     );
 }
 
-/// `RELOAD_BENCH_ONLY=static:N` or `reloading:N`: the common setup, then N handshakes of one side.
+/// `RELOAD_BENCH_ONLY=static:N` or `reloading:N`: the common setup, then N handshakes of one
+/// side; `pass-ecdsa:N`, `pass-rsa:N`, `rename-ecdsa:N`, `rename-rsa:N`: N reload passes.
 fn only_one_side(spec: &str) {
     let (side, n) = spec
         .split_once(':')
@@ -228,7 +233,10 @@ fn only_one_side(spec: &str) {
     let reloading = match side {
         "static" => false,
         "reloading" => true,
-        _ => panic!("RELOAD_BENCH_ONLY: side must be static or reloading"),
+        "pass-ecdsa" | "pass-rsa" | "rename-ecdsa" | "rename-rsa" => {
+            return only_passes(side.starts_with("rename"), side.ends_with("rsa"), n);
+        }
+        _ => panic!("RELOAD_BENCH_ONLY: side must be static, reloading, pass-* or rename-*"),
     };
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -236,6 +244,33 @@ fn only_one_side(spec: &str) {
         .unwrap();
     let f = handshake_fixture(&rt);
     timed_handshakes(&rt, &f, reloading, n);
+}
+
+/// N publishing passes, after the same setup for any N: explicit reloads of a polled set, or
+/// renames through inotify awaited until published.
+fn only_passes(through_inotify: bool, rsa: bool, n: u32) {
+    let rt = Runtime::new().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let pairs = [pair(rsa), pair(rsa)];
+    let bundle = dir.path().join("credential.pem");
+    write_bundle(&bundle, &pairs[0]);
+    if through_inotify {
+        let set = rt
+            .block_on(ServingSet::builder(CertKeyPaths::bundle(&bundle)).start())
+            .unwrap();
+        let mut rx = set.subscribe();
+        for i in 1..=n {
+            let target = set.status().generation + 1;
+            write_bundle(&bundle, &pairs[(i % 2) as usize]);
+            testkit::wait::block_until_generation(&rt, &mut rx, target);
+        }
+    } else {
+        let set = start_polled(&rt, &bundle);
+        for i in 1..=n {
+            write_bundle(&bundle, &pairs[(i % 2) as usize]);
+            assert!(rt.block_on(set.reload()).unwrap());
+        }
+    }
 }
 
 fn reloads(c: &mut Criterion) {

@@ -92,6 +92,40 @@ fn reload_side_cpu() -> Duration {
     Duration::from_nanos(ns)
 }
 
+/// Per thread of this process but the main one (see [`reload_side_cpu`]): its name, CPU time
+/// and how many times it was switched in (`/proc/self/task/*/schedstat`: ns on a CPU, ns
+/// waiting, timeslices), keyed by thread id.
+fn threads() -> std::collections::BTreeMap<String, (String, Duration, u64)> {
+    let main = std::process::id().to_string();
+    let mut threads = std::collections::BTreeMap::new();
+    for task in std::fs::read_dir("/proc/self/task").unwrap() {
+        let task = task.unwrap();
+        let tid = task.file_name().to_string_lossy().into_owned();
+        if tid == main {
+            continue;
+        }
+        let (Ok(name), Ok(stat)) = (
+            std::fs::read_to_string(task.path().join("comm")),
+            std::fs::read_to_string(task.path().join("schedstat")),
+        ) else {
+            continue;
+        };
+        let fields: Vec<u64> = stat
+            .split_whitespace()
+            .map(|f| f.parse().unwrap())
+            .collect();
+        threads.insert(
+            tid,
+            (
+                name.trim().to_owned(),
+                Duration::from_nanos(fields[0]),
+                fields[2],
+            ),
+        );
+    }
+    threads
+}
+
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
@@ -139,6 +173,7 @@ fn main() {
         vec![Duration::ZERO; measured],
     );
     let (mut rss_after_warm_up, mut cpu_after_warm_up) = (rss_kib(), reload_side_cpu());
+    let mut threads_after_warm_up = threads();
     let mut status_after_warm_up = set.status();
     let rss_start = rss_kib();
     let started = Instant::now();
@@ -160,6 +195,8 @@ fn main() {
             passes[sample] = set.status().last_reload_duration;
         }
         if i == o.warm_up {
+            // Before the RSS reading: the map is the bench's own allocation.
+            threads_after_warm_up = threads();
             rss_after_warm_up = rss_kib();
             cpu_after_warm_up = reload_side_cpu();
             status_after_warm_up = set.status();
@@ -180,6 +217,16 @@ fn main() {
     let measured = measured as u64;
     let status = set.status();
     let cpu = reload_side_cpu() - cpu_after_warm_up;
+    // CPU and switches-in per rotation by thread name (tokio's workers share one).
+    let mut by_name = std::collections::BTreeMap::<String, (Duration, u64)>::new();
+    for (tid, (name, cpu, switches)) in threads() {
+        let (cpu0, switches0) = threads_after_warm_up
+            .get(&tid)
+            .map_or((Duration::ZERO, 0), |(_, cpu, switches)| (*cpu, *switches));
+        let entry = by_name.entry(name).or_default();
+        entry.0 += cpu - cpu0;
+        entry.1 += switches - switches0;
+    }
     passes.sort_unstable();
     round_trips.sort_unstable();
     let ok = status.reloads_ok - status_after_warm_up.reloads_ok;
@@ -206,6 +253,15 @@ fn main() {
             per_rotation,
             per_rotation.as_secs_f64() / percentile(&passes, 0.5).as_secs_f64()
         );
+        for (name, (cpu, switches)) in &by_name {
+            if *switches > 0 {
+                println!(
+                    "    {name}: {:?} CPU and {:.2} switches-in per rotation",
+                    *cpu / u32::try_from(measured.max(1)).unwrap_or(u32::MAX),
+                    *switches as f64 / measured.max(1) as f64
+                );
+            }
+        }
     }
     println!(
         "RSS: start {rss_start} KiB, after the warm-up {rss_after_warm_up} KiB, end {rss_end} \

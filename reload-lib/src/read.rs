@@ -16,13 +16,34 @@ pub(crate) const DEFAULT_MAX_FILE_SIZE: u64 = 4 << 20;
 /// Reads the regular file at `path` (symlinks followed), refusing anything else and anything
 /// larger than `max_size` bytes.
 pub(crate) fn read_regular(path: &Path, max_size: u64) -> std::io::Result<Vec<u8>> {
+    read_open(open(path, 0)?, max_size)
+}
+
+/// [`read_regular`] when `path` itself is not a symlink; `Ok(None)` when it is (its parent
+/// directories' symlinks are followed). Lets a reader that treats some symlinks specially (the
+/// kubelet's `..data` links) skip a `readlink` for plain files, the usual case.
+pub(crate) fn read_regular_unless_symlink(
+    path: &Path,
+    max_size: u64,
+) -> std::io::Result<Option<Vec<u8>>> {
+    match open(path, libc::O_NOFOLLOW) {
+        Ok(file) => read_open(file, max_size).map(Some),
+        Err(err) if err.raw_os_error() == Some(libc::ELOOP) => Ok(None),
+        Err(err) => Err(err),
+    }
+}
+
+fn open(path: &Path, flags: i32) -> std::io::Result<std::fs::File> {
     // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever. It
     // changes nothing for regular files. The type is checked on the open descriptor, so a swap
     // between a check and the open cannot slip a FIFO through.
-    let mut file = std::fs::OpenOptions::new()
+    std::fs::OpenOptions::new()
         .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
-        .open(path)?;
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | flags)
+        .open(path)
+}
+
+fn read_open(mut file: std::fs::File, max_size: u64) -> std::io::Result<Vec<u8>> {
     let metadata = file.metadata()?;
     let kind = metadata.file_type();
     if !kind.is_file() {
@@ -102,5 +123,26 @@ mod tests {
                 .to_string()
                 .contains("FIFO")
         );
+        assert!(
+            read_regular_unless_symlink(&fifo, 5)
+                .unwrap_err()
+                .to_string()
+                .contains("FIFO")
+        );
+    }
+
+    #[test]
+    fn a_symlink_is_left_to_the_caller_and_a_plain_file_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("f");
+        std::fs::write(&file, b"12345").unwrap();
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink("f", &link).unwrap();
+        assert_eq!(
+            read_regular_unless_symlink(&file, 5).unwrap().unwrap(),
+            b"12345"
+        );
+        assert!(read_regular_unless_symlink(&link, 5).unwrap().is_none());
+        assert!(read_regular_unless_symlink(&dir.path().join("missing"), 5).is_err());
     }
 }

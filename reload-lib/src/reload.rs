@@ -10,6 +10,15 @@
 //! whole set; explicit reloads, resyncs, polls and queue overflows mark everything. The material
 //! compares content per source, so only sources whose bytes changed are parsed again.
 //!
+//! A certificate and key kept in two files are usually replaced one after the other (two
+//! renames). When an event names only one of them, the pass waits for the other's event, at
+//! most `Timing::pair_wait` (10 ms): a rotation then costs one pass, where it used to cost a
+//! pass that read the new certificate with the old key, parsed both, rejected the pair and
+//! counted a failed reload (0.88–0.98 such passes per rotation, BENCHMARKS.md "Rotations"). A
+//! pass that still catches a pair half way (the writer was slower than the wait; a poll) is
+//! retried and reported only if the pair still does not match after `Timing::torn_grace`; a
+//! key that does not match is never published either way.
+//!
 //! Where a pass runs: inline on the crate's own runtime thread (see `runtime`), never on the
 //! caller's async workers, and never on tokio's blocking pool. The files are opened
 //! non-blocking and only regular files within the size cap are read (see `read`), so a FIFO, a
@@ -52,6 +61,21 @@ pub(crate) trait Material: Send + 'static {
 
     /// What a snapshot serves, for logs, status and metrics.
     fn served(snapshot: &Self::Snapshot) -> Served;
+
+    /// Whether `dirty` names one file of a certificate/key pair kept in two files and not the
+    /// other: a writer that renames the two one after the other is then half way, and a pass
+    /// now would read the new certificate with the old key (or the reverse), parse both and
+    /// reject them. The task waits for the partner's event, at most [`Timing::pair_wait`].
+    fn awaits_partner(&self, _dirty: &Dirty) -> bool {
+        false
+    }
+
+    /// Whether every rejection of the last pass was a pair caught between its two writes: the
+    /// key does not match the certificate and only one of the two files changed since the pair
+    /// was last accepted. Reported only if it persists for [`Timing::torn_grace`].
+    fn rejected_mid_write(&self) -> bool {
+        false
+    }
 }
 
 /// The outcome of one [`Material::load`] pass.
@@ -93,6 +117,12 @@ pub(crate) struct Timing {
     pub(crate) force_poll: bool,
     /// How long one pass (reading and checking) may take before it is reported as hung.
     pub(crate) read_timeout: Duration,
+    /// How long a pass is put off for the partner of a pair file that changed alone (see
+    /// [`Material::awaits_partner`]); a certificate renewed alone is published this much later.
+    pub(crate) pair_wait: Duration,
+    /// How long a pair caught between its two writes is retried before it is reported as a
+    /// failed reload (see [`Material::rejected_mid_write`]).
+    pub(crate) torn_grace: Duration,
 }
 
 impl Default for Timing {
@@ -105,6 +135,8 @@ impl Default for Timing {
             warn_after: Duration::from_secs(1),
             force_poll: false,
             read_timeout: Duration::from_secs(30),
+            pair_wait: Duration::from_millis(10),
+            torn_grace: Duration::from_millis(250),
         }
     }
 }
@@ -247,6 +279,8 @@ where
         failing_since: None,
         warned: None,
         retry_delay: None,
+        partner_deadline: None,
+        torn_since: None,
     };
     crate::runtime::get().spawn(task.run());
     Ok(Handle {
@@ -277,6 +311,11 @@ struct Task<M: Material> {
     warned: Option<String>,
     /// Delay before the next retry, while failing.
     retry_delay: Option<Duration>,
+    /// While a pass waits for the partner of a pair file that changed alone: when it runs
+    /// anyway.
+    partner_deadline: Option<Instant>,
+    /// Since when passes have caught a pair between its two writes, not yet reported.
+    torn_since: Option<Instant>,
 }
 
 impl<M: Material> Task<M> {
@@ -305,6 +344,12 @@ impl<M: Material> Task<M> {
                 () = self.changes.notified() => {
                     // A fresh event restarts the retry schedule.
                     self.retry_delay = None;
+                    if !self.waits_for_partner() {
+                        let _ = self.attempt(Dirty::default());
+                    }
+                }
+                () = sleep_until(self.partner_deadline), if self.partner_deadline.is_some() => {
+                    // The partner did not come: read what is there.
                     let _ = self.attempt(Dirty::default());
                 }
                 () = sleep_until(retry_at), if retry_at.is_some() => {
@@ -333,10 +378,27 @@ impl<M: Material> Task<M> {
         }
     }
 
+    /// After a wake-up: whether the pass waits for the partner of a pair file that changed
+    /// alone (see [`Material::awaits_partner`]), until the partner's event or
+    /// [`Timing::pair_wait`] after the first file's, whichever comes first. A certificate and
+    /// key renamed one after the other then cost one pass, not a rejected one and a good one.
+    fn waits_for_partner(&mut self) -> bool {
+        let material = &self.material;
+        if !self.changes.inspect(|dirty| material.awaits_partner(dirty)) {
+            return false;
+        }
+        let now = Instant::now();
+        let deadline = *self
+            .partner_deadline
+            .get_or_insert(now + self.timing.pair_wait);
+        now < deadline
+    }
+
     /// One reload pass over what `dirty` and the watcher marked. Publishes what changed and
     /// passed the checks; on a rejection keeps the rejected source's last good material and
     /// schedules a retry.
     fn attempt(&mut self, mut dirty: Dirty) -> Result<bool> {
+        self.partner_deadline = None;
         let span = tracing::debug_span!("reload", set = %self.name);
         let _entered = span.enter();
         // Take the marks before reading: a change after this point wakes another pass.
@@ -404,8 +466,23 @@ impl<M: Material> Task<M> {
         }
     }
 
-    /// Records a rejected pass (the last good material stays) and schedules a retry.
+    /// Records a rejected pass (the last good material stays) and schedules a retry. A pair
+    /// caught between its two writes is only retried, and reported once it persists for
+    /// [`Timing::torn_grace`] (the other file's event usually ends it within a millisecond).
     fn rejected(&mut self, err: Error) -> Result<bool> {
+        self.retry_delay = Some(match self.retry_delay {
+            None => self.timing.retry_min,
+            Some(delay) => (delay * 2).min(self.timing.retry_max),
+        });
+        if self.material.rejected_mid_write() {
+            let torn_since = *self.torn_since.get_or_insert_with(Instant::now);
+            if torn_since.elapsed() < self.timing.torn_grace {
+                tracing::debug!(set = %self.name, error = %err, "pair caught between its two writes; retrying");
+                return Err(err);
+            }
+        } else {
+            self.torn_since = None;
+        }
         let since = *self.failing_since.get_or_insert_with(Instant::now);
         let message = err.to_string();
         // Writers that replace the certificate and the key one after the other (or
@@ -423,14 +500,11 @@ impl<M: Material> Task<M> {
             status.reloads_failed += 1;
             status.last_error = Some(Arc::clone(&err));
         });
-        self.retry_delay = Some(match self.retry_delay {
-            None => self.timing.retry_min,
-            Some(delay) => (delay * 2).min(self.timing.retry_max),
-        });
         Err(Arc::try_unwrap(err).unwrap_or_else(Error::Retained))
     }
 
     fn recovered(&mut self) {
+        self.torn_since = None;
         self.failing_since = None;
         self.warned = None;
         self.retry_delay = None;

@@ -103,8 +103,13 @@ impl PassReader {
     /// The bytes of the regular file at `path` (see [`crate::read`]); errors name `path` and
     /// never hold any of its content.
     pub(crate) fn read(&mut self, path: &Path) -> Result<Vec<u8>> {
-        let actual = self.resolve(path);
-        crate::read::read_regular(&actual, self.max_file_size).map_err(|source| Error::ReadFile {
+        // A plain file (not a symlink) is read as it is: only symlinks can go through `..data`.
+        let read = match crate::read::read_regular_unless_symlink(path, self.max_file_size) {
+            Ok(Some(bytes)) => Ok(bytes),
+            Ok(None) => crate::read::read_regular(&self.resolve(path), self.max_file_size),
+            Err(err) => Err(err),
+        };
+        read.map_err(|source| Error::ReadFile {
             path: path.to_owned(),
             source,
         })

@@ -19,7 +19,7 @@ const INPUT: &str = "<fuzz input>";
 /// # Errors
 /// Whatever reload would report for these bytes.
 pub fn parse_pair(cert_pem: &[u8], key_pem: &[u8]) -> Result<CertInfo> {
-    let provider = rustls::crypto::aws_lc_rs::default_provider();
+    let provider = super::keys::default_provider();
     let path = Path::new(INPUT);
     ParsedPair::parse(path, cert_pem, path, key_pem, &provider).map(|pair| pair.info)
 }

@@ -5,15 +5,18 @@
 #[doc(hidden)]
 pub mod fuzz;
 mod info;
+pub(crate) mod keys;
 mod names;
 
 use std::path::Path;
 use std::sync::Arc;
 
 use rustls::crypto::CryptoProvider;
-use rustls::sign::CertifiedKey;
-use rustls_pki_types::pem::PemObject;
+use rustls::sign::{CertifiedKey, SigningKey};
+use rustls_pki_types::pem::{PemObject, SectionKind};
 use rustls_pki_types::{CertificateDer, CertificateRevocationListDer, PrivateKeyDer};
+use sha2::{Digest as _, Sha256};
+use zeroize::Zeroizing;
 
 use crate::error::{Error, InvalidMaterial, Result};
 
@@ -28,6 +31,19 @@ pub(crate) struct ParsedPair {
     pub(crate) info: CertInfo,
     /// When the whole chain (leaf and intermediates) is valid.
     pub(crate) validity: Validity,
+    /// SHA-256 of the private key's DER (see [`LoadedKey`]).
+    pub(crate) key_digest: KeyDigest,
+}
+
+/// SHA-256 of a private key's DER.
+pub(crate) type KeyDigest = [u8; 32];
+
+/// A private key an earlier pass loaded, parsed and checked: a pair whose key is the same DER
+/// (a certificate renewed for the same key) reuses it instead of loading it again.
+#[derive(Clone, Copy)]
+pub(crate) struct LoadedKey<'a> {
+    pub(crate) digest: &'a KeyDigest,
+    pub(crate) key: &'a Arc<dyn SigningKey>,
 }
 
 /// The window in which every certificate of a chain is valid: the latest notBefore and the
@@ -79,7 +95,27 @@ impl ParsedPair {
         key_pem: &[u8],
         provider: &CryptoProvider,
     ) -> Result<Self> {
-        let chain = parse_certificates(cert_path, cert_pem)?;
+        Self::parse_reusing(cert_path, cert_pem, key_path, key_pem, provider, None)
+    }
+
+    /// [`parse`](Self::parse), reusing `loaded` when the key is the same DER: the key is then
+    /// not parsed and checked a second time. It is matched against the certificate all the same.
+    pub(crate) fn parse_reusing(
+        cert_path: &Path,
+        cert_pem: &[u8],
+        key_path: &Path,
+        key_pem: &[u8],
+        provider: &CryptoProvider,
+        loaded: Option<LoadedKey<'_>>,
+    ) -> Result<Self> {
+        // A bundle is decoded once for both: each PEM iteration decodes every section it passes,
+        // the key's included (in constant time, the slow way).
+        let bundle = std::ptr::eq(cert_pem, key_pem);
+        let (chain, key_in_bundle) = if bundle {
+            parse_bundle(cert_path, cert_pem)?
+        } else {
+            (parse_certificates(cert_path, cert_pem)?, None)
+        };
         let infos = chain
             .iter()
             .enumerate()
@@ -91,26 +127,30 @@ impl ParsedPair {
             .collect::<Result<Vec<_>>>()?;
         check_chain_order(cert_path, &infos)?;
 
-        if key_pem.iter().all(u8::is_ascii_whitespace) {
-            return Err(Error::invalid(key_path, InvalidMaterial::Empty));
-        }
-        let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(|err| {
-            let reason = match err {
-                rustls_pki_types::pem::Error::NoItemsFound => InvalidMaterial::NoPrivateKey,
-                other => InvalidMaterial::Pem(pem_error(&other)),
-            };
-            Error::invalid(key_path, reason)
-        })?;
-        // The provider's message is fixed text, but a key file's content must never reach an
-        // error whatever a future provider says: name the failure only.
-        let signing_key = provider.key_provider.load_private_key(key).map_err(|_| {
-            Error::invalid(
-                key_path,
-                InvalidMaterial::BadKey(
-                    "unsupported algorithm or corrupt key (not RSA, ECDSA or Ed25519)".to_owned(),
-                ),
-            )
-        })?;
+        let key = match key_in_bundle {
+            Some(key) => key,
+            None if bundle => return Err(Error::invalid(key_path, InvalidMaterial::NoPrivateKey)),
+            None => parse_key(key_path, key_pem)?,
+        };
+        let key_digest: KeyDigest = Sha256::digest(key.secret_der()).into();
+        let signing_key = match loaded {
+            Some(loaded) if *loaded.digest == key_digest => {
+                // Wiped, as the provider wipes what it loads.
+                drop(Zeroizing::new(key));
+                Arc::clone(loaded.key)
+            }
+            // The provider's message is fixed text, but a key file's content must never reach
+            // an error whatever a future provider says: name the failure only.
+            _ => provider.key_provider.load_private_key(key).map_err(|_| {
+                Error::invalid(
+                    key_path,
+                    InvalidMaterial::BadKey(
+                        "unsupported algorithm or corrupt key (not RSA, ECDSA or Ed25519)"
+                            .to_owned(),
+                    ),
+                )
+            })?,
+        };
         let certified = CertifiedKey::new(chain, signing_key);
         // `CertifiedKey::from_der` lets a key that cannot report its public key through; we do not.
         if let Err(err) = certified.keys_match() {
@@ -131,6 +171,7 @@ impl ParsedPair {
             certified: Arc::new(certified),
             info,
             validity,
+            key_digest,
         })
     }
 }
@@ -239,6 +280,45 @@ impl ParsedBundle {
     pub(crate) fn is_subset_of(&self, other: &ParsedBundle) -> bool {
         self.crls == other.crls && self.certs.iter().all(|c| other.certs.contains(c))
     }
+}
+
+/// The first private key of a PEM file.
+fn parse_key(path: &Path, pem: &[u8]) -> Result<PrivateKeyDer<'static>> {
+    if pem.iter().all(u8::is_ascii_whitespace) {
+        return Err(Error::invalid(path, InvalidMaterial::Empty));
+    }
+    PrivateKeyDer::from_pem_slice(pem).map_err(|err| {
+        let reason = match err {
+            rustls_pki_types::pem::Error::NoItemsFound => InvalidMaterial::NoPrivateKey,
+            other => InvalidMaterial::Pem(pem_error(&other)),
+        };
+        Error::invalid(path, reason)
+    })
+}
+
+/// A bundle's `CERTIFICATE` blocks (at least one, as [`parse_certificates`]) and its first
+/// private key, in one pass over the file.
+fn parse_bundle(
+    path: &Path,
+    pem: &[u8],
+) -> Result<(Vec<CertificateDer<'static>>, Option<PrivateKeyDer<'static>>)> {
+    if pem.iter().all(u8::is_ascii_whitespace) {
+        return Err(Error::invalid(path, InvalidMaterial::Empty));
+    }
+    let (mut certs, mut key) = (Vec::new(), None);
+    for section in <(SectionKind, Vec<u8>)>::pem_slice_iter(pem) {
+        let (kind, der) =
+            section.map_err(|err| Error::invalid(path, InvalidMaterial::Pem(pem_error(&err))))?;
+        match kind {
+            SectionKind::Certificate => certs.push(CertificateDer::from(der)),
+            _ if key.is_none() => key = PrivateKeyDer::from_pem(kind, der),
+            _ => {}
+        }
+    }
+    if certs.is_empty() {
+        return Err(Error::invalid(path, InvalidMaterial::NoCertificate));
+    }
+    Ok((certs, key))
 }
 
 /// All `CERTIFICATE` blocks of a PEM file, at least one, each well-formed PEM.

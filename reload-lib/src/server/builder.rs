@@ -250,7 +250,9 @@ impl ServingSetBuilder {
         self
     }
 
-    /// The crypto provider (default: aws-lc-rs). No process-wide default is needed or installed.
+    /// The crypto provider (default: aws-lc-rs, loading keys through a key provider that goes
+    /// straight to the parser for the key's algorithm, with the same checks). No process-wide
+    /// default is needed or installed.
     pub fn crypto_provider(mut self, provider: Arc<CryptoProvider>) -> Self {
         self.provider = Some(provider);
         self
@@ -364,7 +366,7 @@ impl ServingSetBuilder {
     pub async fn start(self) -> Result<ServingSet> {
         let provider = self
             .provider
-            .unwrap_or_else(|| Arc::new(rustls::crypto::aws_lc_rs::default_provider()));
+            .unwrap_or_else(|| Arc::new(crate::material::keys::default_provider()));
         let material = ServingMaterial::new(
             self.default,
             self.sni,

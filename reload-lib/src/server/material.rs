@@ -12,7 +12,7 @@ use rustls::server::danger::ClientCertVerifier;
 use sha2::{Digest as _, Sha256};
 
 use crate::error::{Error, InvalidMaterial, Result};
-use crate::material::{CertInfo, ParsedBundle, ParsedPair, covers, normalize_name};
+use crate::material::{CertInfo, LoadedKey, ParsedBundle, ParsedPair, covers, normalize_name};
 use crate::policy;
 use crate::reload::{Material, Pass};
 use crate::source::{CertKeyPaths, PassReader};
@@ -40,22 +40,48 @@ pub(super) enum Role {
 /// SHA-256 of the bytes a source was built from.
 pub(super) type Digest = [u8; 32];
 
+/// What a pair was built from: the SHA-256 of its certificate file and, when the key is a file
+/// of its own, of the key file. Kept apart so a pass can tell a pair with one file changed (a
+/// writer half way through a rotation) from one with both changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct PairDigest {
+    pub(super) cert: Digest,
+    pub(super) key: Option<Digest>,
+}
+
 /// One certificate/key pair of the set, and what was last accepted from it.
 pub(super) struct PairSource {
     pub(super) paths: CertKeyPaths,
+    /// The certificate and key files in [`watch_path`] form, when they are two files.
+    pub(super) two_files: Option<[PathBuf; 2]>,
     pub(super) role: Role,
     /// For logs, status and metrics: `default`, `sni:<names>` or `sni:from-certificate`.
     pub(super) label: String,
     pub(super) rank: Rank,
     /// Digest of the bytes `entry` was built from.
-    pub(super) digest: Option<Digest>,
+    pub(super) digest: Option<PairDigest>,
     /// What is served from this source; `None` only before start-up.
     pub(super) entry: Option<Arc<PairEntry>>,
     /// Digest of bytes refused once as a shortened chain: seen again, they are a settled write.
-    pub(super) shortened_seen: Option<Digest>,
+    pub(super) shortened_seen: Option<PairDigest>,
 }
 
 impl PairSource {
+    fn new(paths: CertKeyPaths, role: Role, label: String, rank: Rank) -> Self {
+        let two_files = (paths.cert() != paths.key())
+            .then(|| [watch_path(paths.cert()), watch_path(paths.key())]);
+        Self {
+            paths,
+            two_files,
+            role,
+            label,
+            rank,
+            digest: None,
+            entry: None,
+            shortened_seen: None,
+        }
+    }
+
     /// The names this source claims when serving a certificate with `info`.
     pub(super) fn names(&self, info: &CertInfo) -> BTreeSet<String> {
         match &self.role {
@@ -111,12 +137,14 @@ pub(super) struct ServingMaterial {
     pub(super) failing: BTreeSet<usize>,
     /// The client-trust epoch sessions are bound to (see `sessions`).
     pub(super) trust_epoch: sessions::Epoch,
+    /// Whether every rejection of the last pass was a pair caught between its two writes.
+    pub(super) rejected_mid_write: bool,
 }
 
 /// What one pass accepted from a pair.
 pub(super) struct AcceptedPair {
     pub(super) id: usize,
-    pub(super) digest: Digest,
+    pub(super) digest: PairDigest,
     pub(super) entry: Arc<PairEntry>,
 }
 
@@ -131,15 +159,12 @@ impl ServingMaterial {
         // configuration order, then the default pair's own names.
         const FROM_CERTIFICATE: Rank = 1 << 32;
         const DEFAULT: Rank = 2 << 32;
-        let mut pairs = vec![PairSource {
-            paths: default,
-            role: Role::Default,
-            label: "default".to_owned(),
-            rank: DEFAULT,
-            digest: None,
-            entry: None,
-            shortened_seen: None,
-        }];
+        let mut pairs = vec![PairSource::new(
+            default,
+            Role::Default,
+            "default".to_owned(),
+            DEFAULT,
+        )];
         for (index, entry) in sni.into_iter().enumerate() {
             let (role, label, rank) = match entry.names {
                 SniNames::Explicit(names) => {
@@ -152,15 +177,7 @@ impl ServingMaterial {
                     FROM_CERTIFICATE + index as Rank,
                 ),
             };
-            pairs.push(PairSource {
-                paths: entry.paths,
-                role,
-                label,
-                rank,
-                digest: None,
-                entry: None,
-                shortened_seen: None,
-            });
+            pairs.push(PairSource::new(entry.paths, role, label, rank));
         }
         let mut material = Self {
             pairs,
@@ -174,6 +191,7 @@ impl ServingMaterial {
             by_dir: HashMap::new(),
             failing: BTreeSet::new(),
             trust_epoch: [0; 8],
+            rejected_mid_write: false,
         };
         let mut files: Vec<(usize, PathBuf)> = Vec::new();
         for (id, pair) in material.pairs.iter().enumerate() {
@@ -221,13 +239,15 @@ impl ServingMaterial {
     }
 
     /// Reads pair `id`; `Ok(None)` when its bytes are what is served. Parses and checks
-    /// otherwise (counted in `parsed`).
+    /// otherwise (counted in `parsed`). `mid_write` tells whether a rejection is a key that does
+    /// not match its certificate with only one of the two files changed: a writer half way.
     fn pass_pair(
         &mut self,
         id: usize,
         reader: &mut PassReader,
         now: i64,
         parsed: &mut usize,
+        mid_write: &mut bool,
     ) -> Result<Option<AcceptedPair>> {
         let source = &self.pairs[id];
         let paths = &source.paths.clone();
@@ -237,19 +257,35 @@ impl ServingMaterial {
         } else {
             Some(reader.read(paths.key())?)
         };
-        let digest = digest([&cert[..], key.as_deref().unwrap_or_default()]);
+        let digest = PairDigest {
+            cert: digest([&cert[..]]),
+            key: key.as_deref().map(|key| digest([key])),
+        };
         if source.digest == Some(digest) {
             return Ok(None);
         }
         *parsed += 1;
         let key = key.as_deref().unwrap_or(&cert);
-        let pair = ParsedPair::parse(
+        // The served key, if this pass finds the same one (a certificate renewed for it).
+        let loaded = source.entry.as_ref().map(|entry| LoadedKey {
+            digest: &entry.key_digest,
+            key: &entry.certified.key,
+        });
+        let pair = ParsedPair::parse_reusing(
             paths.cert(),
             &cert,
             paths.key(),
             key,
             &self.settings.provider,
-        )?;
+            loaded,
+        )
+        .inspect_err(|err| {
+            *mid_write = err.invalid_material() == Some(&InvalidMaterial::KeyMismatch)
+                && source.digest.is_some_and(|served| {
+                    digest.key.is_some()
+                        && (served.cert == digest.cert) != (served.key == digest.key)
+                });
+        })?;
         // Never trade a valid chain for an expired or not yet valid one, nor a full chain for
         // one caught mid-write.
         let current = source.entry.as_ref();
@@ -286,6 +322,7 @@ impl ServingMaterial {
             id,
             digest,
             entry: Arc::new(PairEntry {
+                key_digest: pair.key_digest,
                 validity: pair.validity,
                 certified: pair.certified,
                 served: Arc::new(ServedCert {
@@ -433,15 +470,24 @@ impl Material for ServingMaterial {
         let mut accepted = Vec::new();
         let mut new_ca = None;
         let mut failing = BTreeSet::new();
+        self.rejected_mid_write = true;
         for id in todo {
+            let mut mid_write = false;
             let outcome = if id == self.ca_id() {
                 self.pass_ca(&mut reader, now, &mut pass.sources_parsed)
                     .map(|ca| new_ca = ca)
             } else {
-                self.pass_pair(id, &mut reader, now, &mut pass.sources_parsed)
-                    .map(|pair| accepted.extend(pair))
+                self.pass_pair(
+                    id,
+                    &mut reader,
+                    now,
+                    &mut pass.sources_parsed,
+                    &mut mid_write,
+                )
+                .map(|pair| accepted.extend(pair))
             };
             if let Err(err) = outcome {
+                self.rejected_mid_write &= mid_write;
                 if pass.rejected.is_some() {
                     tracing::debug!(
                         error = &err as &dyn std::error::Error,
@@ -453,6 +499,7 @@ impl Material for ServingMaterial {
             }
         }
         self.failing = failing;
+        self.rejected_mid_write &= pass.rejected.is_some();
         if (current.is_none() && pass.rejected.is_some())
             || (accepted.is_empty() && new_ca.is_none())
         {
@@ -467,6 +514,7 @@ impl Material for ServingMaterial {
             Ok(snapshot) => pass.snapshot = Some(snapshot),
             Err(err) => {
                 // Nothing was committed: retry every source of the pass, not just the rejected.
+                self.rejected_mid_write = false;
                 self.failing.extend(attempted);
                 pass.newly_served.clear();
                 pass.rejected = Some(err);
@@ -477,6 +525,27 @@ impl Material for ServingMaterial {
 
     fn served(snapshot: &ServingSnapshot) -> Served {
         snapshot.served.clone()
+    }
+
+    fn awaits_partner(&self, dirty: &Dirty) -> bool {
+        if dirty.all {
+            return false;
+        }
+        let marked = |file: &PathBuf| {
+            dirty.files.contains(file) || file.parent().is_some_and(|dir| dirty.dirs.contains(dir))
+        };
+        dirty.files.iter().any(|file| {
+            self.by_file.get(file).into_iter().flatten().any(|&id| {
+                self.pairs
+                    .get(id)
+                    .and_then(|pair| pair.two_files.as_ref())
+                    .is_some_and(|[cert, key]| marked(cert) != marked(key))
+            })
+        })
+    }
+
+    fn rejected_mid_write(&self) -> bool {
+        self.rejected_mid_write
     }
 }
 

@@ -19,6 +19,8 @@ pub(crate) struct PairEntry {
     pub(crate) served: Arc<ServedCert>,
     /// When the whole chain is valid (for the may-replace rules).
     pub(crate) validity: crate::material::Validity,
+    /// SHA-256 of the private key's DER, so a renewal for the same key reuses `certified.key`.
+    pub(crate) key_digest: crate::material::KeyDigest,
 }
 
 impl std::fmt::Debug for PairEntry {
@@ -164,6 +166,7 @@ mod tests {
             .load_private_key(der)
             .unwrap();
         Arc::new(PairEntry {
+            key_digest: [0; 32],
             validity: crate::material::Validity {
                 not_before: 0,
                 not_after: i64::MAX,

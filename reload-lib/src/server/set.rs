@@ -35,8 +35,8 @@ use super::snapshot::ServingSnapshot;
 /// let set = ServingSet::builder(CertKeyPaths::new(&crt, &key)).start().await?;
 /// let mut updates = set.subscribe();
 ///
-/// // Rotate by rename; the torn state in between (new key, old certificate), if seen, is
-/// // rejected and retried.
+/// // Rotate by rename, key then certificate: the set waits for the second file (at most
+/// // 10 ms) rather than parse the torn state in between (new key, old certificate).
 /// let next = rcgen::generate_simple_self_signed(["api.example".to_owned()])?;
 /// write_file_atomic(&key, next.signing_key.serialize_pem().as_bytes(), 0o600)?;
 /// write_file_atomic(&crt, next.cert.pem().as_bytes(), 0o644)?;
@@ -52,6 +52,12 @@ use super::snapshot::ServingSnapshot;
 /// resync, from [`reload`](Self::reload) and from SIGHUP (see
 /// [`reload_on_sighup`](Self::reload_on_sighup)). Rejected material leaves the last good snapshot
 /// in place; the reload is retried shortly after, and again on the next event.
+///
+/// A certificate and key in two files are usually replaced one after the other. When only one
+/// of them changed, the set waits up to 10 ms for the other before it reads them, so a rotation
+/// costs one pass; a certificate renewed alone is published that much later. A pair that still
+/// does not match (the writer was slower, or the new file belongs to another key) is not served;
+/// it is retried, and reported in [`Status`] if it persists beyond a quarter of a second.
 ///
 /// Each pair (and the client-CA bundle with its CRLs) is a source of its own. An event re-reads
 /// only the sources whose files it names (a kubelet `..data` swap: the sources in that

@@ -73,7 +73,7 @@ pub(crate) struct Changes {
     wake: Notify,
     pub(super) dirty: Mutex<Dirty>,
     /// Set when some of the reloader's directories can no longer be watched (the watch limit
-    /// reached mid-run, the reader thread gone): it must poll from now on.
+    /// reached mid-run, the inotify reader gone): it must poll from now on.
     degraded: std::sync::atomic::AtomicBool,
 }
 
@@ -81,6 +81,11 @@ impl Changes {
     /// Waits for the next wake-up (returns at once if one is stored).
     pub(crate) async fn notified(&self) {
         self.wake.notified().await;
+    }
+
+    /// Looks at what was marked so far, leaving it marked.
+    pub(crate) fn inspect<R>(&self, look: impl FnOnce(&Dirty) -> R) -> R {
+        look(&self.lock())
     }
 
     /// Takes what was marked so far, leaving nothing marked.

@@ -1,7 +1,14 @@
-//! The process-wide inotify instance and its reader thread.
+//! The process-wide inotify instance and its reader.
 //!
-//! A thread, not a tokio `AsyncFd`: the instance is shared by every runtime in the process (tests
-//! run one runtime each), and a blocking read costs no wake-ups while idle.
+//! The reader is a task on the crate's own runtime (see `runtime`), the thread that runs every
+//! reload pass, waiting on the instance through the runtime's epoll (`AsyncFd`): idle, it costs
+//! no wake-up; woken by events, it marks and wakes the reloaders on the same thread, so the
+//! pass that follows a rotation needs no second thread woken. Measured (BENCHMARKS.md,
+//! "Rotations"): the dedicated reader thread it replaces was switched in 3.2 times per bundle
+//! rotation, and each of its blocking reads cost four `fcntl`s (the inotify crate toggles
+//! `O_NONBLOCK` around it), then woke the runtime thread through its eventfd. A pass stuck on a
+//! hung filesystem holds the reader as well (as it holds every other set's passes): the kernel
+//! queues the events meanwhile, and a queue overflow marks everything.
 //!
 //! Model: each directory of interest holds watches on a set of paths (inotify watches inodes,
 //! found by path): the directory itself when it exists, else its nearest existing ancestor; the
@@ -24,6 +31,7 @@ mod events;
 use super::changes::{Changes, Interest};
 use crate::layout;
 use inotify::{EventMask, Inotify, WatchDescriptor, WatchMask, Watches};
+use tokio::io::unix::AsyncFd;
 
 /// One mask for every watch: inotify keeps one watch per inode, so a directory watched in
 /// several roles must have the same mask for all of them. `MODIFY` so that a writer that keeps
@@ -69,6 +77,19 @@ struct State {
     to_wake: Vec<Arc<Changes>>,
     /// A cap on kernel watches below the kernel's own (tests: see [`Watcher::limit_watches`]).
     limit: Option<usize>,
+    /// The names an event must carry to matter (see [`State::is_notable`]); `None` when the maps
+    /// it is built from changed since.
+    notable: Option<Notable>,
+}
+
+/// Every file name some subscriber reads, and the last component of every trigger entry and
+/// symlink target: an event naming anything else (a writer's temporary file, most of what a
+/// rotation makes the kernel report) cannot concern anyone.
+#[derive(Debug, Default)]
+struct Notable {
+    names: HashSet<OsString>,
+    /// A trigger or target without a last component: every name is notable.
+    all: bool,
 }
 
 #[derive(Debug)]
@@ -125,12 +146,11 @@ impl Watcher {
                 aliases: HashMap::new(),
                 to_wake: Vec::new(),
                 limit: None,
+                notable: None,
             }),
         });
         let reader = Arc::clone(&watcher);
-        std::thread::Builder::new()
-            .name("reload-lib-inotify".into())
-            .spawn(move || reader.run(inotify))?;
+        crate::runtime::get().spawn(async move { reader.run(inotify).await });
         Ok(watcher)
     }
 
@@ -148,6 +168,7 @@ impl Watcher {
         let mut state = self.lock();
         let id = state.next_id;
         state.next_id += 1;
+        state.notable = None;
         state.subscribers.insert(
             id,
             Subscriber {
@@ -184,6 +205,7 @@ impl Watcher {
         let Some(subscriber) = state.subscribers.remove(&id) else {
             return;
         };
+        state.notable = None;
         for dir in subscriber.dirs.keys() {
             let still_used = state.subscribers.values().any(|s| s.dirs.contains_key(dir));
             if !still_used {
@@ -220,57 +242,72 @@ impl Watcher {
     /// subscribers: a writer's steps that are already queued together (a rotation's renames, the
     /// kubelet's `..data` sequence) cost one reload pass, not one each. It never waits for events
     /// that are not yet queued, so a lone event wakes at once.
-    fn run(&self, mut inotify: Inotify) {
+    async fn run(&self, inotify: Inotify) {
+        // Deprecated as unsound for a value that could close or swap its descriptor while
+        // registered; `Inotify` owns its descriptor and is only read through the `AsyncFd` here,
+        // never closed or replaced before the `AsyncFd` is dropped. The replacement,
+        // `register_with_interest`, is `unsafe`, which this crate forbids.
+        #[allow(deprecated)]
+        let registered = AsyncFd::with_interest(inotify, tokio::io::Interest::READABLE);
+        let mut inotify = match registered {
+            Ok(inotify) => inotify,
+            Err(err) => return self.stop_watching(&err),
+        };
         let mut buffer = vec![0u8; 64 * 1024];
-        // Whether events were handled whose subscribers are not woken yet.
-        let mut draining = false;
         loop {
-            let read = if draining {
-                inotify.read_events(&mut buffer)
-            } else {
-                inotify.read_events_blocking(&mut buffer)
+            let mut ready = match inotify.readable_mut().await {
+                Ok(ready) => ready,
+                Err(err) => return self.stop_watching(&err),
             };
-            let events = match read {
-                Ok(events) => events,
-                Err(err) if err.kind() == io::ErrorKind::WouldBlock => {
-                    // The queue is empty: wake everyone marked since the blocking read.
-                    draining = false;
-                    let woken = std::mem::take(&mut self.lock().to_wake);
-                    for changes in woken {
-                        changes.wake();
-                    }
-                    continue;
+            loop {
+                let read = ready.try_io(|inotify| {
+                    let events = inotify.get_mut().read_events(&mut buffer)?;
+                    self.handle_events(events);
+                    Ok(())
+                });
+                match read {
+                    Ok(Ok(())) => {}
+                    Ok(Err(err)) if err.kind() == io::ErrorKind::Interrupted => {}
+                    Ok(Err(err)) => return self.stop_watching(&err),
+                    // The queue is empty (and the readiness cleared): wake everyone marked.
+                    Err(_would_block) => break,
                 }
-                Err(err) if err.kind() == io::ErrorKind::Interrupted => continue,
-                Err(err) => {
-                    // Without the reader nothing would ever wake: every reloader polls from now.
-                    tracing::error!(error = %err, "inotify read failed; watching stopped");
-                    let state = self.lock();
-                    for subscriber in state.subscribers.values() {
-                        subscriber.changes.degrade();
-                    }
-                    return;
-                }
-            };
-            draining = true;
-            let mut state = self.lock();
-            for event in events {
-                if event.mask.contains(EventMask::Q_OVERFLOW) {
-                    OVERFLOWS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    tracing::warn!(
-                        "inotify event queue overflowed; re-arming and reloading everything"
-                    );
-                    // Events were lost, among them perhaps a directory replaced: re-resolve
-                    // every watch, then re-read everything.
-                    let dirs: Vec<PathBuf> = state.dirs.keys().cloned().collect();
-                    for dir in dirs {
-                        state.repair(&dir);
-                    }
-                    state.wake_all();
-                    continue;
-                }
-                state.handle(&event.wd, event.mask, event.name);
             }
+            let woken = std::mem::take(&mut self.lock().to_wake);
+            for changes in woken {
+                changes.wake();
+            }
+        }
+    }
+
+    /// Marks what one read's events name.
+    fn handle_events(&self, events: inotify::Events<'_>) {
+        let mut state = self.lock();
+        for event in events {
+            if event.mask.contains(EventMask::Q_OVERFLOW) {
+                OVERFLOWS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                tracing::warn!(
+                    "inotify event queue overflowed; re-arming and reloading everything"
+                );
+                // Events were lost, among them perhaps a directory replaced: re-resolve every
+                // watch, then re-read everything.
+                let dirs: Vec<PathBuf> = state.dirs.keys().cloned().collect();
+                for dir in dirs {
+                    state.repair(&dir);
+                }
+                state.wake_all();
+                continue;
+            }
+            state.handle(&event.wd, event.mask, event.name);
+        }
+    }
+
+    /// Without the reader nothing would ever wake: every reloader polls from now on.
+    fn stop_watching(&self, err: &io::Error) {
+        tracing::error!(error = %err, "inotify read failed; watching stopped");
+        let state = self.lock();
+        for subscriber in state.subscribers.values() {
+            subscriber.changes.degrade();
         }
     }
 }
@@ -402,6 +439,7 @@ impl State {
 
     /// Records `dir`'s watch (from `arm`) as its current one.
     fn adopt(&mut self, dir: &Path, watch: DirWatch) {
+        self.notable = None;
         for trigger in &watch.triggers {
             self.triggers
                 .entry(trigger.clone())
@@ -435,6 +473,7 @@ impl State {
 
     /// Removes `watch`'s triggers and aliases from the lookup maps.
     fn unregister(&mut self, watch: &DirWatch, dir: &Path) {
+        self.notable = None;
         for trigger in &watch.triggers {
             if let Some(dirs) = self.triggers.get_mut(trigger) {
                 dirs.remove(dir);

@@ -209,3 +209,63 @@ fn a_failed_publish_commits_nothing_and_is_retried() {
     ));
     assert!(material.failing.is_empty());
 }
+
+/// A certificate for `name` signed with `key`, PEM.
+fn cert_for(name: &str, key: &KeyPair, serial: u64) -> String {
+    let mut params = CertificateParams::new(vec![name.to_owned()]).unwrap();
+    params.serial_number = Some(serial.into());
+    params.self_signed(key).unwrap().pem()
+}
+
+#[test]
+fn a_certificate_renewed_for_the_same_key_reuses_the_loaded_key_and_a_torn_pair_is_told_apart() {
+    let files = Files::new();
+    let key = KeyPair::generate().unwrap();
+    let key_pem = key.serialize_pem();
+    files.write(
+        &files.default,
+        &(cert_for("api.example", &key, 1), key_pem.clone()),
+    );
+    let mut material = files.material();
+    let first = started(&mut material);
+
+    // Only the certificate changed: the served key is reused, not parsed and checked again.
+    std::fs::write(files.default.cert(), cert_for("api.example", &key, 2)).unwrap();
+    let pass = material.load(Some(&first), marked(files.default.cert()), unix_now());
+    assert!(pass.rejected.is_none(), "{:?}", pass.rejected);
+    let second = pass.snapshot.expect("the renewal is published");
+    let (before, after) = (
+        first.certified_key_for(None),
+        second.certified_key_for(None),
+    );
+    assert!(!Arc::ptr_eq(before, after), "a new certificate");
+    assert!(Arc::ptr_eq(&before.key, &after.key), "the same signing key");
+
+    // A certificate for another key alone: rejected, and recognised as a pair half written.
+    let other = KeyPair::generate().unwrap();
+    std::fs::write(files.default.cert(), cert_for("api.example", &other, 3)).unwrap();
+    let torn = material.load(Some(&second), marked(files.default.cert()), unix_now());
+    assert_eq!(
+        torn.rejected.as_ref().and_then(Error::invalid_material),
+        Some(&InvalidMaterial::KeyMismatch)
+    );
+    assert!(material.rejected_mid_write());
+
+    // Its key arrives: published, with the new key loaded.
+    std::fs::write(files.default.key(), other.serialize_pem()).unwrap();
+    let pass = material.load(Some(&second), marked(files.default.key()), unix_now());
+    assert!(pass.rejected.is_none(), "{:?}", pass.rejected);
+    let third = pass.snapshot.expect("the completed pair is published");
+    assert!(!Arc::ptr_eq(&after.key, &third.certified_key_for(None).key));
+
+    // Both files replaced by a pair that does not match: not a pair half written.
+    let (stranger, _) = pair("api.example", 30);
+    std::fs::write(files.default.cert(), stranger).unwrap();
+    std::fs::write(files.default.key(), key_pem).unwrap();
+    let both = material.load(Some(&third), marked(files.default.cert()), unix_now());
+    assert_eq!(
+        both.rejected.as_ref().and_then(Error::invalid_material),
+        Some(&InvalidMaterial::KeyMismatch)
+    );
+    assert!(!material.rejected_mid_write());
+}

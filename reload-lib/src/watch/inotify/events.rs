@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use inotify::{EventMask, WatchDescriptor};
 
-use super::{State, is_symlink};
+use super::{Notable, State, is_symlink};
 use crate::layout;
 
 impl State {
@@ -20,6 +20,15 @@ impl State {
         };
         let gone =
             mask.intersects(EventMask::IGNORED | EventMask::DELETE_SELF | EventMask::MOVE_SELF);
+        // Most events of a rotation name the writer's temporary file: one lookup, no path
+        // built, hashed or allocated for them.
+        if !gone
+            && let Some(name) = name
+            && !layout::is_internal(name)
+            && !self.is_notable(name)
+        {
+            return;
+        }
         if mask.contains(EventMask::IGNORED) {
             // The kernel dropped the watch: no path holds it any more.
             self.by_wd.remove(wd);
@@ -100,6 +109,31 @@ impl State {
                 self.to_wake.push(Arc::clone(&subscriber.changes));
             }
         }
+    }
+
+    /// Whether an event naming `name` can concern anyone: a file some subscriber reads (to wake
+    /// it, or to follow it when it is a symlink), a trigger entry (to repair), a symlink target
+    /// (to wake the files pointing to it). Names starting with `..` are the kubelet's machinery,
+    /// asked about separately.
+    fn is_notable(&mut self, name: &OsStr) -> bool {
+        let notable = self.notable.get_or_insert_with(|| {
+            let mut notable = Notable::default();
+            let names = self
+                .subscribers
+                .values()
+                .flat_map(|subscriber| subscriber.dirs.values().flatten().cloned());
+            notable.names.extend(names);
+            for entry in self.triggers.keys().chain(self.aliases.keys()) {
+                match entry.file_name() {
+                    Some(last) => {
+                        notable.names.insert(last.to_owned());
+                    }
+                    None => notable.all = true,
+                }
+            }
+            notable
+        });
+        notable.all || notable.names.contains(name)
     }
 
     /// Whether some subscriber reads `dir/name`. Asked before anything costs a system call:
