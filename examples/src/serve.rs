@@ -1,6 +1,8 @@
 //! The HTTPS accept loop shared by the example servers: TLS through a reload-lib
 //! [`Acceptor`](reload_lib::Acceptor), HTTP/1.1 and HTTP/2 through hyper-util, a handshake
-//! timeout, and graceful shutdown.
+//! timeout, and graceful shutdown; and [`serve_https_per_thread`], the same loop on several
+//! threads, each with its own listener and single-threaded runtime (the shape of nginx's worker
+//! processes).
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -152,6 +154,106 @@ where
         tracing::warn!("connections still open after the drain timeout; closing them");
     }
     Ok(())
+}
+
+/// `count` listeners on one address, bound with `SO_REUSEPORT` so the kernel spreads incoming
+/// connections over them (by a hash of the connection's addresses), each to be served by its own
+/// thread ([`serve_https_per_thread`]). Port 0 picks a free port for the first and binds the
+/// others to the same one. Linux only lets sockets of the same user join the group.
+///
+/// Must be called inside a tokio runtime; the listeners come back as std listeners,
+/// non-blocking, to be registered with the runtime of the thread that serves each.
+pub fn reuseport_listeners(
+    addr: SocketAddr,
+    count: usize,
+) -> std::io::Result<Vec<std::net::TcpListener>> {
+    let mut listeners: Vec<std::net::TcpListener> = Vec::with_capacity(count.max(1));
+    let mut addr = addr;
+    for _ in 0..count.max(1) {
+        let socket = if addr.is_ipv4() {
+            tokio::net::TcpSocket::new_v4()?
+        } else {
+            tokio::net::TcpSocket::new_v6()?
+        };
+        // As `TcpListener::bind` does: a restarted server can bind while old connections of
+        // the previous one are in TIME_WAIT.
+        socket.set_reuseaddr(true)?;
+        socket.set_reuseport(true)?;
+        socket.bind(addr)?;
+        let listener = socket.listen(1024)?;
+        addr = listener.local_addr()?;
+        listeners.push(listener.into_std()?);
+    }
+    Ok(listeners)
+}
+
+/// [`serve_https`] on every listener (see [`reuseport_listeners`]), each on a thread of its own
+/// with a current-thread runtime: a connection lives on the thread that accepted it, from the
+/// `accept` to the `close`, so no connection wakes another thread (no cross-thread task
+/// hand-off, no work stealing, no futex wake-up). Background work (certificate reloading,
+/// signals, metrics) stays on the caller's runtime.
+///
+/// Returns when every thread has drained after `shutdown`; when one thread fails (its runtime
+/// cannot start) or panics, `shutdown` is cancelled so the others drain too, and the first error
+/// is returned.
+pub async fn serve_https_per_thread<H, Fut>(
+    listeners: Vec<std::net::TcpListener>,
+    acceptor: impl Into<Tls>,
+    handler: H,
+    shutdown: CancellationToken,
+) -> std::io::Result<()>
+where
+    H: Fn(Arc<ConnInfo>, http::Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = http::Response<Body>> + Send + 'static,
+{
+    let acceptor: Tls = acceptor.into();
+    let (report, mut reports) = tokio::sync::mpsc::unbounded_channel();
+    let mut threads = Vec::with_capacity(listeners.len());
+    for (index, listener) in listeners.into_iter().enumerate() {
+        let (acceptor, handler) = (acceptor.clone(), handler.clone());
+        let (stop, report_to) = (shutdown.clone(), report.clone());
+        let thread = std::thread::Builder::new()
+            .name(format!("https-{index}"))
+            .spawn(move || {
+                let serve = move || {
+                    let runtime = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()?;
+                    runtime.block_on(async move {
+                        let listener = TcpListener::from_std(listener)?;
+                        serve_https(listener, acceptor, handler, stop).await
+                    })
+                };
+                let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(serve))
+                    .unwrap_or_else(|_| {
+                        Err(std::io::Error::other(format!(
+                            "server thread {index} panicked"
+                        )))
+                    });
+                let _ = report_to.send(outcome);
+            });
+        match thread {
+            Ok(thread) => threads.push(thread),
+            Err(err) => {
+                shutdown.cancel();
+                let _ = report.send(Err(err));
+            }
+        }
+    }
+    drop(report);
+    // Every thread reports once; the first failure stops the others.
+    let mut first_error = None;
+    while let Some(outcome) = reports.recv().await {
+        if let Err(err) = outcome {
+            shutdown.cancel();
+            first_error.get_or_insert(err);
+        }
+    }
+    for thread in threads {
+        // Each has reported: it is returning.
+        let _ = thread.join();
+    }
+    first_error.map_or(Ok(()), Err)
 }
 
 /// Resolves when SIGTERM or SIGINT arrives (Kubernetes sends SIGTERM to start a graceful

@@ -69,6 +69,11 @@ struct Flags {
     /// peer configured without tickets.
     #[arg(long, value_name = "N")]
     tls13_tickets: Option<usize>,
+    /// Threads serving connections, each with its own `SO_REUSEPORT` listener and
+    /// single-threaded runtime (default: the CPUs this process may run on). Certificate
+    /// reloading, signals and metrics run on one more thread.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
+    workers: Option<u16>,
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -80,7 +85,12 @@ enum ClientAuthFlag {
 fn main() -> std::process::ExitCode {
     let flags = Flags::parse();
     serve::init_tracing();
-    let runtime = match tokio::runtime::Runtime::new() {
+    // The control runtime: reloading, signals, metrics, the demo. Connections are served on
+    // `--workers` threads of their own (`serve::serve_https_per_thread`).
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(runtime) => runtime,
         Err(err) => {
             eprintln!("https-server: cannot start the runtime: {err}");
@@ -132,19 +142,23 @@ async fn run(mut flags: Flags) -> anyhow::Result<()> {
         ));
     }
 
-    let listener = TcpListener::bind(flags.listen)
-        .await
+    let workers = flags.workers.map_or_else(
+        || std::thread::available_parallelism().map_or(1, usize::from),
+        usize::from,
+    );
+    let listeners = serve::reuseport_listeners(flags.listen, workers)
         .with_context(|| format!("cannot listen on {}", flags.listen))?;
-    let addr = listener.local_addr()?;
+    let addr = listeners[0].local_addr()?;
     println!("listening on {addr}");
+    let server = serve::serve_https_per_thread(listeners, tls, handle, shutdown.clone());
     if let Some(demo) = demo {
-        let server = tokio::spawn(serve::serve_https(listener, tls, handle, shutdown.clone()));
+        let server = tokio::spawn(server);
         let outcome = demo.rotate_and_verify(addr, flags.demo_rotations).await;
         shutdown.cancel();
         server.await??;
         return outcome;
     }
-    serve::serve_https(listener, tls, handle, shutdown).await?;
+    server.await?;
     Ok(())
 }
 
