@@ -5,6 +5,7 @@
 
 pub mod demo;
 pub mod load;
+pub mod provider;
 pub mod recovery;
 pub mod serve;
 pub mod sync_load;

@@ -169,6 +169,7 @@ async fn serving_set(
     let (cert, key) = cert_and_key(flags)?;
     let mut builder = ServingSet::builder(CertKeyPaths::new(cert, key))
         .name("https-server")
+        .crypto_provider(Arc::new(examples::provider::aws_lc_rs_keyed_once()))
         .resync_interval(
             (flags.resync_secs > 0).then(|| std::time::Duration::from_secs(flags.resync_secs)),
         )
@@ -227,7 +228,7 @@ fn static_acceptor(flags: &Flags) -> anyhow::Result<tokio_rustls::TlsAcceptor> {
         .with_context(|| format!("cannot read certificates from {}", cert_path.display()))?;
     let key = PrivateKeyDer::from_pem_file(key_path)
         .with_context(|| format!("cannot read the private key from {}", key_path.display()))?;
-    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let provider = Arc::new(examples::provider::aws_lc_rs_keyed_once());
     let builder = rustls::ServerConfig::builder_with_provider(Arc::clone(&provider))
         .with_protocol_versions(rustls::ALL_VERSIONS)?;
     let builder = match &flags.client_ca {
