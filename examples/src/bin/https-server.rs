@@ -20,6 +20,11 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+// About 135 allocations per connection (rustls messages and buffers, hyper, the task): mimalloc's
+// thread-local free lists serve them in fewer instructions than glibc's arenas.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// A hot-reloading HTTPS server built on reload-lib.
 #[derive(Debug, Parser)]
 #[command(version)]
