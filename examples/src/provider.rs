@@ -25,9 +25,10 @@ pub fn aws_lc_rs_keyed_once() -> CryptoProvider {
     let mut provider = rustls::crypto::aws_lc_rs::default_provider();
     for suite in &mut provider.cipher_suites {
         if let SupportedCipherSuite::Tls13(stock) = suite {
-            if let Some(mine) = tls13_suites().iter().find(|mine| {
-                mine.common.suite == stock.common.suite
-            }) {
+            if let Some(mine) = tls13_suites()
+                .iter()
+                .find(|mine| mine.common.suite == stock.common.suite)
+            {
                 *suite = SupportedCipherSuite::Tls13(mine);
             }
         }
@@ -134,15 +135,25 @@ mod tests {
             else {
                 continue;
             };
-            assert!(!std::ptr::eq(stock, *mine), "{:?} not replaced", stock.common.suite);
+            assert!(
+                !std::ptr::eq(stock, *mine),
+                "{:?} not replaced",
+                stock.common.suite
+            );
             let (a, b): (&dyn Hkdf, &dyn Hkdf) = (stock.hkdf_provider, mine.hkdf_provider);
             let salt = b"a salt of some length".as_slice();
             let secret = [7u8; 48];
             let info: [&[u8]; 3] = [b"\x00\x30", b"\x0dtls13 c hs traffic", b"\x20transcript"];
             for (x, y) in [
                 (a.extract_from_zero_ikm(None), b.extract_from_zero_ikm(None)),
-                (a.extract_from_zero_ikm(Some(salt)), b.extract_from_zero_ikm(Some(salt))),
-                (a.extract_from_secret(None, &secret), b.extract_from_secret(None, &secret)),
+                (
+                    a.extract_from_zero_ikm(Some(salt)),
+                    b.extract_from_zero_ikm(Some(salt)),
+                ),
+                (
+                    a.extract_from_secret(None, &secret),
+                    b.extract_from_secret(None, &secret),
+                ),
                 (
                     a.extract_from_secret(Some(salt), &secret),
                     b.extract_from_secret(Some(salt), &secret),

@@ -20,6 +20,8 @@ use rustls_pki_types::CertificateDer;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use crate::coalesce;
+
 /// The response body type of every handler: boxed, so streaming (watch) and full bodies mix.
 pub type Body = http_body_util::combinators::BoxBody<Bytes, std::io::Error>;
 
@@ -72,13 +74,13 @@ impl From<reload_lib::Acceptor> for Tls {
 }
 
 impl Tls {
-    async fn accept(
-        &self,
-        tcp: tokio::net::TcpStream,
-    ) -> std::io::Result<tokio_rustls::server::TlsStream<tokio::net::TcpStream>> {
+    async fn accept<IO>(&self, io: IO) -> std::io::Result<tokio_rustls::server::TlsStream<IO>>
+    where
+        IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    {
         match self {
-            Tls::Reloading(acceptor) => acceptor.accept(tcp).await,
-            Tls::Static(acceptor) => acceptor.accept(tcp).await,
+            Tls::Reloading(acceptor) => acceptor.accept(io).await,
+            Tls::Static(acceptor) => acceptor.accept(io).await,
         }
     }
 }
@@ -111,39 +113,16 @@ where
             () = shutdown.cancelled() => break,
         };
         let _ = tcp.set_nodelay(true);
+        // What TLS and HTTP write during one poll of the task leaves in one send, the last
+        // bytes with the FIN (see `coalesce`).
+        let (tcp, send) = coalesce::coalesced(tcp);
         let acceptor = acceptor.clone();
         let handler = handler.clone();
         let watcher = graceful.watcher();
         tokio::spawn(async move {
-            let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-                Ok(Ok(tls)) => tls,
-                Ok(Err(err)) => {
-                    tracing::debug!(%remote, error = %err, "TLS handshake failed");
-                    return;
-                }
-                Err(_) => {
-                    tracing::debug!(%remote, "TLS handshake timed out");
-                    return;
-                }
-            };
-            let (_, conn) = tls.get_ref();
-            let info = Arc::new(ConnInfo {
-                remote,
-                server_name: conn.server_name().map(str::to_owned),
-                peer_certs: conn
-                    .peer_certificates()
-                    .map(|certs| certs.iter().map(|c| c.clone().into_owned()).collect())
-                    .unwrap_or_default(),
-            });
-            let service = hyper::service::service_fn(move |request| {
-                let response = handler(Arc::clone(&info), request);
-                async move { Ok::<_, Infallible>(response.await) }
-            });
-            let builder = auto::Builder::new(TokioExecutor::new());
-            let connection = builder.serve_connection_with_upgrades(TokioIo::new(tls), service);
-            if let Err(err) = watcher.watch(connection.into_owned()).await {
-                tracing::debug!(%remote, error = %err, "connection ended with an error");
-            }
+            let connection =
+                std::pin::pin!(serve_connection(tcp, remote, acceptor, handler, watcher));
+            send.wrap(connection).await
         });
     }
     drop(listener);
@@ -254,6 +233,49 @@ where
         let _ = thread.join();
     }
     first_error.map_or(Ok(()), Err)
+}
+
+/// One connection: the TLS handshake (within [`HANDSHAKE_TIMEOUT`]), then HTTP/1.1 or HTTP/2
+/// until the client or a graceful shutdown ends it.
+async fn serve_connection<H, Fut>(
+    tcp: coalesce::CoalescedStream,
+    remote: SocketAddr,
+    acceptor: Tls,
+    handler: H,
+    watcher: hyper_util::server::graceful::Watcher,
+) where
+    H: Fn(Arc<ConnInfo>, http::Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = http::Response<Body>> + Send + 'static,
+{
+    let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+        Ok(Ok(tls)) => tls,
+        Ok(Err(err)) => {
+            tracing::debug!(%remote, error = %err, "TLS handshake failed");
+            return;
+        }
+        Err(_) => {
+            tracing::debug!(%remote, "TLS handshake timed out");
+            return;
+        }
+    };
+    let (_, conn) = tls.get_ref();
+    let info = Arc::new(ConnInfo {
+        remote,
+        server_name: conn.server_name().map(str::to_owned),
+        peer_certs: conn
+            .peer_certificates()
+            .map(|certs| certs.iter().map(|c| c.clone().into_owned()).collect())
+            .unwrap_or_default(),
+    });
+    let service = hyper::service::service_fn(move |request| {
+        let response = handler(Arc::clone(&info), request);
+        async move { Ok::<_, Infallible>(response.await) }
+    });
+    let builder = auto::Builder::new(TokioExecutor::new());
+    let connection = builder.serve_connection_with_upgrades(TokioIo::new(tls), service);
+    if let Err(err) = watcher.watch(connection.into_owned()).await {
+        tracing::debug!(%remote, error = %err, "connection ended with an error");
+    }
 }
 
 /// Resolves when SIGTERM or SIGINT arrives (Kubernetes sends SIGTERM to start a graceful
