@@ -211,8 +211,8 @@ mod tests {
     async fn pair() -> (TcpStream, TcpStream) {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let client = TcpStream::connect(listener.local_addr().unwrap());
-        let (client, (server, _)) = tokio::join!(client, listener.accept());
-        (client.unwrap(), server.unwrap())
+        let (client, accepted) = tokio::join!(client, listener.accept());
+        (client.unwrap(), accepted.unwrap().0)
     }
 
     /// Written and flushed bytes reach the peer while the task waits on something else than

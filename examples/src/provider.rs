@@ -165,7 +165,7 @@ mod tests {
                 continue;
             };
             assert!(
-                !std::ptr::eq(stock, *mine),
+                !std::ptr::eq(*stock, *mine),
                 "{:?} not replaced",
                 stock.common.suite
             );

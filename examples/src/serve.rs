@@ -99,6 +99,10 @@ where
 {
     let acceptor: Tls = acceptor.into();
     let graceful = GracefulShutdown::new();
+    // Linux copies TCP_NODELAY from a listening socket to the connections it accepts.
+    let inherits_nodelay = socket2::SockRef::from(&listener)
+        .tcp_nodelay()
+        .unwrap_or(false);
     loop {
         let (tcp, remote) = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -112,7 +116,9 @@ where
             },
             () = shutdown.cancelled() => break,
         };
-        let _ = tcp.set_nodelay(true);
+        if !inherits_nodelay {
+            let _ = tcp.set_nodelay(true);
+        }
         // What TLS and HTTP write during one poll of the task leaves in one send, the last
         // bytes with the FIN (see `coalesce`).
         let (tcp, send) = coalesce::coalesced(tcp);
@@ -158,6 +164,8 @@ pub fn reuseport_listeners(
         // the previous one are in TIME_WAIT.
         socket.set_reuseaddr(true)?;
         socket.set_reuseport(true)?;
+        // Accepted connections inherit it (Linux): no `setsockopt` per connection.
+        socket.set_nodelay(true)?;
         socket.bind(addr)?;
         let listener = socket.listen(1024)?;
         addr = listener.local_addr()?;
