@@ -33,13 +33,12 @@ use rustls::{SupportedCipherSuite, Tls13CipherSuite};
 pub fn aws_lc_rs_keyed_once() -> CryptoProvider {
     let mut provider = rustls::crypto::aws_lc_rs::default_provider();
     for suite in &mut provider.cipher_suites {
-        if let SupportedCipherSuite::Tls13(stock) = suite {
-            if let Some(mine) = tls13_suites()
+        if let SupportedCipherSuite::Tls13(stock) = suite
+            && let Some(mine) = tls13_suites()
                 .iter()
                 .find(|mine| mine.common.suite == stock.common.suite)
-            {
-                *suite = SupportedCipherSuite::Tls13(mine);
-            }
+        {
+            *suite = SupportedCipherSuite::Tls13(mine);
         }
     }
     provider
