@@ -14,7 +14,6 @@ use bytes::Bytes;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use rustls_pki_types::CertificateDer;
 use tokio::net::TcpListener;
@@ -279,9 +278,18 @@ async fn serve_connection<H, Fut>(
         let response = handler(Arc::clone(&info), request);
         async move { Ok::<_, Infallible>(response.await) }
     });
-    let builder = auto::Builder::new(TokioExecutor::new());
-    let connection = builder.serve_connection_with_upgrades(TokioIo::new(tls), service);
-    if let Err(err) = watcher.watch(connection.into_owned()).await {
+    // The protocol is the one ALPN chose (HTTP/2 over TLS needs ALPN, RFC 9113 §3.2): no
+    // sniffing of the first bytes. No protocol upgrades are served.
+    let h2 = conn.alpn_protocol() == Some(b"h2");
+    let io = TokioIo::new(tls);
+    let outcome = if h2 {
+        let builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+        watcher.watch(builder.serve_connection(io, service)).await
+    } else {
+        let builder = hyper::server::conn::http1::Builder::new();
+        watcher.watch(builder.serve_connection(io, service)).await
+    };
+    if let Err(err) = outcome {
         tracing::debug!(%remote, error = %err, "connection ended with an error");
     }
 }
