@@ -143,7 +143,9 @@ where
 /// `count` listeners on one address, bound with `SO_REUSEPORT` so the kernel spreads incoming
 /// connections over them (by a hash of the connection's addresses), each to be served by its own
 /// thread ([`serve_https_per_thread`]). Port 0 picks a free port for the first and binds the
-/// others to the same one. Linux only lets sockets of the same user join the group.
+/// others to the same one. Linux only lets sockets of the same user join the group; note that a
+/// second server of that user started on the same port joins it too instead of failing. With
+/// `count` 1 there is no group: the bind is exclusive, as `TcpListener::bind`'s.
 ///
 /// Must be called inside a tokio runtime; the listeners come back as std listeners,
 /// non-blocking, to be registered with the runtime of the thread that serves each.
@@ -162,7 +164,9 @@ pub fn reuseport_listeners(
         // As `TcpListener::bind` does: a restarted server can bind while old connections of
         // the previous one are in TIME_WAIT.
         socket.set_reuseaddr(true)?;
-        socket.set_reuseport(true)?;
+        if count > 1 {
+            socket.set_reuseport(true)?;
+        }
         // Accepted connections inherit it (Linux): no `setsockopt` per connection.
         socket.set_nodelay(true)?;
         socket.bind(addr)?;
