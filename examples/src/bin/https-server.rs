@@ -74,9 +74,9 @@ struct Flags {
     /// peer configured without tickets.
     #[arg(long, value_name = "N")]
     tls13_tickets: Option<usize>,
-    /// Threads serving connections, each with its own `SO_REUSEPORT` listener and
-    /// single-threaded runtime (default: the CPUs this process may run on). Certificate
-    /// reloading, signals and metrics run on one more thread.
+    /// Threads serving connections, each with its own listener (`SO_REUSEPORT` when more than
+    /// one) and single-threaded runtime (default: the CPUs this process may run on).
+    /// Certificate reloading, signals and metrics run on one more thread.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
     workers: Option<u16>,
 }
