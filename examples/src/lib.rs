@@ -3,8 +3,10 @@
 //! `src/bin/`. The Kubernetes-API-compatible `mini-apiserver` is its own package
 //! (`examples/mini-apiserver/`), built on [`serve`].
 
+pub mod coalesce;
 pub mod demo;
 pub mod load;
+pub mod provider;
 pub mod recovery;
 pub mod serve;
 pub mod sync_load;

@@ -1,6 +1,8 @@
 //! The HTTPS accept loop shared by the example servers: TLS through a reload-lib
 //! [`Acceptor`](reload_lib::Acceptor), HTTP/1.1 and HTTP/2 through hyper-util, a handshake
-//! timeout, and graceful shutdown.
+//! timeout, and graceful shutdown; and [`serve_https_per_thread`], the same loop on several
+//! threads, each with its own listener and single-threaded runtime (the shape of nginx's worker
+//! processes).
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -12,11 +14,12 @@ use bytes::Bytes;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use rustls_pki_types::CertificateDer;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
+
+use crate::coalesce;
 
 /// The response body type of every handler: boxed, so streaming (watch) and full bodies mix.
 pub type Body = http_body_util::combinators::BoxBody<Bytes, std::io::Error>;
@@ -70,13 +73,13 @@ impl From<reload_lib::Acceptor> for Tls {
 }
 
 impl Tls {
-    async fn accept(
-        &self,
-        tcp: tokio::net::TcpStream,
-    ) -> std::io::Result<tokio_rustls::server::TlsStream<tokio::net::TcpStream>> {
+    async fn accept<IO>(&self, io: IO) -> std::io::Result<tokio_rustls::server::TlsStream<IO>>
+    where
+        IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    {
         match self {
-            Tls::Reloading(acceptor) => acceptor.accept(tcp).await,
-            Tls::Static(acceptor) => acceptor.accept(tcp).await,
+            Tls::Reloading(acceptor) => acceptor.accept(io).await,
+            Tls::Static(acceptor) => acceptor.accept(io).await,
         }
     }
 }
@@ -95,6 +98,10 @@ where
 {
     let acceptor: Tls = acceptor.into();
     let graceful = GracefulShutdown::new();
+    // Linux copies TCP_NODELAY from a listening socket to the connections it accepts.
+    let inherits_nodelay = socket2::SockRef::from(&listener)
+        .tcp_nodelay()
+        .unwrap_or(false);
     loop {
         let (tcp, remote) = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -108,40 +115,19 @@ where
             },
             () = shutdown.cancelled() => break,
         };
-        let _ = tcp.set_nodelay(true);
+        if !inherits_nodelay {
+            let _ = tcp.set_nodelay(true);
+        }
+        // What TLS and HTTP write during one poll of the task leaves in one send, the last
+        // bytes with the FIN (see `coalesce`).
+        let (tcp, send) = coalesce::coalesced(tcp);
         let acceptor = acceptor.clone();
         let handler = handler.clone();
         let watcher = graceful.watcher();
         tokio::spawn(async move {
-            let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-                Ok(Ok(tls)) => tls,
-                Ok(Err(err)) => {
-                    tracing::debug!(%remote, error = %err, "TLS handshake failed");
-                    return;
-                }
-                Err(_) => {
-                    tracing::debug!(%remote, "TLS handshake timed out");
-                    return;
-                }
-            };
-            let (_, conn) = tls.get_ref();
-            let info = Arc::new(ConnInfo {
-                remote,
-                server_name: conn.server_name().map(str::to_owned),
-                peer_certs: conn
-                    .peer_certificates()
-                    .map(|certs| certs.iter().map(|c| c.clone().into_owned()).collect())
-                    .unwrap_or_default(),
-            });
-            let service = hyper::service::service_fn(move |request| {
-                let response = handler(Arc::clone(&info), request);
-                async move { Ok::<_, Infallible>(response.await) }
-            });
-            let builder = auto::Builder::new(TokioExecutor::new());
-            let connection = builder.serve_connection_with_upgrades(TokioIo::new(tls), service);
-            if let Err(err) = watcher.watch(connection.into_owned()).await {
-                tracing::debug!(%remote, error = %err, "connection ended with an error");
-            }
+            let connection =
+                std::pin::pin!(serve_connection(tcp, remote, acceptor, handler, watcher));
+            send.wrap(connection).await
         });
     }
     drop(listener);
@@ -152,6 +138,164 @@ where
         tracing::warn!("connections still open after the drain timeout; closing them");
     }
     Ok(())
+}
+
+/// `count` listeners on one address, bound with `SO_REUSEPORT` so the kernel spreads incoming
+/// connections over them (by a hash of the connection's addresses), each to be served by its own
+/// thread ([`serve_https_per_thread`]). Port 0 picks a free port for the first and binds the
+/// others to the same one. Linux only lets sockets of the same user join the group; note that a
+/// second server of that user started on the same port joins it too instead of failing. With
+/// `count` 1 there is no group: the bind is exclusive, as `TcpListener::bind`'s.
+///
+/// Must be called inside a tokio runtime; the listeners come back as std listeners,
+/// non-blocking, to be registered with the runtime of the thread that serves each.
+pub fn reuseport_listeners(
+    addr: SocketAddr,
+    count: usize,
+) -> std::io::Result<Vec<std::net::TcpListener>> {
+    let mut listeners: Vec<std::net::TcpListener> = Vec::with_capacity(count.max(1));
+    let mut addr = addr;
+    for _ in 0..count.max(1) {
+        let socket = if addr.is_ipv4() {
+            tokio::net::TcpSocket::new_v4()?
+        } else {
+            tokio::net::TcpSocket::new_v6()?
+        };
+        // As `TcpListener::bind` does: a restarted server can bind while old connections of
+        // the previous one are in TIME_WAIT.
+        socket.set_reuseaddr(true)?;
+        if count > 1 {
+            socket.set_reuseport(true)?;
+        }
+        // Accepted connections inherit it (Linux): no `setsockopt` per connection.
+        socket.set_nodelay(true)?;
+        socket.bind(addr)?;
+        let listener = socket.listen(1024)?;
+        addr = listener.local_addr()?;
+        listeners.push(listener.into_std()?);
+    }
+    Ok(listeners)
+}
+
+/// [`serve_https`] on every listener (see [`reuseport_listeners`]), each on a thread of its own
+/// with a current-thread runtime: a connection lives on the thread that accepted it, from the
+/// `accept` to the `close`, so no connection wakes another thread (no cross-thread task
+/// hand-off, no work stealing, no futex wake-up). Background work (certificate reloading,
+/// signals, metrics) stays on the caller's runtime.
+///
+/// Returns when every thread has drained after `shutdown`; when one thread fails (its runtime
+/// cannot start) or panics, `shutdown` is cancelled so the others drain too, and the first error
+/// is returned.
+pub async fn serve_https_per_thread<H, Fut>(
+    listeners: Vec<std::net::TcpListener>,
+    acceptor: impl Into<Tls>,
+    handler: H,
+    shutdown: CancellationToken,
+) -> std::io::Result<()>
+where
+    H: Fn(Arc<ConnInfo>, http::Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = http::Response<Body>> + Send + 'static,
+{
+    let acceptor: Tls = acceptor.into();
+    let (report, mut reports) = tokio::sync::mpsc::unbounded_channel();
+    let mut threads = Vec::with_capacity(listeners.len());
+    for (index, listener) in listeners.into_iter().enumerate() {
+        let (acceptor, handler) = (acceptor.clone(), handler.clone());
+        let (stop, report_to) = (shutdown.clone(), report.clone());
+        let thread = std::thread::Builder::new()
+            .name(format!("https-{index}"))
+            .spawn(move || {
+                let serve = move || {
+                    let runtime = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()?;
+                    runtime.block_on(async move {
+                        let listener = TcpListener::from_std(listener)?;
+                        serve_https(listener, acceptor, handler, stop).await
+                    })
+                };
+                let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(serve))
+                    .unwrap_or_else(|_| {
+                        Err(std::io::Error::other(format!(
+                            "server thread {index} panicked"
+                        )))
+                    });
+                let _ = report_to.send(outcome);
+            });
+        match thread {
+            Ok(thread) => threads.push(thread),
+            Err(err) => {
+                shutdown.cancel();
+                let _ = report.send(Err(err));
+            }
+        }
+    }
+    drop(report);
+    // Every thread reports once; the first failure stops the others.
+    let mut first_error = None;
+    while let Some(outcome) = reports.recv().await {
+        if let Err(err) = outcome {
+            shutdown.cancel();
+            first_error.get_or_insert(err);
+        }
+    }
+    for thread in threads {
+        // Each has reported: it is returning.
+        let _ = thread.join();
+    }
+    first_error.map_or(Ok(()), Err)
+}
+
+/// One connection: the TLS handshake (within [`HANDSHAKE_TIMEOUT`]), then HTTP/1.1 or HTTP/2
+/// until the client or a graceful shutdown ends it.
+async fn serve_connection<H, Fut>(
+    tcp: coalesce::CoalescedStream,
+    remote: SocketAddr,
+    acceptor: Tls,
+    handler: H,
+    watcher: hyper_util::server::graceful::Watcher,
+) where
+    H: Fn(Arc<ConnInfo>, http::Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: Future<Output = http::Response<Body>> + Send + 'static,
+{
+    let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+        Ok(Ok(tls)) => tls,
+        Ok(Err(err)) => {
+            tracing::debug!(%remote, error = %err, "TLS handshake failed");
+            return;
+        }
+        Err(_) => {
+            tracing::debug!(%remote, "TLS handshake timed out");
+            return;
+        }
+    };
+    let (_, conn) = tls.get_ref();
+    let info = Arc::new(ConnInfo {
+        remote,
+        server_name: conn.server_name().map(str::to_owned),
+        peer_certs: conn
+            .peer_certificates()
+            .map(|certs| certs.iter().map(|c| c.clone().into_owned()).collect())
+            .unwrap_or_default(),
+    });
+    let service = hyper::service::service_fn(move |request| {
+        let response = handler(Arc::clone(&info), request);
+        async move { Ok::<_, Infallible>(response.await) }
+    });
+    // The protocol is the one ALPN chose (HTTP/2 over TLS needs ALPN, RFC 9113 §3.2): no
+    // sniffing of the first bytes. No protocol upgrades are served.
+    let h2 = conn.alpn_protocol() == Some(b"h2");
+    let io = TokioIo::new(tls);
+    let outcome = if h2 {
+        let builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+        watcher.watch(builder.serve_connection(io, service)).await
+    } else {
+        let builder = hyper::server::conn::http1::Builder::new();
+        watcher.watch(builder.serve_connection(io, service)).await
+    };
+    if let Err(err) = outcome {
+        tracing::debug!(%remote, error = %err, "connection ended with an error");
+    }
 }
 
 /// Resolves when SIGTERM or SIGINT arrives (Kubernetes sends SIGTERM to start a graceful
