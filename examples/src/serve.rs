@@ -124,9 +124,11 @@ where
         let acceptor = acceptor.clone();
         let handler = handler.clone();
         let watcher = graceful.watcher();
+        let shutdown = shutdown.clone();
         tokio::spawn(async move {
-            let connection =
-                std::pin::pin!(serve_connection(tcp, remote, acceptor, handler, watcher));
+            let connection = std::pin::pin!(serve_connection(
+                tcp, remote, acceptor, handler, watcher, shutdown
+            ));
             send.wrap(connection).await
         });
     }
@@ -247,25 +249,35 @@ where
 }
 
 /// One connection: the TLS handshake (within [`HANDSHAKE_TIMEOUT`]), then HTTP/1.1 or HTTP/2
-/// until the client or a graceful shutdown ends it.
+/// until the client or a graceful shutdown ends it. A shutdown that begins during the handshake
+/// drops the connection (no request has arrived yet, so nothing is cut short), rather than
+/// holding the drain for up to the handshake timeout.
 async fn serve_connection<H, Fut>(
     tcp: coalesce::CoalescedStream,
     remote: SocketAddr,
     acceptor: Tls,
     handler: H,
     watcher: hyper_util::server::graceful::Watcher,
+    shutdown: CancellationToken,
 ) where
     H: Fn(Arc<ConnInfo>, http::Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
     Fut: Future<Output = http::Response<Body>> + Send + 'static,
 {
-    let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-        Ok(Ok(tls)) => tls,
-        Ok(Err(err)) => {
-            tracing::debug!(%remote, error = %err, "TLS handshake failed");
-            return;
-        }
-        Err(_) => {
-            tracing::debug!(%remote, "TLS handshake timed out");
+    let handshake = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp));
+    let tls = tokio::select! {
+        handshake = handshake => match handshake {
+            Ok(Ok(tls)) => tls,
+            Ok(Err(err)) => {
+                tracing::debug!(%remote, error = %err, "TLS handshake failed");
+                return;
+            }
+            Err(_) => {
+                tracing::debug!(%remote, "TLS handshake timed out");
+                return;
+            }
+        },
+        () = shutdown.cancelled() => {
+            tracing::debug!(%remote, "shutting down: connection dropped during its TLS handshake");
             return;
         }
     };

@@ -145,3 +145,39 @@ async fn metrics_are_served_and_bad_start_up_material_is_refused_with_the_file_n
         .unwrap();
     assert_eq!(output.status.code(), Some(2));
 }
+
+/// SIGTERM while a client holds a connection in its TLS handshake (connected, no ClientHello
+/// sent, as a stalled or slow client does): the server drops that connection and exits at once,
+/// instead of holding the drain until the 10 s handshake timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_during_a_stalled_handshake_exits_at_once() {
+    let ca = Ca::default();
+    let tmp = tempfile::tempdir().unwrap();
+    let (cert, key, _) = ca.localhost_leaf();
+    let cert = write(tmp.path(), "tls.crt", &cert);
+    let key = write(tmp.path(), "tls.key", &key);
+    for extra in [&[][..], &["--static"][..]] {
+        let mut command = Command::new(bin("https-server"));
+        // One serving thread: one listener, connections accepted in the order they came.
+        command
+            .args(["--listen", "127.0.0.1:0", "--cert", &cert, "--key", &key])
+            .args(["--workers", "1"])
+            .args(extra);
+        let mut server = Server::start(command);
+        let stalled = std::net::TcpStream::connect(server.addr).unwrap();
+        // A request on a later connection answered: the stalled one was accepted before it and
+        // waits in its handshake.
+        let (status, _) = https_get(server.addr, "localhost", ca.client_config(), "/")
+            .await
+            .unwrap();
+        assert_eq!(status, 200);
+        let started = std::time::Instant::now();
+        let exited = server.terminate(std::time::Duration::from_secs(5));
+        assert!(
+            exited.is_some_and(|status| status.success()),
+            "{extra:?}: not exited cleanly within 5 s of SIGTERM ({exited:?}, {:?})",
+            started.elapsed()
+        );
+        drop(stalled);
+    }
+}
