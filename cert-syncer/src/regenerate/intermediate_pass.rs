@@ -14,14 +14,14 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use kube::api::{ObjectMeta, PostParams};
 
 use super::config::ObjectRef;
 use super::decide::{self, Found};
 use super::intermediate::{self, Publication};
-use super::pass::{Pass, Report, Written};
+use super::pass::{BundleKind, BundleWrite, Pass, Report, Written, bundle_certs};
 use crate::error::{chain, is_conflict};
 use crate::kind::Kind as ObjectKind;
 use crate::pki::{self, Cert, KeyPairPem};
@@ -348,10 +348,8 @@ impl Pass<'_> {
         desired: Vec<Cert>,
         report: &mut Report,
     ) -> Result<Vec<Cert>, String> {
-        let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), &object.namespace);
-        let text = pki::bundle_pem(&desired);
+        let (mut existing, mut certs) = self.read_bundle(object).await?;
         for _ in 0..MAX_ATTEMPTS {
-            let (existing, certs) = self.read_bundle(object).await?;
             let current = existing
                 .as_ref()
                 .and_then(|m| m.data.as_ref())
@@ -362,75 +360,22 @@ impl Pass<'_> {
             {
                 return Ok(certs);
             }
-            let mut map = existing.clone().unwrap_or_else(|| ConfigMap {
-                metadata: ObjectMeta {
-                    name: Some(object.name.clone()),
-                    namespace: Some(object.namespace.clone()),
-                    ..ObjectMeta::default()
-                },
-                ..ConfigMap::default()
-            });
-            map.data
-                .get_or_insert_with(BTreeMap::new)
-                .insert("ca-bundle.crt".to_owned(), text.clone());
-            map.metadata
-                .annotations
-                .get_or_insert_with(BTreeMap::new)
-                .extend(self.declared_annotations(ObjectKind::ConfigMap, object));
-            let result = match &existing {
-                None => api.create(&PostParams::default(), &map).await,
-                Some(_) => {
-                    api.replace(&object.name, &PostParams::default(), &map)
-                        .await
+            match self
+                .write_bundle(
+                    object,
+                    existing.as_ref(),
+                    &certs,
+                    &desired,
+                    BundleKind::Union,
+                    report,
+                )
+                .await?
+            {
+                BundleWrite::Written => return Ok(desired),
+                BundleWrite::Conflict(now) => {
+                    existing = now.map(|map| *map);
+                    certs = bundle_certs(object, existing.as_ref());
                 }
-            };
-            match result {
-                Ok(written) => {
-                    self.remember(object, existing.as_ref(), &written);
-                    let added = desired
-                        .iter()
-                        .filter(|c| !certs.iter().any(|o| o.der == c.der))
-                        .count();
-                    let removed = certs
-                        .iter()
-                        .filter(|c| !desired.iter().any(|d| d.der == c.der))
-                        .count();
-                    let reason_label = match (&existing, added, removed) {
-                        (None, _, _) => "missing",
-                        (_, 0, 0) => "unparsable",
-                        (_, _, 0) => "ca-added",
-                        (_, 0, _) => "ca-removed",
-                        _ => "ca-replaced",
-                    };
-                    tracing::info!(configmap = %object, cas = desired.len(), added, removed, reason = reason_label, "union CA bundle updated");
-                    self.events
-                        .record(
-                            "CABundleUpdated",
-                            &format!("configmap/{object}"),
-                            format!(
-                                "Updated union CA bundle {object}: {} CAs ({added} added, {removed} removed)",
-                                desired.len()
-                            ),
-                            false,
-                        )
-                        .await;
-                    report.written.push(Written {
-                        kind: "bundle",
-                        object: object.clone(),
-                        reason: format!("{added} added, {removed} removed"),
-                        reason_label,
-                    });
-                    return Ok(desired);
-                }
-                Err(err) if is_conflict(&err) => {
-                    report.conflicts += 1;
-                    tracing::info!(configmap = %object, "changed since read (conflict); reading again");
-                    // Wait for the watch to bring what is there now; the loop reads it again.
-                    self.read_again(object, existing.as_ref())
-                        .await
-                        .map_err(|err| format!("after a conflict: {err}"))?;
-                }
-                Err(err) => return Err(format!("cannot write: {}", chain(&err))),
             }
         }
         Err(format!("still conflicting after {MAX_ATTEMPTS} attempts"))

@@ -659,7 +659,6 @@ impl Pass<'_> {
         in_use: &[&Cert],
         report: &mut Report,
     ) -> Result<Vec<Cert>, String> {
-        let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), &object.namespace);
         for _ in 0..MAX_ATTEMPTS {
             let mut desired = decide::bundle(&certs, signers, in_use, self.now);
             if signers.len() > 1 {
@@ -681,80 +680,145 @@ impl Pass<'_> {
             {
                 return Ok(certs);
             }
-            let mut map = existing.clone().unwrap_or_else(|| ConfigMap {
-                metadata: ObjectMeta {
-                    name: Some(object.name.clone()),
-                    namespace: Some(object.namespace.clone()),
-                    labels: Some(BTreeMap::from([(
-                        LABEL_TYPE.to_owned(),
-                        "ca-bundle".to_owned(),
-                    )])),
-                    ..ObjectMeta::default()
-                },
-                ..ConfigMap::default()
-            });
-            map.data
-                .get_or_insert_with(BTreeMap::new)
-                .insert("ca-bundle.crt".to_owned(), text);
-            map.metadata
-                .annotations
-                .get_or_insert_with(BTreeMap::new)
-                .extend(self.declared_annotations(ObjectKind::ConfigMap, object));
-            let result = match &existing {
-                None => api.create(&PostParams::default(), &map).await,
-                Some(_) => {
-                    api.replace(&object.name, &PostParams::default(), &map)
-                        .await
-                }
-            };
-            match result {
-                Ok(written) => {
-                    self.remember(object, existing.as_ref(), &written);
-                    let added = desired
-                        .iter()
-                        .filter(|c| !certs.iter().any(|o| o.der == c.der))
-                        .count();
-                    let removed = certs
-                        .iter()
-                        .filter(|c| !desired.iter().any(|d| d.der == c.der))
-                        .count();
-                    let reason_label = match (&existing, added, removed) {
-                        (None, _, _) => "missing",
-                        (_, 0, 0) => "unparsable",
-                        (_, _, 0) => "ca-added",
-                        (_, 0, _) => "ca-removed",
-                        _ => "ca-replaced",
-                    };
-                    tracing::info!(configmap = %object, cas = desired.len(), added, removed, reason = reason_label, "CA bundle updated");
-                    self.events
-                        .record(
-                            "CABundleUpdated",
-                            &format!("configmap/{object}"),
-                            format!("Updated CA bundle {object}: {} CAs ({added} added, {removed} expired or unparsable removed)", desired.len()),
-                            false,
-                        )
-                        .await;
-                    report.written.push(Written {
-                        kind: "bundle",
-                        object: object.clone(),
-                        reason: format!("{added} added, {removed} removed"),
-                        reason_label,
-                    });
-                    return Ok(desired);
-                }
-                Err(err) if is_conflict(&err) => {
-                    report.conflicts += 1;
-                    tracing::info!(configmap = %object, "changed since read (conflict); reading again");
-                    existing = self
-                        .read_again(object, existing.as_ref())
-                        .await
-                        .map_err(|err| format!("after a conflict: {err}"))?;
+            match self
+                .write_bundle(
+                    object,
+                    existing.as_ref(),
+                    &certs,
+                    &desired,
+                    BundleKind::Signers,
+                    report,
+                )
+                .await?
+            {
+                BundleWrite::Written => return Ok(desired),
+                BundleWrite::Conflict(now) => {
+                    existing = now.map(|map| *map);
                     certs = bundle_certs(object, existing.as_ref());
                 }
-                Err(err) => return Err(format!("cannot write: {}", chain(&err))),
             }
         }
         Err(format!("still conflicting after {MAX_ATTEMPTS} attempts"))
+    }
+
+    /// One write of a bundle's `ca-bundle.crt` as `desired` (created, with the ca-bundle label,
+    /// when `existing` is `None`), logged, recorded and counted with what changed against
+    /// `certs` (what `existing` held).
+    /// A 409 waits for the version that won ([`Pass::read_again`]) and returns it.
+    pub(super) async fn write_bundle(
+        &self,
+        object: &ObjectRef,
+        existing: Option<&ConfigMap>,
+        certs: &[Cert],
+        desired: &[Cert],
+        kind: BundleKind,
+        report: &mut Report,
+    ) -> Result<BundleWrite, String> {
+        let what = kind.name();
+        let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), &object.namespace);
+        let mut map = existing.cloned().unwrap_or_else(|| ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(object.name.clone()),
+                namespace: Some(object.namespace.clone()),
+                labels: match kind {
+                    BundleKind::Signers => Some(BTreeMap::from([(
+                        LABEL_TYPE.to_owned(),
+                        "ca-bundle".to_owned(),
+                    )])),
+                    BundleKind::Union => None,
+                },
+                ..ObjectMeta::default()
+            },
+            ..ConfigMap::default()
+        });
+        map.data
+            .get_or_insert_with(BTreeMap::new)
+            .insert("ca-bundle.crt".to_owned(), pki::bundle_pem(desired));
+        map.metadata
+            .annotations
+            .get_or_insert_with(BTreeMap::new)
+            .extend(self.declared_annotations(ObjectKind::ConfigMap, object));
+        let result = match existing {
+            None => api.create(&PostParams::default(), &map).await,
+            Some(_) => {
+                api.replace(&object.name, &PostParams::default(), &map)
+                    .await
+            }
+        };
+        match result {
+            Ok(written) => {
+                self.remember(object, existing, &written);
+                let added = desired
+                    .iter()
+                    .filter(|c| !certs.iter().any(|o| o.der == c.der))
+                    .count();
+                let removed = certs
+                    .iter()
+                    .filter(|c| !desired.iter().any(|d| d.der == c.der))
+                    .count();
+                let reason_label = match (existing, added, removed) {
+                    (None, _, _) => "missing",
+                    (_, 0, 0) => "unparsable",
+                    (_, _, 0) => "ca-added",
+                    (_, 0, _) => "ca-removed",
+                    _ => "ca-replaced",
+                };
+                tracing::info!(configmap = %object, cas = desired.len(), added, removed, reason = reason_label, "{what} updated");
+                self.events
+                    .record(
+                        "CABundleUpdated",
+                        &format!("configmap/{object}"),
+                        format!(
+                            "Updated {what} {object}: {} CAs ({added} added, {removed} removed)",
+                            desired.len()
+                        ),
+                        false,
+                    )
+                    .await;
+                report.written.push(Written {
+                    kind: "bundle",
+                    object: object.clone(),
+                    reason: format!("{added} added, {removed} removed"),
+                    reason_label,
+                });
+                Ok(BundleWrite::Written)
+            }
+            Err(err) if is_conflict(&err) => {
+                report.conflicts += 1;
+                tracing::info!(configmap = %object, "changed since read (conflict); reading again");
+                let now = self
+                    .read_again(object, existing)
+                    .await
+                    .map_err(|err| format!("after a conflict: {err}"))?;
+                Ok(BundleWrite::Conflict(now.map(Box::new)))
+            }
+            Err(err) => Err(format!("cannot write: {}", chain(&err))),
+        }
+    }
+}
+
+/// What one [`Pass::write_bundle`] came to.
+pub(super) enum BundleWrite {
+    Written,
+    /// Refused with 409: the bundle as it is now (what won).
+    Conflict(Option<Box<ConfigMap>>),
+}
+
+/// Which bundle [`Pass::write_bundle`] writes: one of signers (library-go's `ca-bundle` label on
+/// creation), or a union of other bundles (written as OpenShift's CSR controller writes it,
+/// without that label).
+#[derive(Clone, Copy)]
+pub(super) enum BundleKind {
+    Signers,
+    Union,
+}
+
+impl BundleKind {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Signers => "CA bundle",
+            Self::Union => "union CA bundle",
+        }
     }
 }
 
@@ -808,7 +872,7 @@ fn parse_http_date(text: &str) -> Option<i64> {
 
 /// The CAs in a bundle's `ca-bundle.crt` (none when it is absent); unparsable blocks are logged
 /// and left out (the next write drops them).
-fn bundle_certs(object: &ObjectRef, map: Option<&ConfigMap>) -> Vec<Cert> {
+pub(super) fn bundle_certs(object: &ObjectRef, map: Option<&ConfigMap>) -> Vec<Cert> {
     let text = map
         .and_then(|m| m.data.as_ref())
         .and_then(|d| d.get("ca-bundle.crt"))
