@@ -5,23 +5,10 @@
 
 mod common;
 
-use std::time::Duration;
-
 use common::*;
-use reload_lib::{InvalidMaterial, ServingSet, Status};
+use reload_lib::{InvalidMaterial, ServingSet};
 
 const ROTATIONS: u64 = 20;
-/// Generous: the machine is shared.
-const BOUND: Duration = Duration::from_secs(30);
-
-async fn wait_status(set: &ServingSet, done: impl FnMut(&Status) -> bool) -> Status {
-    let mut updates = set.subscribe();
-    tokio::time::timeout(BOUND, updates.wait_for(done))
-        .await
-        .expect("the status reached the expected state in time")
-        .expect("the set is running")
-        .clone()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pair_renamed_file_by_file_is_published_without_a_failed_reload_in_either_order() {
