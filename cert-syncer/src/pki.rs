@@ -392,16 +392,14 @@ pub fn new_signer(
     new_signer_of(KeyType::EcdsaP256, common_name, now, backdate, validity)
 }
 
-/// A new self-signed CA with a `key_type` key, valid from `now - backdate` for `validity`; CN
-/// as library-go names it: `<namespace>_<name>@<unix seconds>`.
-pub fn new_signer_of(
-    key_type: KeyType,
+/// The parameters of a CA certificate as library-go issues them (CA without a path length;
+/// keyCertSign, cRLSign, digitalSignature) named `common_name`, valid from `not_before` to
+/// `not_after` (unix seconds): for self-signed signers and intermediate CAs alike.
+pub fn ca_params(
     common_name: &str,
-    now: i64,
-    backdate: std::time::Duration,
-    validity: std::time::Duration,
-) -> Result<KeyPairPem, String> {
-    let key = key_type.generate()?;
+    not_before: i64,
+    not_after: i64,
+) -> Result<CertificateParams, String> {
     let mut params = CertificateParams::new(Vec::<String>::new()).map_err(|e| e.to_string())?;
     params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
     params.key_usages = vec![
@@ -412,8 +410,26 @@ pub fn new_signer_of(
     params
         .distinguished_name
         .push(DnType::CommonName, common_name);
-    params.not_before = at(now - backdate.as_secs() as i64)?;
-    params.not_after = at(now + validity.as_secs() as i64)?;
+    params.not_before = at(not_before)?;
+    params.not_after = at(not_after)?;
+    Ok(params)
+}
+
+/// A new self-signed CA with a `key_type` key, valid from `now - backdate` for `validity`; CN
+/// as library-go names it: `<namespace>_<name>@<unix seconds>`.
+pub fn new_signer_of(
+    key_type: KeyType,
+    common_name: &str,
+    now: i64,
+    backdate: std::time::Duration,
+    validity: std::time::Duration,
+) -> Result<KeyPairPem, String> {
+    let key = key_type.generate()?;
+    let params = ca_params(
+        common_name,
+        now - backdate.as_secs() as i64,
+        now + validity.as_secs() as i64,
+    )?;
     let cert = params.self_signed(&key).map_err(|e| e.to_string())?;
     let cert = Cert::from_der(cert.der().clone())?;
     Ok(KeyPairPem {

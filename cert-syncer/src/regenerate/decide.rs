@@ -128,22 +128,32 @@ fn lifetime_fraction_point(cert: &Cert) -> i64 {
     cert.not_after - (cert.not_after - cert.not_before) / 5
 }
 
-/// Whether the signer must be regenerated.
-pub fn signer(found: &Found, config: &Signer, mode: Mode, now: i64) -> Option<Reason> {
+/// The CA certificate `found` holds when it is usable, a CA and unexpired at `now`; otherwise
+/// why it must be regenerated (the first checks for signers and intermediate CAs alike).
+pub fn usable_ca(found: &Found, now: i64) -> Result<&Cert, Reason> {
     let pair = match found {
-        None => return Some(Reason::Missing),
-        Some(Err(why)) => return Some(Reason::Unusable(why.clone())),
+        None => return Err(Reason::Missing),
+        Some(Err(why)) => return Err(Reason::Unusable(why.clone())),
         Some(Ok(pair)) => pair,
     };
     let cert = pair.cert();
     if !cert.is_ca {
-        return Some(Reason::NotACa);
+        return Err(Reason::NotACa);
     }
     if cert.is_expired_at(now) {
-        return Some(Reason::Expired {
+        return Err(Reason::Expired {
             not_after: cert.not_after,
         });
     }
+    Ok(cert)
+}
+
+/// Whether the signer must be regenerated.
+pub fn signer(found: &Found, config: &Signer, mode: Mode, now: i64) -> Option<Reason> {
+    let cert = match usable_ca(found, now) {
+        Ok(cert) => cert,
+        Err(reason) => return Some(reason),
+    };
     if mode == Mode::ExpiredOnly {
         return None;
     }

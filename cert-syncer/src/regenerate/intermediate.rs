@@ -19,10 +19,10 @@
 
 use std::time::Duration;
 
-use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose};
+use rcgen::{Issuer, KeyPair};
 
 use super::config::Intermediate;
-use super::decide::{Found, Mode, Reason};
+use super::decide::{self, Found, Mode, Reason};
 use super::keys::KeyType;
 use crate::pki::{self, Cert, KeyPairPem};
 
@@ -39,20 +39,10 @@ pub fn decide(
     mode: Mode,
     now: i64,
 ) -> Option<Reason> {
-    let pair = match found {
-        None => return Some(Reason::Missing),
-        Some(Err(why)) => return Some(Reason::Unusable(why.clone())),
-        Some(Ok(pair)) => pair,
+    let cert = match decide::usable_ca(found, now) {
+        Ok(cert) => cert,
+        Err(reason) => return Some(reason),
     };
-    let cert = pair.cert();
-    if !cert.is_ca {
-        return Some(Reason::NotACa);
-    }
-    if cert.is_expired_at(now) {
-        return Some(Reason::Expired {
-            not_after: cert.not_after,
-        });
-    }
     let prefix = format!("{}_@", config.common_name);
     if !cert
         .common_name
@@ -175,19 +165,12 @@ pub fn generate(
     let issuer = Issuer::from_ca_cert_der(&signer.cert().der, ca_key)
         .map_err(|e| format!("signer certificate: {e}"))?;
     let key = key_type.generate()?;
-    let mut params = CertificateParams::new(Vec::<String>::new()).map_err(|e| e.to_string())?;
-    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    params.key_usages = vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::CrlSign,
-        KeyUsagePurpose::DigitalSignature,
-    ];
-    params
-        .distinguished_name
-        .push(DnType::CommonName, format!("{name}_@{now}"));
+    let mut params = pki::ca_params(
+        &format!("{name}_@{now}"),
+        now - backdate.as_secs() as i64,
+        (now + validity.as_secs() as i64).min(signer.cert().not_after),
+    )?;
     params.use_authority_key_identifier_extension = true;
-    params.not_before = at(now - backdate.as_secs() as i64)?;
-    params.not_after = at((now + validity.as_secs() as i64).min(signer.cert().not_after))?;
     let cert = params.signed_by(&key, &issuer).map_err(|e| e.to_string())?;
     let mut chain = vec![Cert::from_der(cert.der().clone())?];
     chain.extend(signer.chain.iter().cloned());
@@ -195,10 +178,6 @@ pub fn generate(
         chain,
         key_pem: key.serialize_pem(),
     })
-}
-
-fn at(unix: i64) -> Result<time::OffsetDateTime, String> {
-    time::OffsetDateTime::from_unix_timestamp(unix).map_err(|e| e.to_string())
 }
 
 #[cfg(test)]
