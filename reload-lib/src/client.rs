@@ -317,7 +317,9 @@ impl Material for ClientMaterial {
         now: i64,
     ) -> Pass<ClientSnapshot> {
         let sources = 1 + usize::from(self.identity.is_some());
-        match self.load_all(current, now) {
+        let mut reader = PassReader::new(self.max_file_size);
+        let loaded = self.load_all(&mut reader, current, now);
+        let mut pass = match loaded {
             Ok(snapshot) => {
                 // A handful of certificates: compare with what was served.
                 let was_served = |cert: &ServedCert| {
@@ -339,10 +341,13 @@ impl Material for ClientMaterial {
                     rejected: None,
                     sources_read: sources,
                     sources_parsed: sources,
+                    symlinks: Vec::new(),
                 }
             }
             Err(err) => Pass::failed(err, sources),
-        }
+        };
+        pass.symlinks = reader.into_symlinks();
+        pass
     }
 
     fn served(snapshot: &ClientSnapshot) -> Served {
@@ -353,10 +358,10 @@ impl Material for ClientMaterial {
 impl ClientMaterial {
     fn load_all(
         &mut self,
+        pass: &mut PassReader,
         current: Option<&ClientSnapshot>,
         now: i64,
     ) -> Result<Option<ClientSnapshot>> {
-        let mut pass = PassReader::new(self.max_file_size);
         let mut bytes = vec![pass.read(&self.roots)?];
         if let Some(identity) = &self.identity {
             bytes.push(pass.read(identity.cert())?);

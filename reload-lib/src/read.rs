@@ -74,9 +74,25 @@ fn read_open(mut file: std::fs::File, max_size: u64) -> std::io::Result<Vec<u8>>
     if metadata.len() > max_size {
         return Err(too_large());
     }
-    // The file may grow while it is read: never read more than the cap.
-    let mut bytes = Vec::with_capacity(metadata.len() as usize);
-    file.by_ref().take(max_size + 1).read_to_end(&mut bytes)?;
+    // One read of one byte more than the size: when exactly the size comes back, that is the
+    // whole file (a regular file's read falls short only at its end), and the second read that
+    // `read_to_end` makes to see the end (it returns 0) is saved, one system call per file.
+    // Anything else (the file grew or shrank meanwhile, a pseudo-file whose size says nothing)
+    // is read on to its end, never past the cap.
+    let size = metadata.len();
+    let mut bytes = vec![0; size as usize + 1];
+    let first = loop {
+        match file.read(&mut bytes) {
+            Err(err) if err.kind() == std::io::ErrorKind::Interrupted => {}
+            read => break read?,
+        }
+    };
+    bytes.truncate(first);
+    if first as u64 == size {
+        return Ok(bytes);
+    }
+    file.take((max_size + 1).saturating_sub(first as u64))
+        .read_to_end(&mut bytes)?;
     if bytes.len() as u64 > max_size {
         return Err(too_large());
     }
@@ -129,6 +145,29 @@ mod tests {
                 .to_string()
                 .contains("FIFO")
         );
+    }
+
+    #[test]
+    fn a_file_whose_size_says_nothing_is_read_to_its_end_and_capped() {
+        // A pseudo-file: a regular file of size 0 whose content is made as it is read.
+        let status = Path::new("/proc/self/status");
+        assert_eq!(std::fs::metadata(status).unwrap().len(), 0);
+        let bytes = read_regular(status, 1 << 20).unwrap();
+        let text = String::from_utf8(bytes).unwrap();
+        assert!(text.contains("VmRSS:"), "read whole: {} bytes", text.len());
+        assert!(
+            read_regular(status, 10)
+                .unwrap_err()
+                .to_string()
+                .contains("limit")
+        );
+        // An empty file and one of exactly the cap.
+        let dir = tempfile::tempdir().unwrap();
+        let (empty, full) = (dir.path().join("empty"), dir.path().join("full"));
+        std::fs::write(&empty, b"").unwrap();
+        std::fs::write(&full, [7u8; 64]).unwrap();
+        assert!(read_regular(&empty, 5).unwrap().is_empty());
+        assert_eq!(read_regular(&full, 64).unwrap(), [7u8; 64]);
     }
 
     #[test]

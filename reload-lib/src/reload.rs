@@ -91,6 +91,10 @@ pub(crate) struct Pass<S> {
     pub(crate) sources_read: usize,
     /// Sources whose content differed from what is served, so were parsed and checked again.
     pub(crate) sources_parsed: usize,
+    /// Files read through a symlink to a file elsewhere ([`PassReader::into_symlinks`]).
+    ///
+    /// [`PassReader::into_symlinks`]: crate::source::PassReader::into_symlinks
+    pub(crate) symlinks: Vec<std::path::PathBuf>,
 }
 
 impl<S> Pass<S> {
@@ -102,6 +106,7 @@ impl<S> Pass<S> {
             rejected: Some(err),
             sources_read,
             sources_parsed: sources_read,
+            symlinks: Vec::new(),
         }
     }
 }
@@ -243,6 +248,9 @@ where
     };
     if let Some(err) = pass.rejected {
         return Err(err);
+    }
+    if let Some(subscription) = &subscription {
+        subscription.follow(&pass.symlinks);
     }
     let first = pass
         .snapshot
@@ -413,6 +421,9 @@ impl<M: Material> Task<M> {
         if watch.finish() {
             // Reported as stuck: what it read may be long outdated.
             self.changes.mark_all();
+        }
+        if let Some(subscription) = &self.subscription {
+            subscription.follow(&pass.symlinks);
         }
         // Counted silently: a pass that changes nothing must not wake subscribers.
         self.status.send_if_modified(|status| {

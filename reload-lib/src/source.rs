@@ -83,6 +83,7 @@ impl CertKeyPaths {
 pub(crate) struct PassReader {
     generations: HashMap<PathBuf, Option<PathBuf>>,
     max_file_size: u64,
+    symlinks: Vec<PathBuf>,
 }
 
 impl Default for PassReader {
@@ -97,7 +98,16 @@ impl PassReader {
         Self {
             generations: HashMap::new(),
             max_file_size,
+            symlinks: Vec::new(),
         }
+    }
+
+    /// The files read through a symlink of their own other than the kubelet's `..data` links
+    /// (a symlink to a file elsewhere), for the watcher to follow (see
+    /// `watch::Subscription::follow`). Plain files, the usual case, cost nothing here: their
+    /// open with `O_NOFOLLOW` succeeded.
+    pub(crate) fn into_symlinks(self) -> Vec<PathBuf> {
+        self.symlinks
     }
 
     /// The bytes of the regular file at `path` (see [`crate::read`]); errors name `path` and
@@ -122,6 +132,7 @@ impl PassReader {
             return path.to_owned();
         };
         let Some(rest) = layout::through_data(&target) else {
+            self.symlinks.push(path.to_owned());
             return path.to_owned();
         };
         let generation = self

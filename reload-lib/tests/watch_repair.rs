@@ -184,6 +184,86 @@ async fn symlinked_files_whose_targets_change_elsewhere_are_seen() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_files_replaced_by_symlinks_to_another_directory_are_followed_there() {
+    init_tracing();
+    let ca = Ca::new("ca");
+    let tmp = tempfile::tempdir().unwrap();
+    let certs = tmp.path().join("certs");
+    write_pair(&certs, &ca.leaf(&["localhost"], 30));
+    let set = set_for(pair_in(&certs)).await;
+    // The plain files become links into another directory (renamed over them: the events name
+    // the files; nothing says they are links but the pass that reads them).
+    let other = tmp.path().join("other");
+    let moved = ca.leaf(&["localhost"], 30);
+    write_pair(&other, &moved);
+    swap_link(
+        other.join("tls.key").to_str().unwrap(),
+        &certs.join("tls.key"),
+    );
+    swap_link(
+        other.join("tls.crt").to_str().unwrap(),
+        &certs.join("tls.crt"),
+    );
+    wait_served(&set, &moved.serial, "files replaced by links").await;
+    // Only a watch on the other directory sees this (no resync, no event in `certs`).
+    for round in 0..3 {
+        let next = ca.leaf(&["localhost"], 30);
+        write_pair(&other, &next);
+        wait_served(
+            &set,
+            &next.serial,
+            &format!("link target rewritten, round {round}"),
+        )
+        .await;
+    }
+    // Plain files again: followed where they are.
+    let plain = ca.leaf(&["localhost"], 30);
+    let staged = tmp.path().join("staged");
+    write_pair(&staged, &plain);
+    std::fs::rename(staged.join("tls.key"), certs.join("tls.key")).unwrap();
+    std::fs::rename(staged.join("tls.crt"), certs.join("tls.crt")).unwrap();
+    wait_served(&set, &plain.serial, "links replaced by plain files").await;
+    let last = ca.leaf(&["localhost"], 30);
+    write_pair(&certs, &last);
+    wait_served(&set, &last.serial, "plain files rewritten").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_roots_file_replaced_by_a_symlink_is_followed_into_its_directory() {
+    init_tracing();
+    let tmp = tempfile::tempdir().unwrap();
+    let roots = tmp.path().join("roots.crt");
+    rename_into(&roots, Ca::new("one").cert_pem.as_bytes());
+    let client = reload_lib::ClientTls::builder(&roots)
+        .resync_interval(None)
+        .start()
+        .await
+        .unwrap();
+    let elsewhere = tmp.path().join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    let (two, three) = (Ca::new("two"), Ca::new("three"));
+    rename_into(&elsewhere.join("bundle.crt"), two.cert_pem.as_bytes());
+    swap_link(elsewhere.join("bundle.crt").to_str().unwrap(), &roots);
+    let mut rx = client.subscribe();
+    let subject = |rx: &reload_lib::Status| rx.served[0].info.subject.clone();
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        rx.wait_for(|s| subject(s).contains("two")),
+    )
+    .await
+    .expect("the roots file replaced by a link was not read")
+    .unwrap();
+    rename_into(&elsewhere.join("bundle.crt"), three.cert_pem.as_bytes());
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        rx.wait_for(|s| subject(s).contains("three")),
+    )
+    .await
+    .expect("the link's target rewritten in its own directory was not seen")
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_renamed_parent_is_watched_again_after_a_repair() {
     init_tracing();
     let ca = Ca::new("ca");

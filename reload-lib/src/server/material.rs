@@ -466,6 +466,7 @@ impl Material for ServingMaterial {
             rejected: None,
             sources_read: todo.len(),
             sources_parsed: 0,
+            symlinks: Vec::new(),
         };
         let mut accepted = Vec::new();
         let mut new_ca = None;
@@ -500,6 +501,7 @@ impl Material for ServingMaterial {
         }
         self.failing = failing;
         self.rejected_mid_write &= pass.rejected.is_some();
+        pass.symlinks = reader.into_symlinks();
         if (current.is_none() && pass.rejected.is_some())
             || (accepted.is_empty() && new_ca.is_none())
         {

@@ -49,6 +49,14 @@ fn mask() -> WatchMask {
         | WatchMask::ONLYDIR
 }
 
+/// The reader's buffer: a read returns as many queued events as fit.
+const READ_BUFFER: usize = 64 * 1024;
+
+/// Fewer events than this in one read left room in [`READ_BUFFER`] for one more of the largest
+/// (`struct inotify_event`, 16 bytes, plus a name of up to `NAME_MAX` = 255 bytes and its NUL):
+/// the kernel returned them all.
+const EVENTS_SURELY_SHORT: usize = READ_BUFFER / (16 + 256) - 1;
+
 /// How many times arming retries when a path component appears while it arms (`mkdir -p`).
 const ARM_ATTEMPTS: usize = 16;
 
@@ -105,6 +113,10 @@ struct DirWatch {
     triggers: BTreeSet<PathBuf>,
     /// (target file, file of interest) pairs registered in `aliases`.
     aliases: BTreeSet<(PathBuf, PathBuf)>,
+    /// Files of interest (`dir/name`) that were symlinks when the directory was armed, other
+    /// than the kubelet's `..data` links: an event naming one of them re-arms the directory (the
+    /// link may point elsewhere now).
+    symlinked: BTreeSet<PathBuf>,
 }
 
 #[derive(Debug, Default)]
@@ -227,6 +239,34 @@ impl Watcher {
         }
     }
 
+    /// A pass read `files` through symlinks of their own: the directories of those not armed as
+    /// symlinked (a plain file replaced by a link) are re-armed and their subscribers woken to
+    /// read them again, so a change of the link's target between that pass and the new watch is
+    /// not missed.
+    pub(super) fn follow(&self, files: &[PathBuf]) {
+        let mut state = self.lock();
+        for file in files {
+            let file = super::watch_path(file);
+            let Some(dir) = file.parent() else {
+                continue;
+            };
+            if state
+                .dirs
+                .get(dir)
+                .is_some_and(|watch| !watch.symlinked.contains(&file))
+            {
+                tracing::debug!(file = %file.display(), "file became a symlink; re-arming its directory");
+                state.repair(dir);
+                state.wake_for(dir, None);
+            }
+        }
+        let woken = std::mem::take(&mut state.to_wake);
+        drop(state);
+        for changes in woken {
+            changes.wake();
+        }
+    }
+
     pub(super) fn watch_count(&self) -> usize {
         self.lock().by_wd.len()
     }
@@ -253,7 +293,7 @@ impl Watcher {
             Ok(inotify) => inotify,
             Err(err) => return self.stop_watching(&err),
         };
-        let mut buffer = vec![0u8; 64 * 1024];
+        let mut buffer = vec![0u8; READ_BUFFER];
         loop {
             let mut ready = match inotify.readable_mut().await {
                 Ok(ready) => ready,
@@ -262,11 +302,20 @@ impl Watcher {
             loop {
                 let read = ready.try_io(|inotify| {
                     let events = inotify.get_mut().read_events(&mut buffer)?;
-                    self.handle_events(events);
-                    Ok(())
+                    Ok(self.handle_events(events))
                 });
                 match read {
-                    Ok(Ok(())) => {}
+                    // Room was left for one more event of any size: the kernel stopped because
+                    // the queue was empty, so the read that would say so (`EAGAIN`) is skipped.
+                    // Clearing the readiness here loses nothing: this thread is the runtime's
+                    // only worker, so its epoll has not been polled since the readiness was
+                    // seen, and an event queued after this read makes the next poll report
+                    // the descriptor again (edge-triggered: one report per event queued).
+                    Ok(Ok(handled)) if handled < EVENTS_SURELY_SHORT => {
+                        ready.clear_ready();
+                        break;
+                    }
+                    Ok(Ok(_)) => {}
                     Ok(Err(err)) if err.kind() == io::ErrorKind::Interrupted => {}
                     Ok(Err(err)) => return self.stop_watching(&err),
                     // The queue is empty (and the readiness cleared): wake everyone marked.
@@ -280,10 +329,12 @@ impl Watcher {
         }
     }
 
-    /// Marks what one read's events name.
-    fn handle_events(&self, events: inotify::Events<'_>) {
+    /// Marks what one read's events name; returns how many there were.
+    fn handle_events(&self, events: inotify::Events<'_>) -> usize {
         let mut state = self.lock();
+        let mut handled = 0;
         for event in events {
+            handled += 1;
             if event.mask.contains(EventMask::Q_OVERFLOW) {
                 OVERFLOWS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 tracing::warn!(
@@ -300,6 +351,7 @@ impl Watcher {
             }
             state.handle(&event.wd, event.mask, event.name);
         }
+        handled
     }
 
     /// Without the reader nothing would ever wake: every reloader polls from now on.
@@ -404,6 +456,7 @@ impl State {
             if layout::through_data(&link).is_some() {
                 continue;
             }
+            watch.symlinked.insert(file.clone());
             let Ok(target) = std::fs::canonicalize(&file) else {
                 continue;
             };

@@ -58,6 +58,16 @@ impl Subscription {
     pub(crate) fn repair(&self) {
         self.watcher.repair(self.id);
     }
+
+    /// Files a pass read through a symlink of their own (to a file elsewhere): the directory of
+    /// each one the watcher does not yet know as symlinked is armed again, so the directory the
+    /// link points into is watched as well, and read again. The watcher itself never `lstat`s a
+    /// file to learn this: every rotation would pay a system call for the rare symlinked file.
+    pub(crate) fn follow(&self, symlinked: &[std::path::PathBuf]) {
+        if !symlinked.is_empty() {
+            self.watcher.follow(symlinked);
+        }
+    }
 }
 
 impl Drop for Subscription {

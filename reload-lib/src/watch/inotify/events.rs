@@ -10,18 +10,15 @@ use std::sync::Arc;
 
 use inotify::{EventMask, WatchDescriptor};
 
-use super::{Notable, State, is_symlink};
+use super::{Notable, State};
 use crate::layout;
 
 impl State {
     pub(super) fn handle(&mut self, wd: &WatchDescriptor, mask: EventMask, name: Option<&OsStr>) {
-        let Some(paths) = self.by_wd.get(wd).cloned() else {
-            return;
-        };
         let gone =
             mask.intersects(EventMask::IGNORED | EventMask::DELETE_SELF | EventMask::MOVE_SELF);
         // Most events of a rotation name the writer's temporary file: one lookup, no path
-        // built, hashed or allocated for them.
+        // built, hashed, copied or allocated for them.
         if !gone
             && let Some(name) = name
             && !layout::is_internal(name)
@@ -29,6 +26,9 @@ impl State {
         {
             return;
         }
+        let Some(paths) = self.by_wd.get(wd).cloned() else {
+            return;
+        };
         if mask.contains(EventMask::IGNORED) {
             // The kernel dropped the watch: no path holds it any more.
             self.by_wd.remove(wd);
@@ -61,12 +61,13 @@ impl State {
                         self.wake_file(&file);
                     }
                 }
-                // A symlinked file of interest changed: where it points may have changed too.
+                // A symlinked file of interest changed: where it points may have changed too. A
+                // plain file that became a symlink is reported by the pass that reads it
+                // (`Watcher::follow`), without a system call here for every rotation's event.
                 if self
                     .dirs
                     .get(path)
-                    .is_some_and(|w| w.aliases.iter().any(|(_, file)| *file == entry))
-                    || (self.is_file_of_interest(path, name) && is_symlink(&entry))
+                    .is_some_and(|w| w.symlinked.contains(&entry))
                 {
                     repair.insert(path.clone());
                 }
@@ -82,7 +83,7 @@ impl State {
     /// Marks the subscribers of `dir` that care about `name` (woken once the queue is drained).
     /// Names starting with `..` are the kubelet's `..data` machinery and concern every file of
     /// the directory that resolves through them; `None` means the directory itself.
-    fn wake_for(&mut self, dir: &Path, name: Option<&OsStr>) {
+    pub(super) fn wake_for(&mut self, dir: &Path, name: Option<&OsStr>) {
         let dotted = name.is_some_and(layout::is_internal);
         for subscriber in self.subscribers.values() {
             let Some(names) = subscriber.dirs.get(dir) else {
@@ -134,16 +135,6 @@ impl State {
             notable
         });
         notable.all || notable.names.contains(name)
-    }
-
-    /// Whether some subscriber reads `dir/name`. Asked before anything costs a system call:
-    /// most events name files nobody reads (a writer's temporary file, its `MODIFY`s).
-    fn is_file_of_interest(&self, dir: &Path, name: &OsStr) -> bool {
-        self.dirs.contains_key(dir)
-            && self
-                .subscribers
-                .values()
-                .any(|s| s.dirs.get(dir).is_some_and(|names| names.contains(name)))
     }
 
     /// Wakes the subscribers of the file of interest `file` (`dir/name`).
