@@ -261,11 +261,7 @@ impl Watcher {
                 state.wake_for(dir, None);
             }
         }
-        let woken = std::mem::take(&mut state.to_wake);
-        drop(state);
-        for changes in woken {
-            changes.wake();
-        }
+        wake_marked(state);
     }
 
     pub(super) fn watch_count(&self) -> usize {
@@ -323,10 +319,7 @@ impl Watcher {
                     Err(_would_block) => break,
                 }
             }
-            let woken = std::mem::take(&mut self.lock().to_wake);
-            for changes in woken {
-                changes.wake();
-            }
+            wake_marked(self.lock());
         }
     }
 
@@ -569,6 +562,16 @@ impl State {
                 }
             }
         }
+    }
+}
+
+/// Wakes the subscribers marked so far, after letting go of the lock (a woken reloader may be on
+/// another thread and take it).
+fn wake_marked(mut state: MutexGuard<'_, State>) {
+    let woken = std::mem::take(&mut state.to_wake);
+    drop(state);
+    for changes in woken {
+        changes.wake();
     }
 }
 
