@@ -93,6 +93,34 @@ fn tls_load_counts_handshakes_resumptions_failures_and_serials() {
     let suite = &json["negotiated"]["cipher_suite"]["TLS13_AES_128_GCM_SHA256"];
     assert_eq!(suite, 5, "{json}");
 
+    // --rate paces the attempts: 20 per second for 1 s starts the 20 slots due before the
+    // deadline (0, 50, ..., 950 ms) and no more, however fast the server; back to back, 4
+    // workers would make hundreds. Sleeping never ends early, so the run lasts past the last
+    // slot.
+    let (code, json, stderr) = tls_load(&[
+        "--connect",
+        &addr,
+        "--server-name",
+        "localhost",
+        "--ca",
+        ca_path,
+        "--json",
+        "--no-resume",
+        "--concurrency",
+        "4",
+        "--duration",
+        "1",
+        "--rate",
+        "20",
+    ]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let handshakes = json["handshakes"].as_u64().unwrap();
+    assert!((1..=20).contains(&handshakes), "{json}");
+    assert!(json["duration_secs"].as_f64().unwrap() >= 0.9, "{json}");
+    let (code, _, stderr) = tls_load(&[&common[..], &["--rate", "0"]].concat());
+    assert_eq!(code, Some(2));
+    assert!(stderr.contains("--rate"), "{stderr}");
+
     // With resumption, one worker: only the first handshake is full.
     let (code, json, _) =
         tls_load(&[&common[..], &["--requests", "10", "--concurrency", "1"]].concat());

@@ -65,6 +65,11 @@ struct Flags {
     /// --duration.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     requests: Option<u64>,
+    /// Start this many attempts per second in total, evenly spaced (fractions allowed), instead
+    /// of each worker starting its next one as soon as the last ends. --concurrency still caps the
+    /// attempts in flight; if the server cannot keep up, the reported rate falls short of this.
+    #[arg(long, value_name = "PER_SEC", value_parser = parse_rate)]
+    rate: Option<f64>,
     /// Disable session resumption: every handshake is a full one.
     #[arg(long)]
     no_resume: bool,
@@ -99,6 +104,16 @@ fn parse_secs(text: &str) -> Result<Duration, String> {
         ));
     }
     Ok(Duration::from_secs_f64(secs))
+}
+
+/// Parses `--rate`: a positive, finite number of attempts per second.
+fn parse_rate(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(rate) if rate.is_finite() && rate > 0.0 && rate <= 10_000_000.0 => Ok(rate),
+        _ => Err(format!(
+            "must be a number above 0 and at most 10000000, got {text}"
+        )),
+    }
 }
 
 /// One of the aws-lc-rs provider's key exchange groups, by its rustls name.
@@ -143,6 +158,7 @@ fn settings(flags: &Flags) -> anyhow::Result<Settings> {
     Ok(settings
         .requests(flags.requests)
         .timeout(Duration::from_millis(flags.timeout_ms))
+        .rate(flags.rate)
         .observer(observer))
 }
 

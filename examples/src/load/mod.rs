@@ -33,12 +33,16 @@ pub async fn run(settings: Arc<Settings>) -> anyhow::Result<Summary> {
     let started = Instant::now();
     let deadline = started + settings.duration;
     let budget = Arc::new(AtomicU64::new(settings.requests.unwrap_or(u64::MAX)));
+    let pacer = settings
+        .rate
+        .map(|rate| Arc::new(worker::Pacer::new(started, rate)));
     let workers: Vec<_> = (0..settings.concurrency)
         .map(|_| {
             tokio::spawn(worker::worker(
                 Arc::clone(&settings),
                 deadline,
                 Arc::clone(&budget),
+                pacer.clone(),
             ))
         })
         .collect();

@@ -23,6 +23,9 @@ pub struct Settings {
     pub(super) duration: Duration,
     pub(super) requests: Option<u64>,
     pub(super) timeout: Duration,
+    /// Attempts started per second across all workers; `None`: each worker starts its next
+    /// attempt as soon as the last one ends (closed loop).
+    pub(super) rate: Option<f64>,
     /// Where the config's verifier and session store count signature schemes and tickets.
     pub(super) observer: Option<Arc<Observer>>,
 }
@@ -56,6 +59,7 @@ impl Settings {
             duration,
             requests: None,
             timeout: Duration::from_secs(5),
+            rate: None,
             observer: None,
         })
     }
@@ -81,6 +85,18 @@ impl Settings {
     #[must_use]
     pub fn timeout(mut self, timeout: Duration) -> Settings {
         self.timeout = timeout;
+        self
+    }
+
+    /// Starts `rate` attempts per second in total, evenly spaced, instead of each worker starting
+    /// its next attempt at once (`None`, the default). The workers still bound the attempts in
+    /// flight: a server that cannot keep up falls behind the schedule, and the summary's rate
+    /// shows it. Two servers measured at one rate do the same work per second, so their CPU
+    /// per handshake compares like with like (a busier server batches more wake-ups).
+    /// Rates that are not finite and above zero are ignored.
+    #[must_use]
+    pub fn rate(mut self, rate: Option<f64>) -> Settings {
+        self.rate = rate.filter(|r| r.is_finite() && *r > 0.0);
         self
     }
 }

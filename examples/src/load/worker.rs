@@ -16,16 +16,27 @@ use super::report::Tally;
 use super::seen::{Negotiated, Seen};
 use super::settings::Settings;
 
-/// Attempts back to back until the deadline passes or the shared budget runs out. An attempt in
-/// flight at the deadline completes (bounded by the timeout): cutting it would report a failure
-/// the server did not cause.
+/// Attempts back to back (or on the `pacer`'s schedule) until the deadline passes or the shared
+/// budget runs out. An attempt in flight at the deadline completes (bounded by the timeout):
+/// cutting it would report a failure the server did not cause.
 pub(super) async fn worker(
     settings: Arc<Settings>,
     deadline: Instant,
     budget: Arc<AtomicU64>,
+    pacer: Option<Arc<Pacer>>,
 ) -> Tally {
     let mut tally = Tally::default();
-    while Instant::now() < deadline && take(&budget) {
+    loop {
+        if let Some(pacer) = &pacer {
+            let start_at = pacer.next_start();
+            if start_at >= deadline {
+                break;
+            }
+            tokio::time::sleep_until(start_at).await;
+        }
+        if Instant::now() >= deadline || !take(&budget) {
+            break;
+        }
         match tokio::time::timeout(settings.timeout, attempt(&settings)).await {
             Ok(Ok(seen)) => tally.record(seen),
             Ok(Err(reason)) => tally.fail(reason),
@@ -33,6 +44,33 @@ pub(super) async fn worker(
         }
     }
     tally
+}
+
+/// The schedule of a fixed-rate run: attempt `k` (counted over all workers) starts at
+/// `started + k / rate`. A worker takes the next slot when it is free, so when every worker is
+/// busy past a slot, that attempt starts late rather than being skipped.
+pub(super) struct Pacer {
+    started: Instant,
+    rate: f64,
+    next_slot: AtomicU64,
+}
+
+impl Pacer {
+    pub(super) fn new(started: Instant, rate: f64) -> Pacer {
+        Pacer {
+            started,
+            rate,
+            next_slot: AtomicU64::new(0),
+        }
+    }
+
+    /// When the next unclaimed attempt is due (claiming it).
+    fn next_start(&self) -> Instant {
+        let slot = self.next_slot.fetch_add(1, Ordering::Relaxed);
+        // Exact up to 2^53 attempts.
+        let offset = Duration::from_secs_f64(slot as f64 / self.rate);
+        self.started + offset
+    }
 }
 
 /// Claims one attempt from the budget shared by all workers, so `--requests` is exact.
