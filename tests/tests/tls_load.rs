@@ -97,14 +97,8 @@ fn tls_load_counts_handshakes_resumptions_failures_and_serials() {
     // deadline (0, 50, ..., 950 ms) and no more, however fast the server; back to back, 4
     // workers would make hundreds. Sleeping never ends early, so the run lasts past the last
     // slot.
-    let (code, json, stderr) = tls_load(&[
-        "--connect",
-        &addr,
-        "--server-name",
-        "localhost",
-        "--ca",
-        ca_path,
-        "--json",
+    let (without_duration, _) = common.split_at(common.len() - 2);
+    let paced = [
         "--no-resume",
         "--concurrency",
         "4",
@@ -112,7 +106,8 @@ fn tls_load_counts_handshakes_resumptions_failures_and_serials() {
         "1",
         "--rate",
         "20",
-    ]);
+    ];
+    let (code, json, stderr) = tls_load(&[without_duration, &paced].concat());
     assert_eq!(code, Some(0), "{stderr}");
     let handshakes = json["handshakes"].as_u64().unwrap();
     assert!((1..=20).contains(&handshakes), "{json}");
