@@ -21,10 +21,10 @@ use kube::api::{ObjectMeta, PostParams};
 use super::config::ObjectRef;
 use super::decide::{self, Found};
 use super::intermediate::{self, Publication};
-use super::pass::{BundleKind, BundleWrite, Pass, Report, Written, bundle_certs};
+use super::pass::{BundleKind, Pass, Report, Written};
 use crate::error::{chain, is_conflict};
 use crate::kind::Kind as ObjectKind;
-use crate::pki::{self, Cert, KeyPairPem};
+use crate::pki::{Cert, KeyPairPem};
 
 /// Attempts per object when writes conflict (as `pass`).
 pub(super) const MAX_ATTEMPTS: usize = 5;
@@ -348,37 +348,10 @@ impl Pass<'_> {
         desired: Vec<Cert>,
         report: &mut Report,
     ) -> Result<Vec<Cert>, String> {
-        let (mut existing, mut certs) = self.read_bundle(object).await?;
-        for _ in 0..MAX_ATTEMPTS {
-            let current = existing
-                .as_ref()
-                .and_then(|m| m.data.as_ref())
-                .and_then(|d| d.get("ca-bundle.crt"));
-            if let Some(current) = current
-                && decide::same_set(&certs, &desired)
-                && pki::parse_bundle(current.as_bytes()).1.is_empty()
-            {
-                return Ok(certs);
-            }
-            match self
-                .write_bundle(
-                    object,
-                    existing.as_ref(),
-                    &certs,
-                    &desired,
-                    BundleKind::Union,
-                    report,
-                )
-                .await?
-            {
-                BundleWrite::Written => return Ok(desired),
-                BundleWrite::Conflict(now) => {
-                    existing = now.map(|map| *map);
-                    certs = bundle_certs(object, existing.as_ref());
-                }
-            }
-        }
-        Err(format!("still conflicting after {MAX_ATTEMPTS} attempts"))
+        let (existing, certs) = self.read_bundle(object).await?;
+        let desired = |_: &[Cert]| desired.clone();
+        self.converge_bundle(object, existing, certs, BundleKind::Union, desired, report)
+            .await
     }
 
     /// Publishes `source` (the CA alone in `tls.crt`, its key) at `object` when

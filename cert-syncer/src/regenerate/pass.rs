@@ -653,23 +653,48 @@ impl Pass<'_> {
     pub(super) async fn ensure_bundle(
         &self,
         object: &ObjectRef,
-        mut existing: Option<ConfigMap>,
-        mut certs: Vec<Cert>,
+        existing: Option<ConfigMap>,
+        certs: Vec<Cert>,
         signers: &[&Cert],
         in_use: &[&Cert],
         report: &mut Report,
     ) -> Result<Vec<Cert>, String> {
-        for _ in 0..MAX_ATTEMPTS {
-            let mut desired = decide::bundle(&certs, signers, in_use, self.now);
+        let desired = |certs: &[Cert]| {
+            let mut desired = decide::bundle(certs, signers, in_use, self.now);
             if signers.len() > 1 {
                 decide::order_by_signer(&mut desired, signers);
             }
-            let text = pki::bundle_pem(&desired);
+            desired
+        };
+        self.converge_bundle(
+            object,
+            existing,
+            certs,
+            BundleKind::Signers,
+            desired,
+            report,
+        )
+        .await
+    }
+
+    /// Writes the bundle at `object` (`existing`, holding `certs`) until it holds the set
+    /// `desired` makes of what it holds, re-reading after each conflict; returns what is stored.
+    pub(super) async fn converge_bundle(
+        &self,
+        object: &ObjectRef,
+        mut existing: Option<ConfigMap>,
+        mut certs: Vec<Cert>,
+        kind: BundleKind,
+        desired: impl Fn(&[Cert]) -> Vec<Cert>,
+        report: &mut Report,
+    ) -> Result<Vec<Cert>, String> {
+        for _ in 0..MAX_ATTEMPTS {
+            let desired = desired(&certs);
             let current = existing
                 .as_ref()
                 .and_then(|m| m.data.as_ref())
                 .and_then(|d| d.get("ca-bundle.crt"));
-            if current == Some(&text) {
+            if current == Some(&pki::bundle_pem(&desired)) {
                 return Ok(desired);
             }
             // The right set in another order is kept as it is: OpenShift's operator sorts by
@@ -681,14 +706,7 @@ impl Pass<'_> {
                 return Ok(certs);
             }
             match self
-                .write_bundle(
-                    object,
-                    existing.as_ref(),
-                    &certs,
-                    &desired,
-                    BundleKind::Signers,
-                    report,
-                )
+                .write_bundle(object, existing.as_ref(), &certs, &desired, kind, report)
                 .await?
             {
                 BundleWrite::Written => return Ok(desired),
@@ -705,7 +723,7 @@ impl Pass<'_> {
     /// when `existing` is `None`), logged, recorded and counted with what changed against
     /// `certs` (what `existing` held).
     /// A 409 waits for the version that won ([`Pass::read_again`]) and returns it.
-    pub(super) async fn write_bundle(
+    async fn write_bundle(
         &self,
         object: &ObjectRef,
         existing: Option<&ConfigMap>,
@@ -798,7 +816,7 @@ impl Pass<'_> {
 }
 
 /// What one [`Pass::write_bundle`] came to.
-pub(super) enum BundleWrite {
+enum BundleWrite {
     Written,
     /// Refused with 409: the bundle as it is now (what won).
     Conflict(Option<Box<ConfigMap>>),
@@ -872,7 +890,7 @@ fn parse_http_date(text: &str) -> Option<i64> {
 
 /// The CAs in a bundle's `ca-bundle.crt` (none when it is absent); unparsable blocks are logged
 /// and left out (the next write drops them).
-pub(super) fn bundle_certs(object: &ObjectRef, map: Option<&ConfigMap>) -> Vec<Cert> {
+fn bundle_certs(object: &ObjectRef, map: Option<&ConfigMap>) -> Vec<Cert> {
     let text = map
         .and_then(|m| m.data.as_ref())
         .and_then(|d| d.get("ca-bundle.crt"))
