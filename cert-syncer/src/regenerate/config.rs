@@ -471,325 +471,318 @@ pub fn parse(text: &str) -> Result<Rotation, ConfigError> {
         }
     };
 
-    for (i, value) in file.bundles.into_iter().enumerate() {
-        let outcome = serde_norway::from_value::<BundleItem>(value)
-            .map_err(|e| e.to_string())
-            .and_then(|item| {
-                let make = &object;
-                let object = make(&item.name, item.namespace)?;
-                if item.signers.is_empty() {
-                    return Err("no signers".to_owned());
-                }
-                let signers = item
-                    .signers
-                    .iter()
-                    .map(|name| find_signer(name))
-                    .collect::<Result<Vec<_>, _>>()?;
-                let annotations = annotate(item.annotations)?;
-                if !seen.insert((Kind::ConfigMap, object.clone())) {
-                    return Err(format!("configmap {object} is declared twice"));
-                }
-                let include = item
-                    .include
-                    .iter()
-                    .map(|reference| {
-                        let (namespace, name) = reference.split_once('/').ok_or_else(|| {
-                            format!("include {reference:?} is not namespace/name")
-                        })?;
-                        let included = make(name, Some(namespace.to_owned()))?;
-                        if included == object {
-                            return Err(format!("includes itself ({object})"));
-                        }
-                        Ok(included)
-                    })
-                    .collect::<Result<Vec<_>, String>>()?;
-                Ok((
-                    Bundle {
-                        object,
-                        signers,
-                        include,
-                    },
-                    annotations,
-                ))
-            });
-        match outcome {
-            Ok((bundle, annotations)) => {
-                rotation
-                    .annotations
-                    .insert((Kind::ConfigMap, bundle.object.clone()), annotations);
-                rotation.bundles.push(bundle);
+    parse_list(
+        "bundles",
+        file.bundles,
+        &mut rotation.broken,
+        |item: BundleItem| {
+            let make = &object;
+            let object = make(&item.name, item.namespace)?;
+            if item.signers.is_empty() {
+                return Err("no signers".to_owned());
             }
-            Err(reason) => rotation.broken.push(Broken {
-                item: format!("bundles[{i}]"),
-                reason,
-            }),
-        }
-    }
+            let signers = item
+                .signers
+                .iter()
+                .map(|name| find_signer(name))
+                .collect::<Result<Vec<_>, _>>()?;
+            let annotations = annotate(item.annotations)?;
+            if !seen.insert((Kind::ConfigMap, object.clone())) {
+                return Err(format!("configmap {object} is declared twice"));
+            }
+            let include = item
+                .include
+                .iter()
+                .map(|reference| {
+                    let (namespace, name) = reference
+                        .split_once('/')
+                        .ok_or_else(|| format!("include {reference:?} is not namespace/name"))?;
+                    let included = make(name, Some(namespace.to_owned()))?;
+                    if included == object {
+                        return Err(format!("includes itself ({object})"));
+                    }
+                    Ok(included)
+                })
+                .collect::<Result<Vec<_>, String>>()?;
+            Ok((
+                Bundle {
+                    object,
+                    signers,
+                    include,
+                },
+                annotations,
+            ))
+        },
+        |(bundle, annotations)| {
+            rotation
+                .annotations
+                .insert((Kind::ConfigMap, bundle.object.clone()), annotations);
+            rotation.bundles.push(bundle);
+        },
+    );
 
-    for (i, value) in file.targets.into_iter().enumerate() {
-        let outcome = serde_norway::from_value::<TargetItem>(value)
-            .map_err(|e| e.to_string())
-            .and_then(|item| {
-                let object = object(&item.name, item.namespace)?;
-                let signer = find_signer(&item.signer)?;
-                if !rotation.bundles.iter().any(|b| b.signers.contains(&signer)) {
-                    return Err(format!(
-                        "signer {} is in no bundle: nothing would trust this certificate",
-                        item.signer
-                    ));
-                }
-                let identity = match (item.serving, item.client) {
-                    (Some(serving), None) => {
-                        let mut hostnames: Vec<String> = serving
-                            .hostnames
-                            .iter()
-                            .map(|h| h.trim().to_ascii_lowercase())
-                            .collect();
-                        if let Some(bad) = hostnames.iter().find(|h| !is_hostname_or_ip(h)) {
-                            return Err(format!("hostname {bad:?} is not a DNS name or IP"));
-                        }
-                        hostnames.sort();
-                        hostnames.dedup();
-                        if hostnames.is_empty() {
-                            return Err("serving: no hostnames".to_owned());
-                        }
-                        Identity::Serving { hostnames }
+    parse_list(
+        "targets",
+        file.targets,
+        &mut rotation.broken,
+        |item: TargetItem| {
+            let object = object(&item.name, item.namespace)?;
+            let signer = find_signer(&item.signer)?;
+            if !rotation.bundles.iter().any(|b| b.signers.contains(&signer)) {
+                return Err(format!(
+                    "signer {} is in no bundle: nothing would trust this certificate",
+                    item.signer
+                ));
+            }
+            let identity = match (item.serving, item.client) {
+                (Some(serving), None) => {
+                    let mut hostnames: Vec<String> = serving
+                        .hostnames
+                        .iter()
+                        .map(|h| h.trim().to_ascii_lowercase())
+                        .collect();
+                    if let Some(bad) = hostnames.iter().find(|h| !is_hostname_or_ip(h)) {
+                        return Err(format!("hostname {bad:?} is not a DNS name or IP"));
                     }
-                    (None, Some(client)) => {
-                        if client.user.is_empty() {
-                            return Err("client: empty user".to_owned());
-                        }
-                        let mut groups = client.groups;
-                        groups.sort();
-                        groups.dedup();
-                        Identity::Client {
-                            user: client.user,
-                            groups,
-                        }
+                    hostnames.sort();
+                    hostnames.dedup();
+                    if hostnames.is_empty() {
+                        return Err("serving: no hostnames".to_owned());
                     }
-                    _ => return Err("exactly one of serving or client is required".to_owned()),
-                };
-                let validity =
-                    config_duration(&item.validity).map_err(|e| format!("validity: {e}"))?;
-                let refresh =
-                    config_duration(&item.refresh).map_err(|e| format!("refresh: {e}"))?;
-                check_periods(validity, refresh)?;
-                let annotations = annotate(item.annotations)?;
-                if !seen.insert((Kind::Secret, object.clone())) {
-                    return Err(format!("secret {object} is declared twice"));
+                    Identity::Serving { hostnames }
                 }
-                Ok((
-                    Target {
-                        object,
-                        signer,
-                        identity,
-                        validity,
-                        refresh,
-                    },
-                    annotations,
-                ))
-            });
-        match outcome {
-            Ok((target, annotations)) => {
+                (None, Some(client)) => {
+                    if client.user.is_empty() {
+                        return Err("client: empty user".to_owned());
+                    }
+                    let mut groups = client.groups;
+                    groups.sort();
+                    groups.dedup();
+                    Identity::Client {
+                        user: client.user,
+                        groups,
+                    }
+                }
+                _ => return Err("exactly one of serving or client is required".to_owned()),
+            };
+            let validity = config_duration(&item.validity).map_err(|e| format!("validity: {e}"))?;
+            let refresh = config_duration(&item.refresh).map_err(|e| format!("refresh: {e}"))?;
+            check_periods(validity, refresh)?;
+            let annotations = annotate(item.annotations)?;
+            if !seen.insert((Kind::Secret, object.clone())) {
+                return Err(format!("secret {object} is declared twice"));
+            }
+            Ok((
+                Target {
+                    object,
+                    signer,
+                    identity,
+                    validity,
+                    refresh,
+                },
+                annotations,
+            ))
+        },
+        |(target, annotations)| {
+            rotation
+                .annotations
+                .insert((Kind::Secret, target.object.clone()), annotations);
+            rotation.targets.push(target);
+        },
+    );
+    // Intermediates: issued by a declared signer, like targets.
+    parse_list(
+        "intermediates",
+        file.intermediates,
+        &mut rotation.broken,
+        |item: IntermediateItem| {
+            let make = &object;
+            let object = make(&item.name, item.namespace.clone())?;
+            let signer = find_signer(&item.signer)?;
+            if !rotation.bundles.iter().any(|b| b.signers.contains(&signer)) {
+                return Err(format!(
+                    "signer {} is in no bundle: nothing would trust this CA",
+                    item.signer
+                ));
+            }
+            if !is_dns_subdomain(&item.common_name) {
+                return Err(format!(
+                    "common-name {:?} is not a DNS subdomain",
+                    item.common_name
+                ));
+            }
+            let validity = config_duration(&item.validity).map_err(|e| format!("validity: {e}"))?;
+            let refresh = config_duration(&item.refresh).map_err(|e| format!("refresh: {e}"))?;
+            check_periods(validity, refresh)?;
+            let annotations = annotate(item.annotations)?;
+            let bundle = item
+                .bundle
+                .as_deref()
+                .map(|name| make(name, Some(object.namespace.clone())))
+                .transpose()?;
+            let publish = item
+                .publish
+                .map(|p| -> Result<Publish, String> {
+                    let delay = match p.delay.as_deref() {
+                        Some(text) => {
+                            config_duration(text).map_err(|e| format!("publish.delay: {e}"))?
+                        }
+                        None => Duration::ZERO,
+                    };
+                    Ok(Publish {
+                        object: make(p.name.as_deref().unwrap_or(&item.name), Some(p.namespace))?,
+                        delay,
+                    })
+                })
+                .transpose()?;
+            if !seen.insert((Kind::Secret, object.clone())) {
+                return Err(format!("secret {object} is declared twice"));
+            }
+            if let Some(bundle) = &bundle
+                && !seen.insert((Kind::ConfigMap, bundle.clone()))
+            {
+                seen.remove(&(Kind::Secret, object.clone()));
+                return Err(format!("configmap {bundle} is declared twice"));
+            }
+            if let Some(publish) = &publish
+                && !seen.insert((Kind::Secret, publish.object.clone()))
+            {
+                seen.remove(&(Kind::Secret, object.clone()));
+                if let Some(bundle) = &bundle {
+                    seen.remove(&(Kind::ConfigMap, bundle.clone()));
+                }
+                return Err(format!("secret {} is declared twice", publish.object));
+            }
+            Ok((
+                Intermediate {
+                    object,
+                    signer,
+                    common_name: item.common_name,
+                    validity,
+                    refresh,
+                    bundle,
+                    publish,
+                },
+                annotations,
+            ))
+        },
+        |(intermediate, annotations)| {
+            rotation.annotations.insert(
+                (Kind::Secret, intermediate.object.clone()),
+                annotations.clone(),
+            );
+            if let Some(bundle) = &intermediate.bundle {
                 rotation
                     .annotations
-                    .insert((Kind::Secret, target.object.clone()), annotations);
-                rotation.targets.push(target);
+                    .insert((Kind::ConfigMap, bundle.clone()), annotations);
             }
-            Err(reason) => rotation.broken.push(Broken {
-                item: format!("targets[{i}]"),
-                reason,
-            }),
-        }
-    }
-    // Intermediates: issued by a declared signer, like targets.
-    for (i, value) in file.intermediates.into_iter().enumerate() {
-        let outcome = serde_norway::from_value::<IntermediateItem>(value)
-            .map_err(|e| e.to_string())
-            .and_then(|item| {
-                let make = &object;
-                let object = make(&item.name, item.namespace.clone())?;
-                let signer = find_signer(&item.signer)?;
-                if !rotation.bundles.iter().any(|b| b.signers.contains(&signer)) {
-                    return Err(format!(
-                        "signer {} is in no bundle: nothing would trust this CA",
-                        item.signer
-                    ));
-                }
-                if !is_dns_subdomain(&item.common_name) {
-                    return Err(format!(
-                        "common-name {:?} is not a DNS subdomain",
-                        item.common_name
-                    ));
-                }
-                let validity =
-                    config_duration(&item.validity).map_err(|e| format!("validity: {e}"))?;
-                let refresh =
-                    config_duration(&item.refresh).map_err(|e| format!("refresh: {e}"))?;
-                check_periods(validity, refresh)?;
-                let annotations = annotate(item.annotations)?;
-                let bundle = item
-                    .bundle
-                    .as_deref()
-                    .map(|name| make(name, Some(object.namespace.clone())))
-                    .transpose()?;
-                let publish =
-                    item.publish
-                        .map(|p| -> Result<Publish, String> {
-                            let delay = match p.delay.as_deref() {
-                                Some(text) => config_duration(text)
-                                    .map_err(|e| format!("publish.delay: {e}"))?,
-                                None => Duration::ZERO,
-                            };
-                            Ok(Publish {
-                                object: make(
-                                    p.name.as_deref().unwrap_or(&item.name),
-                                    Some(p.namespace),
-                                )?,
-                                delay,
-                            })
-                        })
-                        .transpose()?;
-                if !seen.insert((Kind::Secret, object.clone())) {
-                    return Err(format!("secret {object} is declared twice"));
-                }
-                if let Some(bundle) = &bundle
-                    && !seen.insert((Kind::ConfigMap, bundle.clone()))
-                {
-                    seen.remove(&(Kind::Secret, object.clone()));
-                    return Err(format!("configmap {bundle} is declared twice"));
-                }
-                if let Some(publish) = &publish
-                    && !seen.insert((Kind::Secret, publish.object.clone()))
-                {
-                    seen.remove(&(Kind::Secret, object.clone()));
-                    if let Some(bundle) = &bundle {
-                        seen.remove(&(Kind::ConfigMap, bundle.clone()));
-                    }
-                    return Err(format!("secret {} is declared twice", publish.object));
-                }
-                Ok((
-                    Intermediate {
-                        object,
-                        signer,
-                        common_name: item.common_name,
-                        validity,
-                        refresh,
-                        bundle,
-                        publish,
-                    },
-                    annotations,
-                ))
-            });
-        match outcome {
-            Ok((intermediate, annotations)) => {
-                rotation.annotations.insert(
-                    (Kind::Secret, intermediate.object.clone()),
-                    annotations.clone(),
-                );
-                if let Some(bundle) = &intermediate.bundle {
-                    rotation
-                        .annotations
-                        .insert((Kind::ConfigMap, bundle.clone()), annotations);
-                }
-                rotation.intermediates.push(intermediate);
-            }
-            Err(reason) => rotation.broken.push(Broken {
-                item: format!("intermediates[{i}]"),
-                reason,
-            }),
-        }
-    }
+            rotation.intermediates.push(intermediate);
+        },
+    );
 
     // Unions of declared bundles (of signers or of intermediates), by name or namespace/name.
-    for (i, value) in file.unions.into_iter().enumerate() {
-        let outcome = serde_norway::from_value::<UnionItem>(value)
-            .map_err(|e| e.to_string())
-            .and_then(|item| {
-                let object = object(&item.name, item.namespace)?;
-                if item.bundles.is_empty() {
-                    return Err("no bundles".to_owned());
-                }
-                let declared: Vec<&ObjectRef> = rotation
-                    .bundles
-                    .iter()
-                    .map(|b| &b.object)
-                    .chain(
-                        rotation
-                            .intermediates
-                            .iter()
-                            .filter_map(|i| i.bundle.as_ref()),
-                    )
-                    .collect();
-                let sources = item
-                    .bundles
-                    .iter()
-                    .map(|reference| {
-                        let matches: Vec<&&ObjectRef> = declared
-                            .iter()
-                            .filter(|b| b.to_string() == *reference || b.name == *reference)
-                            .collect();
-                        match matches[..] {
-                            [one] => Ok((*one).clone()),
-                            [] => Err(format!("bundle {reference} is not declared (or broken)")),
-                            _ => Err(format!(
-                                "bundle {reference} is ambiguous: name it as namespace/name"
-                            )),
-                        }
-                    })
-                    .collect::<Result<Vec<_>, _>>()?;
-                let annotations = annotate(item.annotations)?;
-                if !seen.insert((Kind::ConfigMap, object.clone())) {
-                    return Err(format!("configmap {object} is declared twice"));
-                }
-                Ok((Union { object, sources }, annotations))
-            });
-        match outcome {
-            Ok((union, annotations)) => {
-                rotation
-                    .annotations
-                    .insert((Kind::ConfigMap, union.object.clone()), annotations);
-                rotation.unions.push(union);
+    parse_list(
+        "unions",
+        file.unions,
+        &mut rotation.broken,
+        |item: UnionItem| {
+            let object = object(&item.name, item.namespace)?;
+            if item.bundles.is_empty() {
+                return Err("no bundles".to_owned());
             }
-            Err(reason) => rotation.broken.push(Broken {
-                item: format!("unions[{i}]"),
-                reason,
-            }),
-        }
-    }
+            let declared: Vec<&ObjectRef> = rotation
+                .bundles
+                .iter()
+                .map(|b| &b.object)
+                .chain(
+                    rotation
+                        .intermediates
+                        .iter()
+                        .filter_map(|i| i.bundle.as_ref()),
+                )
+                .collect();
+            let sources = item
+                .bundles
+                .iter()
+                .map(|reference| {
+                    let matches: Vec<&&ObjectRef> = declared
+                        .iter()
+                        .filter(|b| b.to_string() == *reference || b.name == *reference)
+                        .collect();
+                    match matches[..] {
+                        [one] => Ok((*one).clone()),
+                        [] => Err(format!("bundle {reference} is not declared (or broken)")),
+                        _ => Err(format!(
+                            "bundle {reference} is ambiguous: name it as namespace/name"
+                        )),
+                    }
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            let annotations = annotate(item.annotations)?;
+            if !seen.insert((Kind::ConfigMap, object.clone())) {
+                return Err(format!("configmap {object} is declared twice"));
+            }
+            Ok((Union { object, sources }, annotations))
+        },
+        |(union, annotations)| {
+            rotation
+                .annotations
+                .insert((Kind::ConfigMap, union.object.clone()), annotations);
+            rotation.unions.push(union);
+        },
+    );
 
     // Copies: any source (another component's object too); the copy is written by us alone.
-    for (i, value) in file.copies.into_iter().enumerate() {
-        let outcome = serde_norway::from_value::<CopyItem>(value)
+    parse_list(
+        "copies",
+        file.copies,
+        &mut rotation.broken,
+        |item: CopyItem| {
+            let (kind, name) = match (item.secret, item.configmap) {
+                (Some(name), None) => (Kind::Secret, name),
+                (None, Some(name)) => (Kind::ConfigMap, name),
+                _ => return Err("exactly one of secret or configmap is required".to_owned()),
+            };
+            let from = object(&name, item.namespace)?;
+            let to = object(
+                item.to.name.as_deref().unwrap_or(&name),
+                Some(item.to.namespace),
+            )?;
+            if from == to {
+                return Err(format!("copies {from} onto itself"));
+            }
+            if !seen.insert((kind, to.clone())) {
+                return Err(format!("{} {to} is declared twice", kind.plural()));
+            }
+            Ok(ObjectCopy { kind, from, to })
+        },
+        |copy| rotation.copies.push(copy),
+    );
+    Ok(rotation)
+}
+
+/// Parses every entry of the file's list `list` as a `T`, checks and converts it with `parse`,
+/// and hands what passes to `keep`, in order; an entry that fails either step is recorded in
+/// `broken` as `list[index]` with the reason, and left out.
+fn parse_list<T: serde::de::DeserializeOwned, R>(
+    list: &str,
+    values: Vec<serde_norway::Value>,
+    broken: &mut Vec<Broken>,
+    mut parse: impl FnMut(T) -> Result<R, String>,
+    mut keep: impl FnMut(R),
+) {
+    for (i, value) in values.into_iter().enumerate() {
+        match serde_norway::from_value::<T>(value)
             .map_err(|e| e.to_string())
-            .and_then(|item| {
-                let (kind, name) = match (item.secret, item.configmap) {
-                    (Some(name), None) => (Kind::Secret, name),
-                    (None, Some(name)) => (Kind::ConfigMap, name),
-                    _ => return Err("exactly one of secret or configmap is required".to_owned()),
-                };
-                let from = object(&name, item.namespace)?;
-                let to = object(
-                    item.to.name.as_deref().unwrap_or(&name),
-                    Some(item.to.namespace),
-                )?;
-                if from == to {
-                    return Err(format!("copies {from} onto itself"));
-                }
-                if !seen.insert((kind, to.clone())) {
-                    return Err(format!("{} {to} is declared twice", kind.plural()));
-                }
-                Ok(ObjectCopy { kind, from, to })
-            });
-        match outcome {
-            Ok(copy) => rotation.copies.push(copy),
-            Err(reason) => rotation.broken.push(Broken {
-                item: format!("copies[{i}]"),
+            .and_then(&mut parse)
+        {
+            Ok(parsed) => keep(parsed),
+            Err(reason) => broken.push(Broken {
+                item: format!("{list}[{i}]"),
                 reason,
             }),
         }
     }
-    Ok(rotation)
 }
 
 fn item_name(value: &serde_norway::Value) -> Option<String> {
