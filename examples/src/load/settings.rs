@@ -93,7 +93,7 @@ impl Settings {
     /// flight: a server that cannot keep up falls behind the schedule, and the summary's rate
     /// shows it. Two servers measured at one rate do the same work per second, so their CPU
     /// per handshake compares like with like (a busier server batches more wake-ups).
-    /// Rates that are not finite and above zero are ignored.
+    /// A rate that is not a finite number above zero is ignored.
     #[must_use]
     pub fn rate(mut self, rate: Option<f64>) -> Settings {
         self.rate = rate.filter(|r| r.is_finite() && *r > 0.0);
