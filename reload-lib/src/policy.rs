@@ -151,20 +151,18 @@ pub(crate) fn may_replace_crls(
     no_stale_over_fresh(new, current, now)?;
     for served in in_force(current) {
         match in_force(new).find(|crl| crl.issuer_raw == served.issuer_raw) {
-            Some(crl) if crl.signer_spki == served.signer_spki => {
-                if is_older(crl, served) {
-                    return Err(Error::invalid(
-                        &crl.path,
-                        InvalidMaterial::CrlOlder {
-                            index: crl.index,
-                            issuer: crl.issuer.clone(),
-                            position: crl.position(),
-                            served: served.position(),
-                        },
-                    ));
-                }
+            Some(crl) if crl.signer_spki == served.signer_spki && is_older(crl, served) => {
+                return Err(Error::invalid(
+                    &crl.path,
+                    InvalidMaterial::CrlOlder {
+                        index: crl.index,
+                        issuer: crl.issuer.clone(),
+                        position: crl.position(),
+                        served: served.position(),
+                    },
+                ));
             }
-            // Another key under the same name: a new series.
+            // Not older, or another key under the same name (a new series).
             Some(_) => {}
             None if still_trusted(new, served) => {
                 return Err(Error::invalid(
