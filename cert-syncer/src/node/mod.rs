@@ -519,8 +519,11 @@ impl Node {
         let labels = PathLabels {
             path: self.path_label.clone(),
         };
+        // Everything the process itself shows is in place before the Event's API call.
         self.metrics.bundle_refused.get_or_create(&labels).set(1);
+        self.readiness.block("file", message.clone());
         if self.refused.as_ref() != Some(&message) {
+            self.refused = Some(message.clone());
             self.metrics
                 .bundle_refusals
                 .get_or_create(&RefusalLabels {
@@ -534,13 +537,11 @@ impl Node {
                 .record(
                     "BundleRefused",
                     &format!("{path} {}", refusal.reason()),
-                    message.clone(),
+                    message,
                     true,
                 )
                 .await;
-            self.refused = Some(message.clone());
         }
-        self.readiness.block("file", message);
     }
 
     fn refusal_gone(&mut self) {
