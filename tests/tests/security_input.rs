@@ -553,10 +553,13 @@ fn a_kubeconfig_that_skips_verification_or_names_no_ca_is_refused_before_any_con
     );
 }
 
+/// Each handshake an [`mtls_server`] saw: `Ok(client certificates presented)` or the error.
+type Handshakes = Arc<Mutex<Vec<Result<usize, String>>>>;
+
 /// A TLS server for `localhost` that requires a client certificate of `client_ca`, records
 /// each handshake (`Ok(client certificates presented)` or the error), and answers every
 /// request with a 500.
-fn mtls_server(server_ca: &Ca, client_ca: &Ca) -> (String, Arc<Mutex<Vec<Result<usize, String>>>>) {
+fn mtls_server(server_ca: &Ca, client_ca: &Ca) -> (String, Handshakes) {
     use rustls_pki_types::pem::PemObject;
     e2e::install_crypto_provider();
     let issued = server_ca.issue(&CertSpec::server(&["localhost"]));

@@ -108,13 +108,16 @@ mod tests {
         );
         // Unrelated: every unexpired certificate of the file would go.
         assert_eq!(
-            check(&[c.clone()], &[a.clone(), b.clone()], NOW),
+            check(std::slice::from_ref(&c), &[a.clone(), b.clone()], NOW),
             Err(Refusal::RemovesEveryUnexpired { held: 2 })
         );
         // A rotation: b stays, a goes, c comes.
         assert_eq!(check(&[b.clone(), c.clone()], &[a.clone(), b], NOW), Ok(()));
         // The file holds only expired certificates (or nothing): nothing to protect.
-        assert_eq!(check(&[c.clone()], &[cert(9, NOW - 5, true)], NOW), Ok(()));
+        assert_eq!(
+            check(std::slice::from_ref(&c), &[cert(9, NOW - 5, true)], NOW),
+            Ok(())
+        );
         assert_eq!(check(&[c], &[], NOW), Ok(()));
     }
 }
