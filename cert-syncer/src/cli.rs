@@ -64,7 +64,10 @@ pub struct ConnectionArgs {
     /// Apiserver URL, e.g. https://127.0.0.1:6443 (instead of a kubeconfig).
     #[arg(long, conflicts_with = "kubeconfig")]
     pub server: Option<String>,
-    /// CA bundle that the apiserver's certificate must chain to (with --server).
+    /// CA bundle that the apiserver's certificate must chain to (with --server; with
+    /// --kubeconfig it replaces the kubeconfig's CA, and a client certificate of the kubeconfig
+    /// is still presented). Without any CA the connection is refused: the platform's trust
+    /// store is never used for an apiserver.
     #[arg(long, requires = "server")]
     pub ca_file: Option<PathBuf>,
     /// File holding the bearer token (with --server); re-read when it changes.

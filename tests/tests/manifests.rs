@@ -443,6 +443,10 @@ fn sidecars_of(p: &StaticPod) {
             .unwrap_or_else(|| panic!("{name} has --metrics-listen"))
             .parse()
             .expect("an address");
+        assert!(
+            listen.ip().is_loopback(),
+            "{name}: /metrics and /readyz listen on the loopback only, not {listen}"
+        );
         for (probe, path) in [
             (&c.readiness_probe, "/readyz"),
             (&c.liveness_probe, "/healthz"),
