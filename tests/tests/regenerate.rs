@@ -654,7 +654,11 @@ async fn a_signer_written_while_the_clock_was_ahead_is_regenerated_once_the_cloc
 /// A long-running `regenerate` (no leader election) with its metrics and health endpoint.
 fn controller(f: &Fixture) -> e2e::ChildProcess {
     let mut command = regenerate_command(&f.api, &f.config, &["--metrics-listen", "127.0.0.1:0"]);
-    command.env("RUST_LOG", "info");
+    // Events go on this (pretend) pod, in the test namespace.
+    command
+        .env("RUST_LOG", "info")
+        .env("POD_NAME", "cert-regeneration-controller")
+        .env("POD_NAMESPACE", NS);
     e2e::ChildProcess::start(command)
 }
 
@@ -741,7 +745,8 @@ targets:
         )
         .expect("the wildcard leaf serves a name it covers");
     let v6 = f.pem_of("v6-cert", "tls.crt").await;
-    let (_, cert) = x509_parser::parse_x509_certificate(&der_of(&v6)).unwrap();
+    let v6_der = der_of(&v6);
+    let (_, cert) = x509_parser::parse_x509_certificate(&v6_der).unwrap();
     let want = "2001:db8::1"
         .parse::<std::net::Ipv6Addr>()
         .unwrap()
@@ -832,7 +837,7 @@ async fn a_writer_that_disagrees_meets_a_bounded_number_of_writes(backend: Backe
         "{body}"
     );
     let events: Api<k8s_openapi::api::core::v1::Event> =
-        Api::namespaced(f.api.client_with_token(ADMIN_TOKEN), "default");
+        Api::namespaced(f.api.client_with_token(ADMIN_TOKEN), NS);
     let reasons: Vec<String> = events
         .list(&ListParams::default())
         .await
