@@ -69,6 +69,16 @@ impl FakeApi {
         state.objects.insert(path.to_owned(), object);
     }
 
+    /// Every object whose path starts with `prefix` (the Events of a namespace).
+    pub fn objects_under(&self, prefix: &str) -> Vec<Value> {
+        self.lock()
+            .objects
+            .range(prefix.to_owned()..)
+            .take_while(|(path, _)| path.starts_with(prefix))
+            .map(|(_, object)| object.clone())
+            .collect()
+    }
+
     /// Every request so far, as `METHOD path`.
     pub fn requests(&self) -> Vec<String> {
         self.lock()

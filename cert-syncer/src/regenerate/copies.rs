@@ -28,8 +28,8 @@ impl Pass<'_> {
     ) -> Result<(), String> {
         for _ in 0..MAX_ATTEMPTS {
             let outcome = match copy.kind {
-                ObjectKind::Secret => self.copy_secret(copy).await?,
-                ObjectKind::ConfigMap => self.copy_config_map(copy).await?,
+                ObjectKind::Secret => self.copy_secret(copy, report).await?,
+                ObjectKind::ConfigMap => self.copy_config_map(copy, report).await?,
             };
             match outcome {
                 CopyOutcome::Done(reason_label) => {
@@ -52,7 +52,11 @@ impl Pass<'_> {
         Err(format!("still conflicting after {MAX_ATTEMPTS} attempts"))
     }
 
-    async fn copy_secret(&self, copy: &ObjectCopy) -> Result<CopyOutcome, String> {
+    async fn copy_secret(
+        &self,
+        copy: &ObjectCopy,
+        report: &mut Report,
+    ) -> Result<CopyOutcome, String> {
         let to: Api<Secret> = Api::namespaced(self.client.clone(), &copy.to.namespace);
         let Some(source) = self.read_object::<Secret>(&copy.from).await? else {
             tracing::debug!(source = %copy.from, copy = %copy.to, "source missing; the copy is left as it is");
@@ -84,6 +88,9 @@ impl Pass<'_> {
         });
         secret.data = source.data.clone();
         merge_metadata(&mut secret.metadata, &source.metadata);
+        if self.copy_held(copy, existing.is_none(), report).await {
+            return Ok(CopyOutcome::Nothing);
+        }
         let result = match &existing {
             None => to.create(&PostParams::default(), &secret).await,
             Some(_) => {
@@ -94,7 +101,11 @@ impl Pass<'_> {
         self.outcome(&copy.to, existing.as_ref(), result).await
     }
 
-    async fn copy_config_map(&self, copy: &ObjectCopy) -> Result<CopyOutcome, String> {
+    async fn copy_config_map(
+        &self,
+        copy: &ObjectCopy,
+        report: &mut Report,
+    ) -> Result<CopyOutcome, String> {
         let to: Api<ConfigMap> = Api::namespaced(self.client.clone(), &copy.to.namespace);
         let Some(source) = self.read_object::<ConfigMap>(&copy.from).await? else {
             tracing::debug!(source = %copy.from, copy = %copy.to, "source missing; the copy is left as it is");
@@ -112,6 +123,9 @@ impl Pass<'_> {
         });
         map.data = source.data.clone();
         merge_metadata(&mut map.metadata, &source.metadata);
+        if self.copy_held(copy, existing.is_none(), report).await {
+            return Ok(CopyOutcome::Nothing);
+        }
         let result = match &existing {
             None => to.create(&PostParams::default(), &map).await,
             Some(_) => {
@@ -120,6 +134,18 @@ impl Pass<'_> {
             }
         };
         self.outcome(&copy.to, existing.as_ref(), result).await
+    }
+
+    /// Whether the write budget withholds this write of the copy (see `brake`).
+    async fn copy_held(&self, copy: &ObjectCopy, missing: bool, report: &mut Report) -> bool {
+        let resource = match copy.kind {
+            ObjectKind::Secret => "secret",
+            ObjectKind::ConfigMap => "configmap",
+        };
+        let label = if missing { "missing" } else { "source-changed" };
+        let reason = format!("copy of {}", copy.from);
+        self.held("copy", resource, &copy.to, label, &reason, report)
+            .await
     }
 
     /// The object as the pass reads it (the cache in the loop, a GET with `--once`).

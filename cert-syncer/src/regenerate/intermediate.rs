@@ -19,7 +19,7 @@
 
 use std::time::Duration;
 
-use rcgen::{Issuer, KeyPair};
+use rcgen::Issuer;
 
 use super::config::Intermediate;
 use super::decide::{self, Found, Mode, Reason};
@@ -161,7 +161,7 @@ pub fn generate(
     backdate: Duration,
     validity: Duration,
 ) -> Result<KeyPairPem, String> {
-    let ca_key = KeyPair::from_pem(&signer.key_pem).map_err(|e| format!("signer key: {e}"))?;
+    let ca_key = pki::signing_key(&signer.key_pem)?;
     let issuer = Issuer::from_ca_cert_der(&signer.cert().der, ca_key)
         .map_err(|e| format!("signer certificate: {e}"))?;
     let key = key_type.generate()?;

@@ -389,6 +389,12 @@ impl Pass<'_> {
                 }
                 Publication::Now { label, reason } => (label, reason),
             };
+            if self
+                .held("published", "secret", object, label, &reason, report)
+                .await
+            {
+                return Ok(());
+            }
             let data = BTreeMap::from([
                 (
                     "tls.crt".to_owned(),

@@ -46,6 +46,7 @@ async fn pass(api: &FakeApi, rotation: &Rotation, mode: Mode, now: i64) -> Repor
         apiserver_now: None,
         events: &events,
         reads: Reads::Live,
+        brake: None,
     }
     .run()
     .await

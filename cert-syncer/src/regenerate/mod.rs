@@ -27,6 +27,7 @@
 //! was ahead and are regenerated (`decide::not_yet_valid`) rather than blocking every pass.
 
 mod annotations;
+mod brake;
 mod cache;
 pub mod config;
 mod copies;
@@ -42,6 +43,8 @@ mod pass;
 mod pass_tests;
 mod profile;
 mod settings;
+#[cfg(test)]
+mod settle_tests;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -93,6 +96,29 @@ impl PassTimer {
             .min(MAX_SLEEP)
     }
 
+    /// The sleep after `report`'s pass (made at `pass_now`): after a failure the backoff,
+    /// else until the next deadline; a pass that wrote without failures is followed by another
+    /// at once (a write can change the decision for an item earlier in the order: a bundle
+    /// prunes an expired CA once the leaves it issued are re-issued; the cache already holds our
+    /// writes, so their watch events wake nothing). Never longer than until a write the brake
+    /// held may be made. What bounds the passes a write loop makes is the brake (each object's
+    /// write budget): a pass that only holds writes writes nothing, and the loop sleeps.
+    fn after_pass(&mut self, report: &pass::Report, pass_now: i64) -> Duration {
+        let sleep = if !report.failures.is_empty() {
+            self.after_failure()
+        } else if !report.written.is_empty() {
+            self.retry = Duration::from_secs(1);
+            Duration::ZERO
+        } else {
+            self.after_success(report.next_deadline, pass_now)
+        };
+        report
+            .held
+            .iter()
+            .map(|held| held.release_in)
+            .fold(sleep, Duration::min)
+    }
+
     /// The sleep after a pass with failures.
     fn after_failure(&mut self) -> Duration {
         let sleep = self.retry;
@@ -127,6 +153,7 @@ pub(crate) async fn run(args: Settings) -> anyhow::Result<()> {
             now,
             apiserver_now,
             events: &events,
+            brake: None,
         }
         .run()
         .await;
@@ -244,6 +271,7 @@ pub(crate) async fn run(args: Settings) -> anyhow::Result<()> {
     let mut changes = cache.subscribe();
 
     let mut timer = PassTimer::default();
+    let brake = brake::Brake::default();
     let mut sleep_for = Duration::ZERO;
     loop {
         tokio::select! {
@@ -268,27 +296,26 @@ pub(crate) async fn run(args: Settings) -> anyhow::Result<()> {
             now: pass_now,
             apiserver_now,
             events: &events,
+            brake: Some(&brake),
         }
         .run()
         .await;
+        brake.record_all(&report.written);
         metrics.record(&report);
         log_report(&report);
         record_failures(&events, &report).await;
         if report.failures.is_empty() {
             readiness.clear("pass");
-            sleep_for = timer.after_success(report.next_deadline, pass_now);
-            tracing::debug!(next = ?sleep_for, "pass complete");
         } else {
             readiness.block("pass", report.failures.join("; "));
-            sleep_for = timer.after_failure();
         }
-        // A pass that wrote is followed by another at once: a write can change the decision
-        // for an item earlier in the order (a bundle prunes an expired CA once the leaves it
-        // issued are re-issued). The cache already holds our writes, so their watch events wake
-        // nothing; this is the pass they used to wake.
-        if !report.written.is_empty() {
-            sleep_for = Duration::ZERO;
+        if report.held.is_empty() {
+            readiness.clear("loop");
+        } else {
+            readiness.block("loop", held_summary(&report.held));
         }
+        sleep_for = timer.after_pass(&report, pass_now);
+        tracing::debug!(next = ?sleep_for, "pass complete");
     }
     stop(watches);
     if let Some(holder) = holder {
@@ -368,6 +395,28 @@ async fn clocks(
         );
     }
     (decide::trusted_now(local, apiserver), apiserver)
+}
+
+/// What `/readyz` says while the brake holds writes.
+fn held_summary(held: &[brake::Held]) -> String {
+    let objects: Vec<String> = held
+        .iter()
+        .map(|h| {
+            format!(
+                "{} {} (until {}s from the pass)",
+                h.kind,
+                h.object,
+                h.release_in.as_secs()
+            )
+        })
+        .collect();
+    format!(
+        "write loop: {} object(s) written {} times within {}s and held (Event RegenerationLoop): {}",
+        held.len(),
+        brake::BUDGET,
+        brake::WINDOW.as_secs(),
+        objects.join(", ")
+    )
 }
 
 /// One Warning Event per failed item (rate-limited per item by the recorder).

@@ -17,6 +17,7 @@ use kube::Api;
 use kube::api::{ObjectMeta, PostParams};
 
 use super::annotations;
+use super::brake::{Brake, Held};
 use super::cache::{Cache, Cached};
 use super::config::{Identity, ObjectRef, Rotation};
 use super::decide::{self, Found, Mode, Reason};
@@ -65,6 +66,8 @@ pub struct Report {
     pub next_deadline: Option<i64>,
     /// Writes refused with 409 (read again and decided again).
     pub conflicts: u64,
+    /// Writes the brake withheld (see `brake`).
+    pub held: Vec<Held>,
 }
 
 /// One write.
@@ -97,6 +100,8 @@ pub struct Pass<'a> {
     /// The apiserver's clock at the start of the pass ([`apiserver_time`]), if it answered.
     pub apiserver_now: Option<i64>,
     pub events: &'a EventRecorder,
+    /// The per-object write budget of the controller's loop (`None`: `--once`, one pass).
+    pub brake: Option<&'a Brake>,
 }
 
 impl Pass<'_> {
@@ -118,29 +123,24 @@ impl Pass<'_> {
         for bundle in &rotation.bundles {
             bundles.push(self.read_bundle(&bundle.object).await);
         }
+        // A signer or target counts for the clock only when a regenerate (or library-go) wrote
+        // it (its not-before annotation matches the certificate): our own fresh certificate in
+        // the future means our clock is behind. Anything else with a future notBefore (written
+        // by someone else, a foreign CA in a bundle) is no evidence about our clock: such a
+        // signer or target is skipped on its own below, and bundle CAs do not count at all, so
+        // one stray cannot stop every regeneration when the apiserver's `Date` is missing.
         let mut seen: Vec<(String, &Cert)> = Vec::new();
-        for (config, read) in rotation.signers.iter().zip(&signers) {
-            if let Ok((_, Some(Ok(pair)))) = read {
-                seen.push((format!("secret {}", config.object), pair.cert()));
-            }
-        }
-        // A target counts for the clock when a regenerate wrote it (its not-before annotation
-        // matches the certificate): our own fresh leaf in the future means our clock is behind.
-        // Any other target with a future notBefore (written by someone else) is skipped on its
-        // own below: one stray must not stop every regeneration. Either way nothing is written
-        // to it, so the annotation only chooses between two refusals.
-        for (config, read) in rotation.targets.iter().zip(&targets) {
+        for (config, read) in rotation
+            .signers
+            .iter()
+            .map(|s| &s.object)
+            .zip(&signers)
+            .chain(rotation.targets.iter().map(|t| &t.object).zip(&targets))
+        {
             if let Ok((Some(secret), Some(Ok(pair)))) = read
                 && written_by_us(secret, pair.cert())
             {
-                seen.push((format!("secret {}", config.object), pair.cert()));
-            }
-        }
-        for (config, read) in rotation.bundles.iter().zip(&bundles) {
-            if let Ok((_, certs)) = read {
-                for cert in certs {
-                    seen.push((format!("configmap {}", config.object), cert));
-                }
+                seen.push((format!("secret {config}"), pair.cert()));
             }
         }
         if let Err(reason) = decide::clock_check(
@@ -164,6 +164,26 @@ impl Pass<'_> {
         for (config, read) in rotation.signers.iter().zip(signers) {
             let outcome = match read {
                 Err(err) => Err(err),
+                // Someone else's signer from the future by our clock (and the apiserver's, if
+                // it told us) is left alone and reported, as a target is below.
+                Ok((Some(secret), Some(Ok(pair))))
+                    if !written_by_us(&secret, pair.cert())
+                        && decide::clock_check(
+                            [(format!("secret {}", config.object).as_str(), pair.cert())],
+                            rotation.backdate,
+                            self.now,
+                            self.apiserver_now,
+                        )
+                        .is_err() =>
+                {
+                    Err(format!(
+                        "skipped: its certificate starts at {}, later than now ({}) by more \
+                         than the {}s margin, and it was not written by a regenerate",
+                        rfc3339(pair.cert().not_before),
+                        rfc3339(self.now),
+                        rotation.backdate.as_secs()
+                    ))
+                }
                 Ok((object, found)) => {
                     self.ensure_secret(
                         &config.object,
@@ -524,6 +544,50 @@ impl Pass<'_> {
         }
     }
 
+    /// Whether the write budget withholds this write of `object` (see `brake`): if so it is
+    /// logged, reported and recorded as a `RegenerationLoop` Event, and the caller keeps the
+    /// object as it is. `resource` is the object's resource for the Event (`secret`).
+    pub(super) async fn held(
+        &self,
+        kind: &'static str,
+        resource: &str,
+        object: &ObjectRef,
+        reason_label: &str,
+        reason: &str,
+        report: &mut Report,
+    ) -> bool {
+        let Some(brake) = self.brake else {
+            return false;
+        };
+        let Some(release_in) = brake.holds(kind, object, reason_label) else {
+            return false;
+        };
+        let message = format!(
+            "{resource} {object} was written {} times within {}s and would be written again \
+             ({reason}): not before {}s from now. Its writes do not settle: another controller \
+             may disagree about it, or a rule rejects what it wrote",
+            brake.budget(),
+            brake.window().as_secs(),
+            release_in.as_secs().max(1)
+        );
+        tracing::warn!(kind, %object, %reason, release_in_seconds = release_in.as_secs(), "write withheld: the object's write budget is spent (RegenerationLoop)");
+        self.events
+            .record(
+                "RegenerationLoop",
+                &format!("{resource}/{object}"),
+                message,
+                true,
+            )
+            .await;
+        report.held.push(Held {
+            kind,
+            object: object.clone(),
+            reason: reason.to_owned(),
+            release_in,
+        });
+        true
+    }
+
     pub(super) async fn read_secret(&self, object: &ObjectRef) -> ReadSecret {
         let secret = self.read::<Secret>(object).await?;
         let found = secret.as_ref().map(parse_secret);
@@ -587,6 +651,24 @@ impl Pass<'_> {
                     _ => Err("kept without a usable pair (a bug)".to_owned()),
                 };
             };
+            if self
+                .held(
+                    kind,
+                    "secret",
+                    object,
+                    reason.label(),
+                    &reason.to_string(),
+                    report,
+                )
+                .await
+            {
+                return match found {
+                    Some(Ok(pair)) => Ok(pair),
+                    _ => {
+                        Err("not rewritten: held by the write budget (RegenerationLoop)".to_owned())
+                    }
+                };
+            }
             let pair = generate(&found)?;
             let mut secret = secret_with(existing.clone(), object, kind, &pair);
             secret
@@ -710,6 +792,7 @@ impl Pass<'_> {
                 .await?
             {
                 BundleWrite::Written => return Ok(desired),
+                BundleWrite::Held => return Ok(certs),
                 BundleWrite::Conflict(now) => {
                     existing = now.map(|map| *map);
                     certs = bundle_certs(object, existing.as_ref());
@@ -756,6 +839,28 @@ impl Pass<'_> {
             .annotations
             .get_or_insert_with(BTreeMap::new)
             .extend(self.declared_annotations(ObjectKind::ConfigMap, object));
+        let added = desired
+            .iter()
+            .filter(|c| !certs.iter().any(|o| o.der == c.der))
+            .count();
+        let removed = certs
+            .iter()
+            .filter(|c| !desired.iter().any(|d| d.der == c.der))
+            .count();
+        let reason_label = match (existing, added, removed) {
+            (None, _, _) => "missing",
+            (_, 0, 0) => "unparsable",
+            (_, _, 0) => "ca-added",
+            (_, 0, _) => "ca-removed",
+            _ => "ca-replaced",
+        };
+        let reason = format!("{added} added, {removed} removed");
+        if self
+            .held("bundle", "configmap", object, reason_label, &reason, report)
+            .await
+        {
+            return Ok(BundleWrite::Held);
+        }
         let result = match existing {
             None => api.create(&PostParams::default(), &map).await,
             Some(_) => {
@@ -766,21 +871,6 @@ impl Pass<'_> {
         match result {
             Ok(written) => {
                 self.remember(object, existing, &written);
-                let added = desired
-                    .iter()
-                    .filter(|c| !certs.iter().any(|o| o.der == c.der))
-                    .count();
-                let removed = certs
-                    .iter()
-                    .filter(|c| !desired.iter().any(|d| d.der == c.der))
-                    .count();
-                let reason_label = match (existing, added, removed) {
-                    (None, _, _) => "missing",
-                    (_, 0, 0) => "unparsable",
-                    (_, _, 0) => "ca-added",
-                    (_, 0, _) => "ca-removed",
-                    _ => "ca-replaced",
-                };
                 tracing::info!(configmap = %object, cas = desired.len(), added, removed, reason = reason_label, "{what} updated");
                 self.events
                     .record(
@@ -796,7 +886,7 @@ impl Pass<'_> {
                 report.written.push(Written {
                     kind: "bundle",
                     object: object.clone(),
-                    reason: format!("{added} added, {removed} removed"),
+                    reason,
                     reason_label,
                 });
                 Ok(BundleWrite::Written)
@@ -818,6 +908,8 @@ impl Pass<'_> {
 /// What one [`Pass::write_bundle`] came to.
 enum BundleWrite {
     Written,
+    /// Withheld by the write budget: the bundle stays as it is.
+    Held,
     /// Refused with 409: the bundle as it is now (what won).
     Conflict(Option<Box<ConfigMap>>),
 }

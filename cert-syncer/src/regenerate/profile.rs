@@ -15,6 +15,7 @@ use kube::api::{ApiResource, DynamicObject};
 
 use super::config::{self, Rotation};
 use crate::error::ConfigError;
+use crate::names::canonical_hostname;
 
 /// The built-in profiles.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -203,14 +204,15 @@ fn pick(
     from_cluster: Option<String>,
     from_flag: Option<String>,
 ) -> Result<String, ConfigError> {
+    // Compared and used in the form certificates carry (`2001:0db8::1` is `2001:db8::1`).
+    let from_cluster = from_cluster.as_deref().map(canonical_hostname);
+    let from_flag = from_flag.as_deref().map(canonical_hostname);
     match (from_cluster, from_flag) {
-        (Some(cluster), Some(flag_value)) if !cluster.eq_ignore_ascii_case(&flag_value) => {
-            Err(ConfigError(format!(
-                "{what}: {flag} {flag_value} disagrees with {object} ({cluster}); refusing to \
+        (Some(cluster), Some(flag_value)) if cluster != flag_value => Err(ConfigError(format!(
+            "{what}: {flag} {flag_value} disagrees with {object} ({cluster}); refusing to \
                  issue certificates for either (drop the flag, or fix the object)"
-            )))
-        }
-        (Some(value), _) | (None, Some(value)) => Ok(value.to_ascii_lowercase()),
+        ))),
+        (Some(value), _) | (None, Some(value)) => Ok(value),
         (None, None) => Err(ConfigError(format!(
             "{what}: the cluster has no {object} and {flag} is not set"
         ))),
@@ -240,7 +242,7 @@ fn first_ip(cidr: &str) -> Result<IpAddr, String> {
 fn url_host(url: &str) -> Option<String> {
     let uri: http::Uri = url.parse().ok()?;
     let host = uri.host()?.trim_start_matches('[').trim_end_matches(']');
-    (!host.is_empty()).then(|| host.to_ascii_lowercase())
+    (!host.is_empty()).then(|| canonical_hostname(host))
 }
 
 #[cfg(test)]
@@ -417,5 +419,33 @@ mod tests {
             Some("api.cluster.example.com")
         );
         assert_eq!(url_host("not a url"), None);
+        assert_eq!(
+            url_host("https://[2001:0DB8::0001]:6443").as_deref(),
+            Some("2001:db8::1")
+        );
+    }
+
+    #[test]
+    fn ip_literals_from_the_cluster_and_the_flags_are_canonical_before_they_are_compared() {
+        let cluster = ClusterValues {
+            api_hostname: url_host("https://[2001:0db8::1]:6443"),
+            ..cluster()
+        };
+        let flags = Flags {
+            api_hostname: Some("2001:DB8:0:0:0:0:0:1".into()),
+            ..Flags::default()
+        };
+        let rotation = build(Profile::OpenshiftKubeApiserver, &cluster, &flags).unwrap();
+        let names: Vec<String> = rotation
+            .targets
+            .iter()
+            .filter_map(|t| match &t.identity {
+                Identity::Serving { hostnames } => Some(hostnames.clone()),
+                Identity::Client { .. } => None,
+            })
+            .flatten()
+            .collect();
+        assert!(names.contains(&"2001:db8::1".to_owned()), "{names:?}");
+        assert!(!names.iter().any(|n| n.contains("0db8")), "{names:?}");
     }
 }
