@@ -471,7 +471,7 @@ pub fn new_leaf_of(
     let ca_key = KeyPair::from_pem(&signer.key_pem).map_err(|e| format!("signer key: {e}"))?;
     let issuer = Issuer::from_ca_cert_der(&signer.cert().der, ca_key)
         .map_err(|e| format!("signer certificate: {e}"))?;
-    let key = key_type.generate()?;
+    let key = key_type.generate_leaf()?;
     let mut params = CertificateParams::new(Vec::<String>::new()).map_err(|e| e.to_string())?;
     match identity {
         Identity::Serving { hostnames } => {

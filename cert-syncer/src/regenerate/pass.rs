@@ -271,6 +271,22 @@ impl Pass<'_> {
                 .filter(|(signer, _)| config.signers.contains(signer))
                 .map(|(_, cert)| cert)
                 .collect();
+            // What the bundle already holds stays until it expires (the rotation overlap) —
+            // except, in a bundle that includes others, CAs of none of its own signers: those
+            // are exactly what its includes hold now, so a CA that left its source leaves.
+            let own: Vec<String> = config
+                .signers
+                .iter()
+                .filter_map(|i| current_signers[*i].as_ref())
+                .filter_map(|pair| pair.cert().common_name.as_deref().map(signer_cn_prefix))
+                .collect();
+            let keep = |cert: &Cert| {
+                config.include.is_empty()
+                    || cert
+                        .common_name
+                        .as_deref()
+                        .is_some_and(|cn| own.iter().any(|p| cn.starts_with(p.as_str())))
+            };
             let outcome = match read {
                 Err(err) => Err(err),
                 Ok((object, existing)) => {
@@ -280,6 +296,7 @@ impl Pass<'_> {
                         existing,
                         &signer_certs,
                         &leaves,
+                        &keep,
                         &mut report,
                     )
                     .await
@@ -657,10 +674,12 @@ impl Pass<'_> {
         certs: Vec<Cert>,
         signers: &[&Cert],
         in_use: &[&Cert],
+        keep: &dyn Fn(&Cert) -> bool,
         report: &mut Report,
     ) -> Result<Vec<Cert>, String> {
         let desired = |certs: &[Cert]| {
-            let mut desired = decide::bundle(certs, signers, in_use, self.now);
+            let kept: Vec<Cert> = certs.iter().filter(|c| keep(c)).cloned().collect();
+            let mut desired = decide::bundle(&kept, signers, in_use, self.now);
             if signers.len() > 1 {
                 decide::order_by_signer(&mut desired, signers);
             }
@@ -812,6 +831,15 @@ impl Pass<'_> {
             }
             Err(err) => Err(format!("cannot write: {}", chain(&err))),
         }
+    }
+}
+
+/// The part of a signer CA's CN that every CA of that signer shares (`<namespace>_<name>@` as
+/// library-go and ours name them), or the whole CN.
+fn signer_cn_prefix(cn: &str) -> String {
+    match cn.rfind('@') {
+        Some(at) => cn[..=at].to_owned(),
+        None => cn.to_owned(),
     }
 }
 
