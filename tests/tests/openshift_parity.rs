@@ -117,13 +117,25 @@ fn secs(var: &str, default: u64) -> Duration {
     )
 }
 
+/// `../shared/openshift` next to the checkout (or, from a worktree under `wt/`, next to its
+/// parent).
+fn shared_openshift() -> PathBuf {
+    let root = e2e::envtest::repo_root();
+    let beside = root.join("../shared/openshift");
+    if beside.exists() {
+        beside
+    } else {
+        root.join("../../shared/openshift")
+    }
+}
+
 /// The operator binary: `OPENSHIFT_OPERATOR`, else what `../shared/openshift/setup` unpacks;
 /// and `kubectl` for its CRDs and cluster objects.
 fn operator() -> Result<PathBuf, String> {
     let binary = match std::env::var_os("OPENSHIFT_OPERATOR") {
         Some(path) => PathBuf::from(path),
         None => {
-            let setup = e2e::envtest::repo_root().join("../shared/openshift/setup");
+            let setup = shared_openshift().join("setup");
             if !setup.exists() {
                 return Err(format!(
                     "no OpenShift operator binary: OPENSHIFT_OPERATOR is not set and {} does not exist",
@@ -211,7 +223,7 @@ impl Cluster {
         let theirs_kubeconfig = kubeconfig(THEIRS_TOKEN, "theirs");
         let admin = api.recovery_client();
         if openshift_objects {
-            let shared = e2e::envtest::repo_root().join("../shared/openshift");
+            let shared = shared_openshift();
             let kubectl = |args: &[&str]| {
                 Command::new("kubectl")
                     .arg("--kubeconfig")
@@ -652,8 +664,9 @@ async fn on_openshifts_pki_ours_idles_then_recovers_an_expired_set_that_openshif
         "resourceVersions changed"
     );
     // As frugal as OpenShift's informers: one list and one watch at a time per namespace and
-    // kind the profile names (3 namespaces × Secrets, ConfigMaps), no GET per object per pass
-    // (the apiserver's clock comes from /version), no watch per object.
+    // kind the profile names (3 namespaces × Secrets, ConfigMaps, and the ConfigMaps of
+    // `openshift-config` for client-ca's admin kubeconfig CA), no GET per object per pass (the
+    // apiserver's clock comes from /version), no watch per object.
     let reads = cluster.reads_by("ours-regen", from);
     let count = |verb: &str| reads.iter().filter(|r| r.0 == verb).count();
     let watched: std::collections::BTreeSet<(&str, &str)> = reads
@@ -661,7 +674,7 @@ async fn on_openshifts_pki_ours_idles_then_recovers_an_expired_set_that_openshif
         .filter(|r| r.0 == "watch")
         .map(|r| (r.1.as_str(), r.2.as_str()))
         .collect();
-    let pairs = 6;
+    let pairs = 7;
     // Each watch asks to end after 60 s (two thirds of the 90 s read idle timeout) and is
     // resumed: one request per pair per minute, plus the first.
     let watches_allowed = pairs * (idle.as_secs() as usize / 60 + 2);
