@@ -36,6 +36,7 @@
 //!     refresh: 15d
 //!     bundle: csr-signer-ca                # every unexpired CA its tls.crt has held
 //!     publish: { namespace: other, delay: 5m }   # a copy, new CAs only after the delay
+//!                                          # (`copy-annotations: true`: with the CA's annotations)
 //! unions:                                  # a bundle that is exactly the union of others
 //!   - { name: csr-controller-ca, bundles: [csr-signer-ca, localhost-serving-ca] }
 //!   - { name: client-ca, bundles: [other/admin-ca, localhost-serving-ca] }  # other: read only
@@ -128,8 +129,8 @@ pub struct Intermediate {
 pub struct Publish {
     pub object: ObjectRef,
     pub delay: Duration,
-    /// Whether the copy carries the intermediate's annotations (OpenShift's `ManageCSRSigner`
-    /// since 4.15: set by the release, `regenerate::release`); otherwise none.
+    /// Whether the copy carries the intermediate's annotations (`copy-annotations`; OpenShift's
+    /// `ManageCSRSigner` since 4.15, set per release by `regenerate::release`); otherwise none.
     pub copy_annotations: bool,
 }
 
@@ -318,13 +319,15 @@ struct IntermediateItem {
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
 struct PublishItem {
     namespace: String,
     #[serde(default)]
     name: Option<String>,
     #[serde(default)]
     delay: Option<String>,
+    #[serde(default)]
+    copy_annotations: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -643,7 +646,7 @@ pub fn parse(text: &str) -> Result<Rotation, ConfigError> {
                     Ok(Publish {
                         object: make(p.name.as_deref().unwrap_or(&item.name), Some(p.namespace))?,
                         delay,
-                        copy_annotations: false,
+                        copy_annotations: p.copy_annotations,
                     })
                 })
                 .transpose()?;

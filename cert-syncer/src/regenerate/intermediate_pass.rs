@@ -112,16 +112,18 @@ impl Pass<'_> {
                     }
                     Some(pair) => {
                         let chain = intermediate::collected(pair);
+                        // Every unexpired CA it held, plus the current one; written without
+                        // the `ca-bundle` label, as `ManageCSRIntermediateCABundle` creates it.
+                        let desired = |certs: &[Cert]| decide::bundle(certs, &chain, &[], self.now);
                         let outcome = match self.read_bundle(bundle).await {
                             Err(err) => Err(err),
                             Ok((map, certs)) => {
-                                self.ensure_bundle(
+                                self.converge_bundle(
                                     bundle,
                                     map,
                                     certs,
-                                    &chain,
-                                    &[],
-                                    &|_| true,
+                                    BundleKind::Collected,
+                                    desired,
                                     report,
                                 )
                                 .await

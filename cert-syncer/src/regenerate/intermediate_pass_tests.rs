@@ -320,11 +320,10 @@ async fn an_intermediates_bundle_collects_the_ca_and_its_verified_issuer_only() 
         stranger.cert().clone(),
         leaf.cert().clone(),
     ]);
-    secret
-        .data
-        .as_mut()
-        .unwrap()
-        .insert("tls.crt".into(), k8s_openapi::ByteString(chain.into_bytes()));
+    secret.data.as_mut().unwrap().insert(
+        "tls.crt".into(),
+        k8s_openapi::ByteString(chain.into_bytes()),
+    );
     api.put(
         "/api/v1/namespaces/op/secrets/csr-signer",
         serde_json::to_value(&secret).unwrap(),
@@ -333,8 +332,14 @@ async fn an_intermediates_bundle_collects_the_ca_and_its_verified_issuer_only() 
     assert!(report.failures.is_empty(), "{:?}", report.failures);
     for (ns, name) in [("op", "csr-signer-ca"), ("op", "csr-controller-ca")] {
         let held = bundle(&api, ns, name);
-        assert!(has(&held, ca.cert()) && has(&held, issuer.cert()), "{ns}/{name}");
-        assert!(!has(&held, stranger.cert()), "{ns}/{name} trusts the stranger CA");
+        assert!(
+            has(&held, ca.cert()) && has(&held, issuer.cert()),
+            "{ns}/{name}"
+        );
+        assert!(
+            !has(&held, stranger.cert()),
+            "{ns}/{name} trusts the stranger CA"
+        );
         assert!(!has(&held, leaf.cert()), "{ns}/{name} holds a leaf");
     }
 }

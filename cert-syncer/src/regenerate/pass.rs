@@ -762,7 +762,7 @@ impl Pass<'_> {
                         LABEL_TYPE.to_owned(),
                         "ca-bundle".to_owned(),
                     )])),
-                    BundleKind::Union => None,
+                    BundleKind::Union | BundleKind::Collected => None,
                 },
                 ..ObjectMeta::default()
             },
@@ -851,18 +851,19 @@ enum BundleWrite {
 }
 
 /// Which bundle [`Pass::write_bundle`] writes: one of signers (library-go's `ca-bundle` label on
-/// creation), or a union of other bundles (written as OpenShift's CSR controller writes it,
-/// without that label).
+/// creation), a union of other bundles, or the CAs an intermediate held (both written as
+/// OpenShift's controllers write them, without that label).
 #[derive(Clone, Copy)]
 pub(super) enum BundleKind {
     Signers,
     Union,
+    Collected,
 }
 
 impl BundleKind {
     fn name(self) -> &'static str {
         match self {
-            Self::Signers => "CA bundle",
+            Self::Signers | Self::Collected => "CA bundle",
             Self::Union => "union CA bundle",
         }
     }
