@@ -375,6 +375,8 @@ pub const FLAGS_WITHOUT_ACCESS: &[(&str, &[&str])] = &[
             "service-network-ip",
             "api-hostname",
             "api-int-hostname",
+            // Every release names the same objects; only lifetimes and metadata differ.
+            "openshift-version",
         ],
     ),
     (

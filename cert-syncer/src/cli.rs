@@ -184,9 +184,14 @@ pub struct RegenerateArgs {
     #[arg(long, value_enum)]
     pub key_type: Option<KeyType>,
     /// With --profile: the service network's first IP, when the cluster has no
-    /// networks.config.openshift.io/cluster (refused if it disagrees with that object).
+    /// networks.config.openshift.io/cluster (refused if it disagrees with that object); once
+    /// per family on a dual-stack cluster, in the object's order.
     #[arg(long, requires = "profile")]
-    pub service_network_ip: Option<std::net::IpAddr>,
+    pub service_network_ip: Vec<std::net::IpAddr>,
+    /// With --profile: the OpenShift release whose lifetimes, refresh periods and metadata
+    /// the profile writes (4.14 … 5.0; `docs/openshift.md` has the table).
+    #[arg(long, requires = "profile", default_value = crate::regenerate::release::DEFAULT)]
+    pub openshift_version: String,
     /// With --profile: the external API load balancer's hostname, when the cluster has no
     /// infrastructures.config.openshift.io/cluster (refused if it disagrees).
     #[arg(long, requires = "profile")]
@@ -270,6 +275,9 @@ pub enum KeyType {
     /// ECDSA on P-256 with SHA-256.
     #[value(name = "ecdsa-p256")]
     EcdsaP256,
+    /// ECDSA P-384 signers, P-256 leaves (library-go's pairing under ConfigurablePKI).
+    #[value(name = "ecdsa-p384")]
+    EcdsaP384,
 }
 
 impl From<KeyType> for regenerate::KeyType {
@@ -277,6 +285,7 @@ impl From<KeyType> for regenerate::KeyType {
         match key_type {
             KeyType::Rsa2048 => regenerate::KeyType::Rsa2048,
             KeyType::EcdsaP256 => regenerate::KeyType::EcdsaP256,
+            KeyType::EcdsaP384 => regenerate::KeyType::EcdsaP384,
         }
     }
 }
@@ -512,7 +521,8 @@ impl RegenerateArgs {
             config: self.config.clone(),
             profile: self.profile.map(Into::into),
             key_type: self.key_type.map(Into::into),
-            service_network_ip: self.service_network_ip,
+            service_network_ip: self.service_network_ip.clone(),
+            openshift_version: self.openshift_version.clone(),
             api_hostname: self.api_hostname.clone(),
             api_int_hostname: self.api_int_hostname.clone(),
             mode: self.mode.into(),

@@ -422,7 +422,7 @@ pub fn new_leaf_of(
     let ca_key = signing_key(&signer.key_pem)?;
     let issuer = Issuer::from_ca_cert_der(&signer.cert().der, ca_key)
         .map_err(|e| format!("signer certificate: {e}"))?;
-    let key = key_type.generate()?;
+    let key = key_type.generate_leaf()?;
     let mut params = CertificateParams::new(Vec::<String>::new()).map_err(|e| e.to_string())?;
     match identity {
         Identity::Serving { hostnames } => {

@@ -36,8 +36,10 @@
 //!     refresh: 15d
 //!     bundle: csr-signer-ca                # every unexpired CA its tls.crt has held
 //!     publish: { namespace: other, delay: 5m }   # a copy, new CAs only after the delay
+//!                                          # (`copy-annotations: true`: with the CA's annotations)
 //! unions:                                  # a bundle that is exactly the union of others
 //!   - { name: csr-controller-ca, bundles: [csr-signer-ca, localhost-serving-ca] }
+//!   - { name: client-ca, bundles: [other/admin-ca, localhost-serving-ca] }  # other: read only
 //! copies:                                  # plain copies of an object's data
 //!   - { configmap: csr-controller-ca, to: { namespace: openshift-config-managed } }
 //! ```
@@ -127,14 +129,19 @@ pub struct Intermediate {
 pub struct Publish {
     pub object: ObjectRef,
     pub delay: Duration,
+    /// Whether the copy carries the intermediate's annotations (`copy-annotations`; OpenShift's
+    /// `ManageCSRSigner` since 4.15, set per release by `regenerate::release`); otherwise none.
+    pub copy_annotations: bool,
 }
 
 /// A CA bundle ConfigMap that holds exactly the unexpired CAs of its source bundles (library-go's
-/// `CombineCABundleConfigMaps`): sources in order, first occurrence kept.
+/// `CombineCABundleConfigMaps`): sources in order, first occurrence kept, nothing else (a CA that
+/// left every source leaves the union).
 #[derive(Debug, Clone)]
 pub struct Union {
     pub object: ObjectRef,
-    /// Declared bundles (of signers or of intermediates).
+    /// Declared bundles (of signers or of intermediates), or other components' bundles named
+    /// `namespace/name` (read only; a missing one adds nothing).
     pub sources: Vec<ObjectRef>,
 }
 
@@ -209,6 +216,11 @@ impl Rotation {
                 self.bundles
                     .iter()
                     .flat_map(|b| b.include.iter().map(|o| (Kind::ConfigMap, o))),
+            )
+            .chain(
+                self.unions
+                    .iter()
+                    .flat_map(|u| u.sources.iter().map(|o| (Kind::ConfigMap, o))),
             )
             .collect();
         let mut out: Vec<(Kind, &ObjectRef)> = Vec::new();
@@ -307,13 +319,15 @@ struct IntermediateItem {
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
 struct PublishItem {
     namespace: String,
     #[serde(default)]
     name: Option<String>,
     #[serde(default)]
     delay: Option<String>,
+    #[serde(default)]
+    copy_annotations: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -640,6 +654,7 @@ pub fn parse(text: &str) -> Result<Rotation, ConfigError> {
                     Ok(Publish {
                         object: make(p.name.as_deref().unwrap_or(&item.name), Some(p.namespace))?,
                         delay,
+                        copy_annotations: p.copy_annotations,
                     })
                 })
                 .transpose()?;
@@ -694,7 +709,8 @@ pub fn parse(text: &str) -> Result<Rotation, ConfigError> {
         file.unions,
         &mut rotation.broken,
         |item: UnionItem| {
-            let object = object(&item.name, item.namespace)?;
+            let make = &object;
+            let object = make(&item.name, item.namespace)?;
             if item.bundles.is_empty() {
                 return Err("no bundles".to_owned());
             }
@@ -719,6 +735,16 @@ pub fn parse(text: &str) -> Result<Rotation, ConfigError> {
                         .collect();
                     match matches[..] {
                         [one] => Ok((*one).clone()),
+                        // Another component's bundle, read only (OpenShift's `client-ca` folds
+                        // in the installer's and the kube-controller-manager's CAs).
+                        [] if reference.contains('/') => {
+                            let (namespace, name) = reference.split_once('/').unwrap_or_default();
+                            let external = make(name, Some(namespace.to_owned()))?;
+                            if external == object {
+                                return Err(format!("includes itself ({object})"));
+                            }
+                            Ok(external)
+                        }
                         [] => Err(format!("bundle {reference} is not declared (or broken)")),
                         _ => Err(format!(
                             "bundle {reference} is ambiguous: name it as namespace/name"

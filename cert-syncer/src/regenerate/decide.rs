@@ -237,6 +237,8 @@ pub fn bundle(existing: &[Cert], signers: &[&Cert], in_use: &[&Cert], now: i64) 
     let mut certs: Vec<Cert> = existing
         .iter()
         .chain(signers.iter().copied())
+        // A leaf is no trust anchor: a bundle holds CAs only.
+        .filter(|c| c.is_ca)
         .filter(|c| {
             !c.is_expired_at(now) || in_use.iter().any(|leaf| crate::pki::issued_by(leaf, c))
         })

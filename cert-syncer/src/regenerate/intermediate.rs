@@ -143,11 +143,30 @@ pub fn publish_at(source: &Cert, delay: Duration, backdate: Duration) -> i64 {
 pub fn union(sources: &[&[Cert]], now: i64) -> Vec<Cert> {
     let mut certs: Vec<Cert> = Vec::new();
     for cert in sources.iter().flat_map(|s| s.iter()) {
-        if !cert.is_expired_at(now) && !certs.iter().any(|c| c.der == cert.der) {
+        // Only CAs: a leaf in a source bundle is no trust anchor anyone meant to share.
+        if cert.is_ca && !cert.is_expired_at(now) && !certs.iter().any(|c| c.der == cert.der) {
             certs.push(cert.clone());
         }
     }
     certs
+}
+
+/// What an intermediate's bundle collects from its `tls.crt`: the CA itself and, when the next
+/// certificate is a CA that verifiably issued it, that issuer — never anything else the chain
+/// holds (library-go appends every certificate of `tls.crt`; a stray leaf or unrelated CA put
+/// there would become trusted for every client certificate).
+pub fn collected(pair: &KeyPairPem) -> Vec<&Cert> {
+    let mut out: Vec<&Cert> = Vec::new();
+    if let Some(ca) = pair.chain.first().filter(|c| c.is_ca) {
+        out.push(ca);
+        if let Some(issuer) = pair.chain.get(1)
+            && issuer.is_ca
+            && pki::issued_by(ca, issuer)
+        {
+            out.push(issuer);
+        }
+    }
+    out
 }
 
 /// A new intermediate CA with a `key_type` key, signed by `signer`, CN `<name>_@<now>`, valid

@@ -263,6 +263,20 @@ bundles:
         again.written.is_empty() && again.failures.is_empty(),
         "{again:?}"
     );
+    // Exact (issue 28, F5): a CA that left the included bundle leaves this one on the next
+    // pass; the bundle's own signer's CA stays.
+    api.put(
+        "/api/v1/namespaces/managed/configmaps/csr-controller-ca",
+        serde_json::json!({
+            "metadata": { "name": "csr-controller-ca", "namespace": "managed" },
+            "data": { "ca-bundle.crt": "" }
+        }),
+    );
+    let report = pass(&api, &rotation, Mode::ExpiredOnly, now + 3).await;
+    assert_eq!(written(&report), ["bundle kas/client-ca ca-removed"]);
+    let client_ca = bundle(&api, "kas", "client-ca");
+    assert_eq!(client_ca.len(), 1);
+    assert!(!has(&client_ca, csr.cert()));
     // An include that is not namespace/name is a broken item.
     let broken = config::parse(
         "namespace: kas\nsigners: [{ name: s, validity: 1d, refresh: 12h }]\nbundles: [{ name: b, signers: [s], include: [nowhere] }]\n",
@@ -273,4 +287,60 @@ bundles:
         "{:?}",
         broken.broken
     );
+}
+
+#[tokio::test]
+async fn an_intermediates_bundle_collects_the_ca_and_its_verified_issuer_only() {
+    // Issue 28, F5: csr-signer-ca took every certificate of csr-signer's tls.crt, so an
+    // unrelated CA (or a leaf) put there became trusted for every client certificate.
+    let api = FakeApi::new();
+    let rotation = config::parse(CONFIG).unwrap();
+    let now = crate::time::unix_now();
+    let report = pass(&api, &rotation, Mode::ExpiredOnly, now).await;
+    assert!(report.failures.is_empty(), "{:?}", report.failures);
+    let ca = pair(&api, "op", "csr-signer");
+    let issuer = pair(&api, "op", "csr-signer-signer");
+    let day = std::time::Duration::from_secs(86_400);
+    let stranger = pki::new_signer("stranger", now, Default::default(), day).unwrap();
+    let leaf = pki::new_leaf(
+        &stranger,
+        &pki::Identity::Client {
+            user: "someone".into(),
+            groups: vec![],
+        },
+        now,
+        Default::default(),
+        day,
+    )
+    .unwrap();
+    // The same CA and key, its tls.crt now with a stranger CA and a leaf after the issuer.
+    let mut secret = secret(&api, "op", "csr-signer");
+    let chain = pki::bundle_pem(&[
+        ca.cert().clone(),
+        issuer.cert().clone(),
+        stranger.cert().clone(),
+        leaf.cert().clone(),
+    ]);
+    secret.data.as_mut().unwrap().insert(
+        "tls.crt".into(),
+        k8s_openapi::ByteString(chain.into_bytes()),
+    );
+    api.put(
+        "/api/v1/namespaces/op/secrets/csr-signer",
+        serde_json::to_value(&secret).unwrap(),
+    );
+    let report = pass(&api, &rotation, Mode::ExpiredOnly, now + 1).await;
+    assert!(report.failures.is_empty(), "{:?}", report.failures);
+    for (ns, name) in [("op", "csr-signer-ca"), ("op", "csr-controller-ca")] {
+        let held = bundle(&api, ns, name);
+        assert!(
+            has(&held, ca.cert()) && has(&held, issuer.cert()),
+            "{ns}/{name}"
+        );
+        assert!(
+            !has(&held, stranger.cert()),
+            "{ns}/{name} trusts the stranger CA"
+        );
+        assert!(!has(&held, leaf.cert()), "{ns}/{name} holds a leaf");
+    }
 }

@@ -42,6 +42,7 @@ mod pass;
 #[cfg(test)]
 mod pass_tests;
 mod profile;
+pub mod release;
 mod settings;
 #[cfg(test)]
 mod settle_tests;
@@ -332,11 +333,16 @@ pub(crate) async fn run(args: Settings) -> anyhow::Result<()> {
 /// Never for the built-in profiles (their tests parse them).
 pub fn profile_objects(chosen: Profile) -> Result<config::Rotation, ConfigError> {
     let placeholders = profile::Flags {
-        service_network_ip: Some(std::net::Ipv4Addr::LOCALHOST.into()),
+        service_network_ips: vec![std::net::Ipv4Addr::LOCALHOST.into()],
         api_hostname: Some("api.invalid".into()),
         api_int_hostname: Some("api-int.invalid".into()),
     };
-    profile::build(chosen, &profile::ClusterValues::default(), &placeholders)
+    profile::build(
+        chosen,
+        release::find(release::DEFAULT)?,
+        &profile::ClusterValues::default(),
+        &placeholders,
+    )
 }
 
 /// The config file, or the built-in profile with the cluster's hostnames; `--key-type` applied.
@@ -359,11 +365,13 @@ async fn load_rotation(
                 profile::ClusterValues::default()
             };
             let flags = profile::Flags {
-                service_network_ip: args.service_network_ip,
+                service_network_ips: args.service_network_ip.clone(),
                 api_hostname: args.api_hostname.clone(),
                 api_int_hostname: args.api_int_hostname.clone(),
             };
-            profile::build(chosen, &cluster, &flags)?
+            let release = release::find(&args.openshift_version)?;
+            tracing::info!(openshift_version = %release.version, kube_apiserver = %release.kube_apiserver, "the release the profile models");
+            profile::build(chosen, release, &cluster, &flags)?
         }
         (None, None) => return Err(ConfigError("--config or --profile is required".into())),
     };

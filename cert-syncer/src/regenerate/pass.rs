@@ -291,6 +291,22 @@ impl Pass<'_> {
                 .filter(|(signer, _)| config.signers.contains(signer))
                 .map(|(_, cert)| cert)
                 .collect();
+            // What the bundle already holds stays until it expires (the rotation overlap) —
+            // except, in a bundle that includes others, CAs of none of its own signers: those
+            // are exactly what its includes hold now, so a CA that left its source leaves.
+            let own: Vec<String> = config
+                .signers
+                .iter()
+                .filter_map(|i| current_signers[*i].as_ref())
+                .filter_map(|pair| pair.cert().common_name.as_deref().map(signer_cn_prefix))
+                .collect();
+            let keep = |cert: &Cert| {
+                config.include.is_empty()
+                    || cert
+                        .common_name
+                        .as_deref()
+                        .is_some_and(|cn| own.iter().any(|p| cn.starts_with(p.as_str())))
+            };
             let outcome = match read {
                 Err(err) => Err(err),
                 Ok((object, existing)) => {
@@ -300,6 +316,7 @@ impl Pass<'_> {
                         existing,
                         &signer_certs,
                         &leaves,
+                        &keep,
                         &mut report,
                     )
                     .await
@@ -739,10 +756,12 @@ impl Pass<'_> {
         certs: Vec<Cert>,
         signers: &[&Cert],
         in_use: &[&Cert],
+        keep: &dyn Fn(&Cert) -> bool,
         report: &mut Report,
     ) -> Result<Vec<Cert>, String> {
         let desired = |certs: &[Cert]| {
-            let mut desired = decide::bundle(certs, signers, in_use, self.now);
+            let kept: Vec<Cert> = certs.iter().filter(|c| keep(c)).cloned().collect();
+            let mut desired = decide::bundle(&kept, signers, in_use, self.now);
             if signers.len() > 1 {
                 decide::order_by_signer(&mut desired, signers);
             }
@@ -826,7 +845,7 @@ impl Pass<'_> {
                         LABEL_TYPE.to_owned(),
                         "ca-bundle".to_owned(),
                     )])),
-                    BundleKind::Union => None,
+                    BundleKind::Union | BundleKind::Collected => None,
                 },
                 ..ObjectMeta::default()
             },
@@ -905,6 +924,15 @@ impl Pass<'_> {
     }
 }
 
+/// The part of a signer CA's CN that every CA of that signer shares (`<namespace>_<name>@` as
+/// library-go and ours name them), or the whole CN.
+fn signer_cn_prefix(cn: &str) -> String {
+    match cn.rfind('@') {
+        Some(at) => cn[..=at].to_owned(),
+        None => cn.to_owned(),
+    }
+}
+
 /// What one [`Pass::write_bundle`] came to.
 enum BundleWrite {
     Written,
@@ -915,18 +943,19 @@ enum BundleWrite {
 }
 
 /// Which bundle [`Pass::write_bundle`] writes: one of signers (library-go's `ca-bundle` label on
-/// creation), or a union of other bundles (written as OpenShift's CSR controller writes it,
-/// without that label).
+/// creation), a union of other bundles, or the CAs an intermediate held (both written as
+/// OpenShift's controllers write them, without that label).
 #[derive(Clone, Copy)]
 pub(super) enum BundleKind {
     Signers,
     Union,
+    Collected,
 }
 
 impl BundleKind {
     fn name(self) -> &'static str {
         match self {
-            Self::Signers => "CA bundle",
+            Self::Signers | Self::Collected => "CA bundle",
             Self::Union => "union CA bundle",
         }
     }

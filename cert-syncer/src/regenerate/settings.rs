@@ -17,7 +17,9 @@ pub(crate) struct Settings {
     /// The type of new keys, over the config's or profile's.
     pub key_type: Option<super::KeyType>,
     /// The profile's hostnames when the cluster's config objects do not give them.
-    pub service_network_ip: Option<std::net::IpAddr>,
+    pub service_network_ip: Vec<std::net::IpAddr>,
+    /// The OpenShift release the profile models (`release`).
+    pub openshift_version: String,
     pub api_hostname: Option<String>,
     pub api_int_hostname: Option<String>,
     pub mode: Mode,
