@@ -415,6 +415,7 @@ impl Pass<'_> {
                     ..Secret::default()
                 },
             };
+            self.may_write(object)?;
             let result = match &existing {
                 None => api.create(&PostParams::default(), &secret).await,
                 Some(_) => {
