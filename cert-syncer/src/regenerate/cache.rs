@@ -239,7 +239,8 @@ impl Cache {
         }
     }
 
-    /// Stores what one event of the namespace-wide watch of `namespace` changed.
+    /// Stores what one event of the namespace-wide watch of `namespace` changed (tests).
+    #[cfg(test)]
     pub fn observe<K: Cached>(&self, namespace: &str, changes: Changes<Raw<K>>) {
         let key = WatchKey {
             kind: K::KIND,
