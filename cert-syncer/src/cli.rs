@@ -235,6 +235,12 @@ pub struct RegenerateArgs {
     /// How often to renew, or to retry acquiring.
     #[arg(long, value_parser = parse_duration, default_value = "26s")]
     pub leader_elect_retry_period: Duration,
+    /// A kind (Secrets, ConfigMaps) of a namespace with more declared objects than this is
+    /// watched with one namespace-wide list+watch (RBAC `list`/`watch` on every object of
+    /// that kind there), instead of one list+watch per object by name (RBAC by
+    /// resourceNames), as `sync --namespace-watch-threshold`. 0: always namespace-wide.
+    #[arg(long, value_name = "N", default_value_t = 50)]
+    pub namespace_watch_threshold: usize,
     /// Evaluate as if the time were this (RFC 3339 or Unix seconds). For drills and tests of
     /// the clock-skew guard; never set in production.
     #[arg(long, hide = true)]
@@ -536,6 +542,7 @@ impl RegenerateArgs {
             leader_elect_lease_duration: self.leader_elect_lease_duration,
             leader_elect_renew_deadline: self.leader_elect_renew_deadline,
             leader_elect_retry_period: self.leader_elect_retry_period,
+            namespace_watch_threshold: self.namespace_watch_threshold,
             now: self.now.as_deref().map(parse_now).transpose()?,
         })
     }

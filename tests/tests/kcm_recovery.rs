@@ -324,8 +324,9 @@ async fn empty_cluster_the_profile_creates_a_chain_the_apiserver_trusts_then_wri
     cluster.once(&kas_profile);
     let client_ca_before = cluster.bundle(KAS, "client-ca").await;
 
-    // The controller as the pod runs it: its loop (passes read a cache of namespace-wide
-    // watches), leader-elected, as the pod's service account under the shipped Roles.
+    // The controller as the pod runs it: its loop (passes read a cache fed by watches of each
+    // declared object by name), leader-elected, as the pod's service account under the
+    // shipped Roles.
     let started = Instant::now();
     let profile = ["--profile", "openshift-kube-controller-manager"];
     let metrics = std::net::TcpListener::bind("127.0.0.1:0")

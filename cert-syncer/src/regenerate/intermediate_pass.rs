@@ -467,6 +467,7 @@ impl Pass<'_> {
                     .get_or_insert_with(BTreeMap::new)
                     .extend(annotations.clone());
             }
+            self.may_write(object)?;
             let result = match &existing {
                 None => api.create(&PostParams::default(), &secret).await,
                 Some(_) => {

@@ -47,6 +47,7 @@ async fn pass(api: &FakeApi, rotation: &Rotation, mode: Mode, now: i64) -> Repor
         events: &events,
         reads: Reads::Live,
         brake: None,
+        lease_lost: None,
     }
     .run()
     .await
@@ -343,4 +344,164 @@ async fn an_intermediates_bundle_collects_the_ca_and_its_verified_issuer_only() 
         );
         assert!(!has(&held, leaf.cert()), "{ns}/{name} holds a leaf");
     }
+}
+
+/// Two copies of objects nothing here writes: a CA bundle and a client certificate.
+const COPIES: &str = r#"
+namespace: op
+copies:
+  - { configmap: ca, namespace: src, to: { namespace: dst } }
+  - { secret: client, namespace: src, to: { namespace: dst } }
+"#;
+
+fn put_secret(api: &FakeApi, ns: &str, name: &str, cert: &[u8], key: &[u8]) {
+    let data = [("tls.crt", cert), ("tls.key", key)]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), k8s_openapi::ByteString(v.to_vec())))
+        .collect();
+    let secret = Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(ns.into()),
+            ..Default::default()
+        },
+        type_: Some("kubernetes.io/tls".into()),
+        data: Some(data),
+        ..Default::default()
+    };
+    api.put(
+        &format!("/api/v1/namespaces/{ns}/secrets/{name}"),
+        serde_json::to_value(secret).unwrap(),
+    );
+}
+
+fn put_bundle(api: &FakeApi, ns: &str, name: &str, pem: &str) {
+    let map = ConfigMap {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(ns.into()),
+            ..Default::default()
+        },
+        data: Some([("ca-bundle.crt".to_owned(), pem.to_owned())].into()),
+        ..Default::default()
+    };
+    api.put(
+        &format!("/api/v1/namespaces/{ns}/configmaps/{name}"),
+        serde_json::to_value(map).unwrap(),
+    );
+}
+
+fn config_map(api: &FakeApi, ns: &str, name: &str) -> ConfigMap {
+    serde_json::from_value(
+        api.get(&format!("/api/v1/namespaces/{ns}/configmaps/{name}"))
+            .unwrap(),
+    )
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_copy_is_never_replaced_by_an_emptied_truncated_expired_or_garbage_source() {
+    let api = FakeApi::new();
+    let rotation = config::parse(COPIES).unwrap();
+    assert!(rotation.broken.is_empty(), "{:?}", rotation.broken);
+    let now = crate::time::unix_now();
+    let day = std::time::Duration::from_secs(86_400);
+    let good = pki::new_signer("good", now, Default::default(), day).unwrap();
+    let expired = pki::new_signer("old", now - 10 * 86_400, Default::default(), day).unwrap();
+    put_secret(
+        &api,
+        "src",
+        "client",
+        good.cert_pem().as_bytes(),
+        good.key_pem.as_bytes(),
+    );
+    put_bundle(&api, "src", "ca", &good.cert_pem());
+    let client = api.client();
+    let events = EventRecorder::new(client.clone(), "op", Some("regenerate-pod"));
+    let run = || Pass {
+        client: &client,
+        rotation: &rotation,
+        mode: Mode::ExpiredOnly,
+        now,
+        apiserver_now: None,
+        events: &events,
+        reads: Reads::Live,
+        lease_lost: None,
+        brake: None,
+    };
+    let report = run().run().await;
+    assert!(report.failures.is_empty(), "{:?}", report.failures);
+    assert_eq!(
+        written(&report),
+        ["copy dst/ca missing", "copy dst/client missing"]
+    );
+    let (copied_secret, copied_map) = (
+        secret(&api, "dst", "client").data,
+        config_map(&api, "dst", "ca").data,
+    );
+
+    let cert = good.cert_pem();
+    let truncated = &cert[..cert.len() / 2];
+    let expired_cert = expired.cert_pem();
+    let bad: [(&str, &[u8], &[u8]); 4] = [
+        ("emptied", b"", b""),
+        ("truncated", truncated.as_bytes(), good.key_pem.as_bytes()),
+        (
+            "expired",
+            expired_cert.as_bytes(),
+            expired.key_pem.as_bytes(),
+        ),
+        ("garbage", b"not a certificate", b"not a key"),
+    ];
+    for (what, cert, key) in bad {
+        put_secret(&api, "src", "client", cert, key);
+        put_bundle(&api, "src", "ca", std::str::from_utf8(cert).unwrap());
+        let report = run().run().await;
+        assert!(report.written.is_empty(), "{what}: {:?}", report.written);
+        assert_eq!(secret(&api, "dst", "client").data, copied_secret, "{what}");
+        assert_eq!(config_map(&api, "dst", "ca").data, copied_map, "{what}");
+        assert_eq!(report.failures.len(), 2, "{what}: {:?}", report.failures);
+        for failure in &report.failures {
+            assert!(
+                failure.contains("not copied from src/"),
+                "{what}: {failure}"
+            );
+        }
+    }
+    // Each refusal said so in an Event on the pod, naming the source and the copy.
+    let refused: Vec<String> = api
+        .objects_under("/api/v1/namespaces/op/events/")
+        .into_iter()
+        .filter(|e| e["reason"] == "CopyRefused")
+        .map(|e| e["message"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert!(
+        refused
+            .iter()
+            .any(|m| m.contains("dst/client") && m.contains("src/client")),
+        "{refused:?}"
+    );
+    assert!(
+        refused
+            .iter()
+            .any(|m| m.contains("dst/ca") && m.contains("src/ca")),
+        "{refused:?}"
+    );
+
+    // A renewed source is copied again.
+    let renewed = pki::new_signer("renewed", now, Default::default(), day).unwrap();
+    put_secret(
+        &api,
+        "src",
+        "client",
+        renewed.cert_pem().as_bytes(),
+        renewed.key_pem.as_bytes(),
+    );
+    put_bundle(&api, "src", "ca", &renewed.cert_pem());
+    let report = run().run().await;
+    assert!(report.failures.is_empty(), "{:?}", report.failures);
+    assert_eq!(
+        written(&report),
+        ["copy dst/ca changed", "copy dst/client changed"]
+    );
 }

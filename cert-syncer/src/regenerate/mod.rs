@@ -53,6 +53,7 @@ use std::time::Duration;
 use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 
+pub(crate) use cache::watch_plan;
 pub use decide::Mode;
 pub use keys::KeyType;
 pub use profile::Profile;
@@ -155,6 +156,7 @@ pub(crate) async fn run(args: Settings) -> anyhow::Result<()> {
             apiserver_now,
             events: &events,
             brake: None,
+            lease_lost: None,
         }
         .run()
         .await;
@@ -243,10 +245,11 @@ pub(crate) async fn run(args: Settings) -> anyhow::Result<()> {
         }));
     }
 
-    // One list+watch per namespace and kind; any change of a declared object wakes the loop.
-    let cache = Arc::new(Cache::new(&rotation));
+    // One list+watch per declared object, or per namespace and kind above
+    // --namespace-watch-threshold; any change of a declared object wakes the loop.
+    let cache = Arc::new(Cache::new(&rotation, args.namespace_watch_threshold));
     let watches = cache.spawn_watches(&client, connection.watch_timeout_seconds);
-    tracing::info!(mode = ?args.mode, signers = rotation.signers.len(), bundles = rotation.bundles.len(), targets = rotation.targets.len(), watches = ?cache.watched().map(|(kind, ns)| format!("{}s in {ns}", kind.label())).collect::<Vec<_>>(), "regeneration controller started");
+    tracing::info!(mode = ?args.mode, signers = rotation.signers.len(), bundles = rotation.bundles.len(), targets = rotation.targets.len(), watches = ?cache.watched().map(ToString::to_string).collect::<Vec<_>>(), "regeneration controller started");
     let stop = |watches: Vec<tokio::task::JoinHandle<()>>| {
         for watch in watches {
             watch.abort();
@@ -255,7 +258,7 @@ pub(crate) async fn run(args: Settings) -> anyhow::Result<()> {
     // The first pass waits for every namespace's list: a pass on a partial cache would take
     // objects not listed yet for failures.
     tokio::select! {
-        () = cache.ready() => tracing::debug!("every watched namespace listed"),
+        () = cache.ready() => tracing::debug!("every watch listed"),
         () = shutdown.cancelled() => {
             stop(watches);
             if let Some(holder) = holder {
@@ -298,12 +301,24 @@ pub(crate) async fn run(args: Settings) -> anyhow::Result<()> {
             apiserver_now,
             events: &events,
             brake: Some(&brake),
+            lease_lost: Some(&lost),
         }
         .run()
         .await;
         brake.record_all(&report.written);
         metrics.record(&report);
         log_report(&report);
+        if lost.is_cancelled() {
+            // The pass stopped writing when the Lease was lost.
+            let reason = lost_reason
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone();
+            stop(watches);
+            return Err(anyhow::anyhow!(
+                "lost leadership during a pass: {reason}; exiting so the kubelet restarts us as a candidate"
+            ));
+        }
         record_failures(&events, &report).await;
         if report.failures.is_empty() {
             readiness.clear("pass");

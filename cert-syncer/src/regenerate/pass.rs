@@ -15,6 +15,7 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::Api;
 use kube::api::{ObjectMeta, PostParams};
+use tokio_util::sync::CancellationToken;
 
 use super::annotations;
 use super::brake::{Brake, Held};
@@ -102,6 +103,9 @@ pub struct Pass<'a> {
     pub events: &'a EventRecorder,
     /// The per-object write budget of the controller's loop (`None`: `--once`, one pass).
     pub brake: Option<&'a Brake>,
+    /// With `--leader-elect`: cancelled when the Lease is lost. Checked before every write, so
+    /// a pass running when the Lease is lost writes nothing more (a standby may be leading).
+    pub lease_lost: Option<&'a CancellationToken>,
 }
 
 impl Pass<'_> {
@@ -553,6 +557,16 @@ impl Pass<'_> {
         cache.get::<K>(object)
     }
 
+    /// Whether this replica may still write `object`: not once the Lease is lost.
+    pub(super) fn may_write(&self, object: &ObjectRef) -> Result<(), String> {
+        match self.lease_lost {
+            Some(lost) if lost.is_cancelled() => Err(format!(
+                "not written: this replica lost the leader-election lease during the pass ({object} left as it is)"
+            )),
+            _ => Ok(()),
+        }
+    }
+
     /// Our own successful write, into the cache (see [`Cache::written`]).
     pub(super) fn remember<K: Cached>(&self, object: &ObjectRef, read: Option<&K>, written: &K) {
         if let Reads::Cached(cache) = self.reads {
@@ -698,6 +712,7 @@ impl Pass<'_> {
                 .annotations
                 .get_or_insert_with(BTreeMap::new)
                 .extend(self.declared_annotations(ObjectKind::Secret, object));
+            self.may_write(object)?;
             let result = match &existing {
                 None => api.create(&PostParams::default(), &secret).await,
                 Some(_) => {
@@ -880,6 +895,7 @@ impl Pass<'_> {
         {
             return Ok(BundleWrite::Held);
         }
+        self.may_write(object)?;
         let result = match existing {
             None => api.create(&PostParams::default(), &map).await,
             Some(_) => {

@@ -54,6 +54,7 @@ async fn pass(api: &FakeApi, rotation: &Rotation, now: i64) -> Report {
         apiserver_now: None,
         events: &events,
         brake: None,
+        lease_lost: None,
     }
     .run()
     .await
@@ -266,7 +267,7 @@ async fn targets_a_leaf_whose_hostnames_drifted_is_reissued_from_the_current_sig
 /// A cache that has listed namespace `ns` as the fake apiserver holds it now (what the
 /// watches' first lists bring).
 fn listed_cache(api: &FakeApi, rotation: &Rotation) -> Cache {
-    let cache = Cache::new(rotation);
+    let cache = Cache::new(rotation, 0);
     let mut secrets: Changes<Raw<Secret>> = Changes::default();
     let mut maps: Changes<Raw<ConfigMap>> = Changes::default();
     for (kind, object) in rotation.objects() {
@@ -311,6 +312,7 @@ async fn cached_pass(api: &FakeApi, cache: &Cache, rotation: &Rotation, now: i64
         apiserver_now: None,
         events: &events,
         brake: None,
+        lease_lost: None,
     }
     .run()
     .await
@@ -445,6 +447,7 @@ async fn braked_pass(api: &FakeApi, rotation: &Rotation, now: i64, brake: &Brake
         apiserver_now: None,
         events: &events,
         brake: Some(brake),
+        lease_lost: None,
     }
     .run()
     .await;
@@ -617,4 +620,57 @@ async fn a_signer_key_after_an_ec_parameters_block_issues_the_targets() {
         stored_pair(&api, "serving").cert(),
         signer.cert()
     ));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pass_writes_nothing_after_the_lease_is_lost() {
+    // Each write is answered a second after it arrives; the Lease is lost at 1.5 s, while the
+    // pass is between its second and third write (signer at 0 s, bundle at 1 s, target at 2 s
+    // if it were still leading).
+    let api = FakeApi::new();
+    api.set_write_latency(Duration::from_secs(1));
+    let rotation = config::parse(CONFIG).unwrap();
+    let lost = tokio_util::sync::CancellationToken::new();
+    let writes_at_loss = {
+        let (api, lost) = (api.clone(), lost.clone());
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+            lost.cancel();
+            writes(&api)
+        })
+    };
+    let client = api.client();
+    let events = EventRecorder::new(client.clone(), "ns", None);
+    let report = Pass {
+        client: &client,
+        reads: Reads::Live,
+        rotation: &rotation,
+        mode: Mode::ExpiredOnly,
+        now: now(),
+        apiserver_now: None,
+        events: &events,
+        lease_lost: Some(&lost),
+        brake: None,
+    }
+    .run()
+    .await;
+    let writes_at_loss = writes_at_loss.await.unwrap();
+    assert_eq!(
+        writes_at_loss, 2,
+        "signer and bundle were sent before the loss"
+    );
+    assert_eq!(writes(&api), writes_at_loss, "no write after the loss");
+    assert!(api.get(&secret_path("serving")).is_none());
+    assert_eq!(
+        written(&report),
+        ["signer ns/signer missing", "bundle ns/ca missing"]
+    );
+    assert!(
+        report
+            .failures
+            .iter()
+            .any(|f| f.contains("lost the leader-election lease")),
+        "{:?}",
+        report.failures
+    );
 }

@@ -566,7 +566,7 @@ mod tests {
             api_hostname: Some("2001:DB8:0:0:0:0:0:1".into()),
             ..Flags::default()
         };
-        let rotation = build(Profile::OpenshiftKubeApiserver, &cluster, &flags).unwrap();
+        let rotation = build(Profile::OpenshiftKubeApiserver, newest(), &cluster, &flags).unwrap();
         let names: Vec<String> = rotation
             .targets
             .iter()

@@ -36,6 +36,8 @@ pub(crate) struct Settings {
     pub leader_elect_lease_duration: Duration,
     pub leader_elect_renew_deadline: Duration,
     pub leader_elect_retry_period: Duration,
+    /// A kind of a namespace with more declared objects than this is watched namespace-wide.
+    pub namespace_watch_threshold: usize,
     /// Evaluate as if the time were this (Unix seconds): drills and tests only.
     pub now: Option<i64>,
 }

@@ -387,6 +387,7 @@ async fn pass(api: &FakeApi, rotation: &config::Rotation, case: &Case, now: i64)
         apiserver_now: case.apiserver_date.then_some(now),
         events: &events,
         brake: None,
+        lease_lost: None,
     }
     .run()
     .await
