@@ -697,3 +697,62 @@ async fn a_bundle_with_no_unexpired_ca_or_unrelated_to_the_file_is_refused_and_t
         0.0
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fifo_at_the_host_path_is_an_error_naming_it_never_a_hang() {
+    require_real_apiserver!();
+    install_crypto_provider();
+    let tmp = tempfile::tempdir().unwrap();
+    let api = tokio::task::block_in_place(|| RealApiServer::start(&tmp.path().join("apiserver")));
+    api.create_namespace("fifo").await;
+    let ca = Ca::default();
+    Api::<ConfigMap>::namespaced(api.recovery_client(), "fifo")
+        .create(
+            &PostParams::default(),
+            &bundle_config_map("bundle", &ca.cert_pem),
+        )
+        .await
+        .unwrap();
+    let host = tmp.path().join("host");
+    std::fs::create_dir_all(&host).unwrap();
+    let file = host.join("kubelet-ca.crt");
+    assert!(
+        Command::new("mkfifo")
+            .arg(&file)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let node = ChildProcess::start(node_command(
+        &api,
+        &file,
+        &["configmap/fifo/bundle/ca-bundle.crt".to_owned()],
+        &["--node-name", "node-f"],
+    ));
+    // A blocking open of a FIFO without a writer never returns: the error must come instead.
+    let shown = file.display().to_string();
+    e2e::wait_until(
+        "/readyz names the FIFO",
+        Duration::from_secs(30),
+        || async {
+            let (status, body) = plain_http_get(&node.addr.to_string(), "/readyz");
+            status == 503 && body.contains("a FIFO") && body.contains(&shown)
+        },
+    )
+    .await;
+    assert!(
+        node.stderr_text().contains("a FIFO"),
+        "{}",
+        node.stderr_text()
+    );
+    use std::os::unix::fs::FileTypeExt;
+    assert!(
+        std::fs::symlink_metadata(&file)
+            .unwrap()
+            .file_type()
+            .is_fifo()
+    );
+    // The loop is alive: once the FIFO is gone the file is written.
+    std::fs::remove_file(&file).unwrap();
+    wait_for_ders(&file, &ders_of(&[&ca]), "the file after the FIFO").await;
+}
