@@ -618,22 +618,42 @@ async fn the_static_pod_sidecars_make_only_requests_their_rbac_allows(backend: B
     let cert_syncer::cli::Command::Sync(sync_args) = &sync_cli.command else {
         panic!("{SYNC_CONTAINER} runs sync")
     };
+    // The required objects of upstream's list that are not certificates, as OpenShift's
+    // operator makes them (the service-account signing key pair, the kubeconfigs).
+    create_non_certificate_objects(&api.client_with_token(ADMIN_TOKEN), &sync_args.namespace).await;
     let mut sync_process = sync.start();
-    for name in &sync_args.secrets {
-        wait_for(
-            &format!("secret {name} on disk"),
-            Duration::from_secs(30),
-            || dest.join("secrets").join(name).join("tls.crt").exists(),
-        );
+    for (kind, names) in [
+        ("secrets", &sync_args.secrets),
+        ("configmaps", &sync_args.configmaps),
+    ] {
+        for name in names {
+            let dir = dest.join(kind).join(name);
+            wait_for(
+                &format!("{kind}/{name} on disk"),
+                Duration::from_secs(30),
+                || std::fs::read_dir(&dir).is_ok_and(|mut entries| entries.next().is_some()),
+            );
+        }
     }
-    wait_for(
-        "the aggregator CA bundle on disk",
-        Duration::from_secs(30),
-        || {
-            dest.join("configmaps/aggregator-client-ca/ca-bundle.crt")
-                .exists()
-        },
+    // Every file the pod's kube-apiserver container reads from the cert dir is one that this
+    // run of `sync` wrote (a missing one would keep kube-apiserver from starting).
+    let server = manifests::argv(
+        &pod,
+        manifests::container(&pod, manifests::SERVER_CONTAINER),
     );
+    let mut read = 0;
+    for path in server.iter().flat_map(|a| a.split(['=', ','])) {
+        if let Some(rest) = path.strip_prefix("/etc/kubernetes/static-pod-certs/") {
+            let file = dest.join(rest);
+            wait_for(
+                &format!("{} on disk", file.display()),
+                Duration::from_secs(30),
+                || file.is_file(),
+            );
+            read += 1;
+        }
+    }
+    assert!(read >= 15, "{read} synced files read by kube-apiserver");
     assert!(
         sync_process
             .terminate(Duration::from_secs(10))
@@ -684,5 +704,91 @@ async fn the_static_pod_sidecars_make_only_requests_their_rbac_allows(backend: B
             "{container}: {} requests, all allowed by its Roles",
             records.len()
         );
+    }
+}
+
+/// `bound-service-account-signing-key`, `node-kubeconfigs`, `control-plane-node-kubeconfig`
+/// and `check-endpoints-kubeconfig` in `namespace`, with upstream's keys
+/// (cluster-kube-apiserver-operator: boundsatokensignercontroller, bindata node-kubeconfigs.yaml,
+/// control-plane-node-kubeconfig-cm.yaml, check-endpoints-kubeconfig-cm.yaml).
+async fn create_non_certificate_objects(admin: &kube::Client, namespace: &str) {
+    use k8s_openapi::ByteString;
+    let kubeconfig = |server: &str, name: &str| {
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: {name}\n  cluster:\n    server: {server}\n    \
+             certificate-authority: /etc/kubernetes/static-pod-resources/configmaps/kube-apiserver-server-ca/ca-bundle.crt\n\
+             contexts:\n- name: {name}\n  context: {{cluster: {name}, user: {name}}}\ncurrent-context: {name}\n\
+             users:\n- name: {name}\n  user: {{}}\n"
+        )
+    };
+    let (private, public) = e2e::pki::key_pair_pem(e2e::pki::KeyKind::EcdsaP256);
+    let secret = |name: &str, data: Vec<(&str, String)>| Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.to_owned()),
+            ..Default::default()
+        },
+        data: Some(
+            data.into_iter()
+                .map(|(k, v)| (k.to_owned(), ByteString(v.into_bytes())))
+                .collect(),
+        ),
+        ..Default::default()
+    };
+    let config_map = |name: &str, text: String| ConfigMap {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.to_owned()),
+            ..Default::default()
+        },
+        data: Some(BTreeMap::from([("kubeconfig".to_owned(), text)])),
+        ..Default::default()
+    };
+    let post = PostParams::default();
+    let secrets = Api::<Secret>::namespaced(admin.clone(), namespace);
+    for object in [
+        secret(
+            "bound-service-account-signing-key",
+            vec![
+                ("service-account.key", private),
+                ("service-account.pub", public),
+            ],
+        ),
+        secret(
+            "node-kubeconfigs",
+            vec![
+                (
+                    "localhost.kubeconfig",
+                    kubeconfig("https://localhost:6443", "localhost"),
+                ),
+                (
+                    "localhost-recovery.kubeconfig",
+                    kubeconfig("https://localhost:6443", "localhost-recovery"),
+                ),
+                (
+                    "lb-ext.kubeconfig",
+                    kubeconfig("https://api.cluster.example.com:6443", "lb-ext"),
+                ),
+                (
+                    "lb-int.kubeconfig",
+                    kubeconfig("https://api-int.cluster.example.com:6443", "lb-int"),
+                ),
+            ],
+        ),
+    ] {
+        secrets
+            .create(&post, &object)
+            .await
+            .expect("create a Secret");
+    }
+    let maps = Api::<ConfigMap>::namespaced(admin.clone(), namespace);
+    for name in [
+        "control-plane-node-kubeconfig",
+        "check-endpoints-kubeconfig",
+    ] {
+        maps.create(
+            &post,
+            &config_map(name, kubeconfig("https://localhost:6443", name)),
+        )
+        .await
+        .expect("create a ConfigMap");
     }
 }
