@@ -6,7 +6,8 @@
 //! (verb, group, resource, namespace, name as kube-apiserver's authorizer sees them) is allowed by
 //! `cert_syncer::access::required_access` for the same flags — and every verb the list grants
 //! was used. Then the static pod's own sidecars, with the pod's flags, kubeconfig templates and
-//! example config, make only requests that the RBAC in `manifests/` allows.
+//! example config, make only requests that the RBAC in `manifests/` allows, and leave in the
+//! cert dir every file the pod's kube-apiserver container reads.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
