@@ -655,6 +655,9 @@ async fn the_static_pod_sidecars_make_only_requests_their_rbac_allows(backend: B
         }
     }
     assert!(read >= 15, "{read} synced files read by kube-apiserver");
+    if backend == Backend::Real {
+        the_pods_kube_apiserver_starts_from(&api, &dest, tmp.path(), &sync_args.namespace).await;
+    }
     assert!(
         sync_process
             .terminate(Duration::from_secs(10))
@@ -792,4 +795,115 @@ async fn create_non_certificate_objects(admin: &kube::Client, namespace: &str) {
         .await
         .expect("create a ConfigMap");
     }
+}
+
+/// The pod's kube-apiserver container, as the kubelet would run it, started from the cert dir
+/// this run of `sync` wrote: the envtest kube-apiserver with the container's command line,
+/// container paths mapped to this run's directories, over an etcd of its own (plain HTTP like
+/// the test apiserver's: etcd's TLS flags, which name resource-dir files, are the node tier's).
+/// It must turn ready, serve the synced `localhost` certificate (verified against the
+/// `localhost-serving-ca` bundle) and the revisioned `localhost-recovery` one by SNI, and accept
+/// the synced admin client certificate through the synced `client-ca`.
+async fn the_pods_kube_apiserver_starts_from(
+    api: &TestApi,
+    dest: &Path,
+    dir: &Path,
+    namespace: &str,
+) {
+    let assets = e2e::envtest::assets().expect("the real backend has envtest's binaries");
+    let admin = api.client_with_token(ADMIN_TOKEN);
+    // The resource dir: the revisioned recovery certificate, copied from the API the way the
+    // installer copies it.
+    let resources = dir.join("static-pod-resources");
+    let recovery = Api::<Secret>::namespaced(admin.clone(), namespace)
+        .get("localhost-recovery-serving-certkey")
+        .await
+        .expect("the regenerated localhost-recovery-serving-certkey");
+    for key in ["tls.crt", "tls.key"] {
+        let path = resources
+            .join("secrets/localhost-recovery-serving-certkey")
+            .join(key);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        let data = &recovery.data.as_ref().expect("data")[key];
+        rename_into(&path, &data.0);
+    }
+    let operator = Api::<ConfigMap>::namespaced(admin, "openshift-kube-apiserver-operator");
+    let mut bundles = Vec::new();
+    for name in ["localhost-serving-ca", "localhost-recovery-serving-ca"] {
+        let map = operator
+            .get(name)
+            .await
+            .unwrap_or_else(|err| panic!("{name}: {err}"));
+        bundles.push(map.data.expect("data")["ca-bundle.crt"].clone());
+    }
+    let [localhost_ca, recovery_ca] = [&bundles[0], &bundles[1]];
+
+    let [etcd_port, peer_port, port] = testkit::envtest::free_ports::<3>();
+    let etcd_addr: std::net::SocketAddr = ([127, 0, 0, 1], etcd_port).into();
+    let addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
+    let etcd = ChildProcess::spawn_logged(
+        testkit::envtest::etcd_command(&assets, &dir.join("pod-etcd"), etcd_port, peer_port),
+        &dir.join("pod-etcd.log"),
+        etcd_addr,
+    )
+    .expect("etcd starts");
+    let pod = manifests::pod();
+    let argv = manifests::argv(
+        &pod,
+        manifests::container(&pod, manifests::SERVER_CONTAINER),
+    );
+    let (certs, revisioned) = (dest.display().to_string(), resources.display().to_string());
+    let mut args = Vec::new();
+    for arg in &argv[1..] {
+        let name = arg.split('=').next().unwrap_or_default();
+        let arg = match name {
+            "--etcd-cafile" | "--etcd-certfile" | "--etcd-keyfile" => continue,
+            "--etcd-servers" => format!("--etcd-servers=http://{etcd_addr}"),
+            "--secure-port" => format!("--secure-port={port}"),
+            "--bind-address" => "--bind-address=127.0.0.1".to_owned(),
+            _ => arg
+                .replace("/etc/kubernetes/static-pod-certs", &certs)
+                .replace("/etc/kubernetes/static-pod-resources", &revisioned),
+        };
+        args.push(arg);
+    }
+    let mut command = Command::new(assets.join("kube-apiserver"));
+    command.args(&args);
+    let log = dir.join("pod-kube-apiserver.log");
+    let server = ChildProcess::spawn_logged(command, &log, addr).expect("kube-apiserver starts");
+
+    let admin_dir = dest.join("secrets/control-plane-node-admin-client-cert-key");
+    let config = e2e::tls::client_config_with_cert(
+        localhost_ca,
+        &std::fs::read_to_string(admin_dir.join("tls.crt")).unwrap(),
+        &std::fs::read_to_string(admin_dir.join("tls.key")).unwrap(),
+    );
+    let deadline = std::time::Instant::now() + e2e::envtest::READY_TIMEOUT;
+    loop {
+        match e2e::tls::https_get(addr, "localhost", config.clone(), "/readyz").await {
+            Ok((200, body)) if body.trim() == "ok" => break,
+            other => assert!(
+                std::time::Instant::now() < deadline,
+                "the pod's kube-apiserver is not ready from the synced cert dir: {other:?}\n{}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    // The synced admin certificate authenticates (anonymous would get 403 here).
+    let (code, body) =
+        e2e::tls::https_get(addr, "localhost", config, "/api/v1/namespaces/kube-system")
+            .await
+            .expect("GET kube-system");
+    assert_eq!(code, 200, "{body}");
+    // The sidecars' way in: the revisioned recovery certificate by SNI.
+    e2e::tls::handshake_leaf(addr, "localhost-recovery", recovery_ca)
+        .await
+        .expect("the localhost-recovery certificate, by SNI");
+    eprintln!(
+        "the pod's kube-apiserver started from the synced cert dir ({} flags)",
+        args.len()
+    );
+    drop(server);
+    drop(etcd);
 }
