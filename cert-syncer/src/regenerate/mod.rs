@@ -37,6 +37,8 @@ mod intermediate_pass;
 #[cfg(test)]
 mod intermediate_pass_tests;
 mod keys;
+#[cfg(test)]
+mod loop_tests;
 mod metrics;
 mod pass;
 #[cfg(test)]
@@ -300,7 +302,9 @@ pub(crate) async fn run(args: Settings) -> anyhow::Result<()> {
         }
         .run()
         .await;
-        brake.record_all(&report.written);
+        for write in &report.written {
+            brake.record(write.kind, &write.object);
+        }
         metrics.record(&report);
         log_report(&report);
         record_failures(&events, &report).await;
