@@ -16,7 +16,10 @@
 //!   read there, not with a GET per object);
 //! - this module: the loop. A pass runs once every watched namespace has been listed, whenever
 //!   a declared object changes, and when the next expiry (or rotation point) is reached: a timer
-//!   aligned to the data, not a polling period. Failed passes are retried with backoff.
+//!   aligned to the data, not a polling period. Failed passes are retried with backoff;
+//! - `brake`: each object's write budget, so a rule that does not settle or another controller
+//!   that disagrees cannot make an endless write loop (Event `RegenerationLoop`, a metric,
+//!   `/readyz`); `settle_tests` checks the rules settle over generated configs and states.
 //!
 //! Clock skew: each pass also reads the apiserver's clock (the `Date` of a `GET /version`) and decides at
 //! `min(local, apiserver)` (`clocks`), so a local clock that jumped ahead expires, prunes and
