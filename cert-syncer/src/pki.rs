@@ -22,8 +22,7 @@ pub enum Identity {
 use crate::regenerate::KeyType;
 
 mod subject;
-mod verify;
-pub use verify::{check_serving_names, verify_chain};
+pub mod verify;
 
 /// A parsed certificate with the facts the decisions use.
 #[derive(Clone)]

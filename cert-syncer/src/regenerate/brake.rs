@@ -20,7 +20,6 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::config::ObjectRef;
-use super::pass::Written;
 
 /// Writes of one object allowed within [`WINDOW`].
 pub const BUDGET: usize = 3;
@@ -89,13 +88,6 @@ impl Brake {
         // Only the last `budget` writes matter.
         while history.len() > self.budget {
             history.pop_front();
-        }
-    }
-
-    /// Records the writes of a pass.
-    pub fn record_all(&self, written: &[Written]) {
-        for write in written {
-            self.record(write.kind, &write.object);
         }
     }
 

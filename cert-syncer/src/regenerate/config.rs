@@ -564,9 +564,9 @@ pub fn parse(text: &str) -> Result<Rotation, ConfigError> {
                         return Err("serving: no hostnames".to_owned());
                     }
                     // A name no verifier accepts would be re-issued on every pass, forever.
-                    if let Err(err) = crate::pki::check_serving_names(&hostnames) {
+                    if let Err(err) = crate::pki::verify::check_serving_names(&hostnames) {
                         for name in &hostnames {
-                            crate::pki::check_serving_names(std::slice::from_ref(name))
+                            crate::pki::verify::check_serving_names(std::slice::from_ref(name))
                                 .map_err(|err| format!("hostname {name:?}: {err}"))?;
                         }
                         return Err(format!("hostnames: {err}"));

@@ -206,7 +206,7 @@ pub fn target(
     }
     // A certificate nothing trusts is as good as expired, in either mode. The rotation
     // operator keeps old CAs in the bundle until they expire, so this never fights it.
-    if let Err(why) = crate::pki::verify_chain(pair, roots, &config.identity, now) {
+    if let Err(why) = crate::pki::verify::verify_chain(pair, roots, &config.identity, now) {
         return Some(Reason::ChainBroken(why));
     }
     if mode == Mode::ExpiredOnly {

@@ -271,7 +271,7 @@ mod tests {
         )
         .unwrap();
         leaf.chain.push(cert.clone());
-        pki::verify_chain(&leaf, &[signer.cert().clone()], &identity, NOW + 1).unwrap();
+        pki::verify::verify_chain(&leaf, &[signer.cert().clone()], &identity, NOW + 1).unwrap();
         // Never outlives its signer.
         let late = intermediate(&signer, NOW + 50 * DAY);
         assert_eq!(late.cert().not_after, signer.cert().not_after);

@@ -16,7 +16,10 @@
 //!   read there, not with a GET per object);
 //! - this module: the loop. A pass runs once every watched namespace has been listed, whenever
 //!   a declared object changes, and when the next expiry (or rotation point) is reached: a timer
-//!   aligned to the data, not a polling period. Failed passes are retried with backoff.
+//!   aligned to the data, not a polling period. Failed passes are retried with backoff;
+//! - `brake`: each object's write budget, so a rule that does not settle or another controller
+//!   that disagrees cannot make an endless write loop (Event `RegenerationLoop`, a metric,
+//!   `/readyz`); `settle_tests` checks the rules settle over generated configs and states.
 //!
 //! Clock skew: each pass also reads the apiserver's clock (the `Date` of a `GET /version`) and decides at
 //! `min(local, apiserver)` (`clocks`), so a local clock that jumped ahead expires, prunes and
@@ -37,6 +40,8 @@ mod intermediate_pass;
 #[cfg(test)]
 mod intermediate_pass_tests;
 mod keys;
+#[cfg(test)]
+mod loop_tests;
 mod metrics;
 mod pass;
 #[cfg(test)]
@@ -305,7 +310,9 @@ pub(crate) async fn run(args: Settings) -> anyhow::Result<()> {
         }
         .run()
         .await;
-        brake.record_all(&report.written);
+        for write in &report.written {
+            brake.record(write.kind, &write.object);
+        }
         metrics.record(&report);
         log_report(&report);
         if lost.is_cancelled() {
