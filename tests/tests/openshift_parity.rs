@@ -575,6 +575,34 @@ async fn empty_cluster_ours_creates_the_set_then_openshifts_controller_writes_no
         assert!(f.rsa_sha256, "{ns}/{name} is not RSA with SHA-256");
     }
     all_valid(&cluster).await.unwrap();
+    // Release 5.0's lifetimes (the default `--openshift-version`), not those of the operator
+    // binary's `main` (12 h, sped up 60× for development): compared against the release.
+    for (ns, name, days) in [
+        (KS, "kubelet-client", 30),
+        (OP, "aggregator-client-signer", 30),
+        (OP, "kube-apiserver-to-kubelet-signer", 365),
+        (OP, "node-system-admin-signer", 1095),
+        (OP, "node-system-admin-client", 730),
+    ] {
+        let f = facts(&leaf_of(&cluster.secret(ns, name).await));
+        assert_eq!(
+            f.not_after - f.not_before,
+            days * 86_400 + 300,
+            "{ns}/{name}"
+        );
+    }
+    let refresh = |secret: &Secret| {
+        secret.metadata.annotations.as_ref().unwrap()["certificates.openshift.io/refresh-period"]
+            .clone()
+    };
+    assert_eq!(
+        refresh(&cluster.secret(KS, "kubelet-client").await),
+        "360h0m0s"
+    );
+    assert_eq!(
+        refresh(&cluster.secret(OP, "kube-apiserver-to-kubelet-signer").await),
+        "7008h0m0s"
+    );
     eprintln!("ours created the set of 30 objects in {created:?}");
 
     let from = cluster.audit_len();

@@ -763,7 +763,9 @@ impl Pass<'_> {
         Err(format!("still conflicting after {MAX_ATTEMPTS} attempts"))
     }
 
-    /// Brings one bundle to its desired content; returns the content now stored.
+    /// Brings one bundle to its desired content; returns the content now stored. Of what it
+    /// holds, only the certificates `keep` accepts can stay.
+    #[allow(clippy::too_many_arguments)]
     pub(super) async fn ensure_bundle(
         &self,
         object: &ObjectRef,

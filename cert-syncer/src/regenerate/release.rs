@@ -266,7 +266,7 @@ mod tests {
     fn life(validity: Duration, refresh: Duration) -> String {
         let text = |d: Duration| {
             let secs = d.as_secs();
-            if secs % 86_400 == 0 {
+            if secs.is_multiple_of(86_400) {
                 format!("{}d", secs / 86_400)
             } else {
                 format!("{}h", secs / 3600)
