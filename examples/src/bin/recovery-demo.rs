@@ -92,10 +92,15 @@ fn sibling_binaries() -> anyhow::Result<PathBuf> {
         .ok_or_else(|| anyhow::anyhow!("no directory for {}", exe.display()))?
         .to_owned();
     if let Some(cargo) = std::env::var_os("CARGO") {
+        // Said before cargo starts: on a fresh clone this build takes minutes, and a silent
+        // pause after "Running target/debug/recovery-demo" looks like a hang.
+        eprintln!(
+            "recovery-demo: building cert-syncer and mini-apiserver (a no-op when they are fresh; \
+             a few minutes on a fresh clone)"
+        );
         let mut command = std::process::Command::new(cargo);
         command.args([
             "build",
-            "--quiet",
             "-p",
             "cert-syncer",
             "--bin",
