@@ -15,6 +15,9 @@ use crate::error::ConfigError;
 use crate::time::{parse_duration, parse_now};
 use crate::{connection, inspect, regenerate, sync};
 
+mod approve;
+pub use approve::ApproveKubeletCsrArgs;
+
 /// Keeps a static pod's certificates on disk in step with the apiserver.
 #[derive(Debug, Parser)]
 #[command(name = "cert-syncer", version)]
@@ -50,6 +53,11 @@ pub enum Command {
     /// Keep one host file (a CA bundle such as the kubelet's `kubelet-ca.crt`) assembled from
     /// keys of ConfigMaps and Secrets, on every node (a DaemonSet).
     Node(NodeArgs),
+    /// Opt-in, one per node: approve this node's kubelet client CSRs (signer
+    /// kubernetes.io/kube-apiserver-client-kubelet, subject exactly CN=system:node:NODE,
+    /// O=system:nodes, the kubelet's usages, from the bootstrap identity or the node) only while
+    /// the kubelet's client certificate on disk is expired or absent; leave anything else alone.
+    ApproveKubeletCsr(ApproveKubeletCsrArgs),
 }
 
 /// How to reach the apiserver (kubeconfig, or explicit flags).
@@ -352,6 +360,7 @@ pub(crate) enum Job {
     Regenerate(regenerate::Settings),
     Inspect(inspect::Settings),
     Node(crate::node::Settings),
+    ApproveKubeletCsr(crate::approve::Settings),
 }
 
 /// Flags of `cert-syncer node` (turned into the node job's plain settings by `NodeArgs::settings`).
@@ -486,6 +495,7 @@ impl Command {
             Command::Regenerate(args) => Job::Regenerate(args.settings()?),
             Command::Inspect(args) => Job::Inspect(args.settings()?),
             Command::Node(args) => Job::Node(args.settings()?),
+            Command::ApproveKubeletCsr(args) => Job::ApproveKubeletCsr(args.settings()?),
         })
     }
 }
