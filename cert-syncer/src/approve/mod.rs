@@ -198,7 +198,9 @@ impl Approver {
                         tracing::info!(csr = name, reason = REASON, message = %message, "approved kubelet client CSR");
                         self.count("approved");
                         self.pending.insert(name.to_owned(), updated);
-                        self.logged.remove(name);
+                        // Its next event says "already approved": by us, nothing to log.
+                        self.logged
+                            .insert(name.to_owned(), "already approved".to_owned());
                     }
                     Err(err) => {
                         // A conflict (someone acted first) or a refusal: the next event or
