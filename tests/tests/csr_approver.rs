@@ -37,8 +37,9 @@ use k8s_openapi::api::certificates::v1::{
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, RoleRef, Subject};
 use kube::Api;
 use kube::api::{ObjectMeta, PostParams};
+use testkit::csr::certificate_request;
 use testkit::files::rename_into;
-use testkit::pki::{Ca, CertSpec, KeyKind, certificate_request};
+use testkit::pki::{Ca, CertSpec, KeyKind};
 
 const APPROVER_TOKEN: &str = "kubelet-csr-approver-token";
 const BOOTSTRAP_TOKEN: &str = "bootstrap-abcdef-token";

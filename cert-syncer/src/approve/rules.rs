@@ -164,15 +164,13 @@ fn check_request(pem_bytes: &[u8], policy: &Policy) -> Result<bool, String> {
     if organizations != [NODES] {
         return Err(format!("subject O {organizations:?} is not [\"{NODES}\"]"));
     }
-    if let Some(extensions) = request.requested_extensions() {
-        for extension in extensions {
-            return Err(match extension {
-                ParsedExtension::SubjectAlternativeName(_) => {
-                    "request asks for subject alternative names".to_owned()
-                }
-                other => format!("request asks for an extension ({other:?})"),
-            });
-        }
+    if let Some(extension) = request.requested_extensions().and_then(|mut e| e.next()) {
+        return Err(match extension {
+            ParsedExtension::SubjectAlternativeName(_) => {
+                "request asks for subject alternative names".to_owned()
+            }
+            other => format!("request asks for an extension ({other:?})"),
+        });
     }
     Ok(info.subject_pki.algorithm.algorithm == x509_parser::oid_registry::OID_PKCS1_RSAENCRYPTION)
 }

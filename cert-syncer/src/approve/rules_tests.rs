@@ -6,7 +6,8 @@ use k8s_openapi::api::certificates::v1::{
     CertificateSigningRequest, CertificateSigningRequestCondition, CertificateSigningRequestSpec,
     CertificateSigningRequestStatus,
 };
-use testkit::pki::{KeyKind, certificate_request};
+use testkit::csr::certificate_request;
+use testkit::pki::KeyKind;
 
 use super::*;
 
@@ -196,7 +197,9 @@ fn extra_or_missing_usages_are_refused() {
 
 #[test]
 fn an_extra_subject_field_a_wrong_organization_or_a_san_is_refused() {
-    let cases: &[(&[(&str, &str)], &[&str], &str)] = &[
+    // (subject, DNS SANs, the refusal's words)
+    type Case<'a> = (&'a [(&'a str, &'a str)], &'a [&'a str], &'a str);
+    let cases: &[Case<'_>] = &[
         (
             &[
                 ("O", "system:nodes"),

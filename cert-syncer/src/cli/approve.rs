@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::Args;
 
-use super::ConnectionArgs;
+use super::connection_args::ConnectionArgs;
 use crate::error::ConfigError;
 use crate::time::parse_duration;
 
