@@ -72,3 +72,50 @@ impl ApproveKubeletCsrArgs {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::cli::{Cli, Command};
+    use clap::Parser;
+
+    fn parse(more: &[&str]) -> Result<Cli, clap::Error> {
+        let mut argv = vec![
+            "cert-syncer",
+            "approve-kubelet-csr",
+            "--server",
+            "https://127.0.0.1:6443",
+        ];
+        argv.extend_from_slice(more);
+        Cli::try_parse_from(argv)
+    }
+
+    #[test]
+    fn the_node_name_is_required_and_must_be_a_node_name() {
+        if std::env::var_os("NODE_NAME").is_none() {
+            assert!(parse(&[]).is_err(), "--node-name has no default");
+        }
+        for bad in ["", "Master_0", "a/b"] {
+            let cli = parse(&["--node-name", bad]).unwrap();
+            let err = cli.command.job().err().expect("refused");
+            assert!(err.0.contains("--node-name"), "{bad:?}: {}", err.0);
+        }
+        let cli = parse(&[
+            "--node-name",
+            "master-0",
+            "--kubelet-client-cert",
+            "rel.pem",
+        ])
+        .unwrap();
+        assert!(cli.command.job().is_err(), "a relative certificate path");
+        let cli = parse(&["--node-name", "master-0"]).unwrap();
+        let Command::ApproveKubeletCsr(args) = &cli.command else {
+            unreachable!()
+        };
+        let settings = args.settings().unwrap();
+        assert_eq!(settings.policy.node_name, "master-0");
+        assert_eq!(
+            settings.kubelet_client_cert,
+            std::path::Path::new("/var/lib/kubelet/pki/kubelet-client-current.pem")
+        );
+    }
+}
