@@ -10,8 +10,9 @@
 //!    each once), and it requests no extension (no SANs of any kind);
 //! 4. usages are exactly the kubelet's: `digital signature`, `key encipherment`, `client auth`
 //!    (kubelet 1.20 and upstream `sarapprove.go`'s `kubeletClientUsages`), or, for a non-RSA key
-//!    only, `digital signature`, `client auth` (what newer kubelets send for ECDSA keys, which
-//!    upstream accepts since 1.27: key encipherment means nothing for an ECDSA key);
+//!    only, `digital signature`, `client auth` (what newer kubelets send for ECDSA keys; newer
+//!    upstream releases accept it for any key, `kubeletClientRequiredUsagesNoRSA`; key
+//!    encipherment means nothing for an ECDSA key);
 //! 5. requested by the bootstrap identity (username `system:bootstrap:<token-id>` in group
 //!    `system:bootstrappers`, or a configured bootstrap user) or by this node
 //!    (`system:node:<this node>` in `system:nodes`): `spec.username`/`spec.groups` are set by
