@@ -238,6 +238,15 @@ fn an_extra_subject_field_a_wrong_organization_or_a_san_is_refused() {
 }
 
 #[test]
+fn any_other_requested_extension_is_refused() {
+    let request = testkit::csr::certificate_request_with_extension(
+        &[("O", "system:nodes"), ("CN", "system:node:master-0")],
+        KeyKind::EcdsaP256,
+    );
+    refused(&csr(&request), &EXPIRED, "asks for extensions");
+}
+
+#[test]
 fn a_request_that_is_not_a_signed_pkcs10_is_refused() {
     refused(&csr("garbage"), &EXPIRED, "not PEM");
     let cert = testkit::pki::Ca::new("x").client("system:node:master-0");
