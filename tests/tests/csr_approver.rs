@@ -14,6 +14,8 @@
 //!    and each refusal (other node, other signer, extra usage, missing usage, extra subject
 //!    field, SAN, another requester) stays pending with no condition and a log line naming its
 //!    reason.
+//! 3. Garbage at the certificate's path approves nothing (fail closed); once the file is
+//!    absent the waiting CSR is approved.
 //!
 //! mini-apiserver serves no CSRs: real kube-apiserver only; skips with a printed reason otherwise.
 
@@ -137,12 +139,9 @@ async fn wait_approved(admin: &kube::Client, name: &str) {
         approved.reason.as_deref(),
         Some("AutoApprovedExpiredNodeClientCert")
     );
+    let message = approved.message.as_deref().unwrap_or_default();
     assert!(
-        approved
-            .message
-            .as_deref()
-            .unwrap_or_default()
-            .contains("expired"),
+        message.contains("is expired at") || message.contains("is absent"),
         "{approved:?}"
     );
     assert_eq!(conditions.len(), 1, "{conditions:?}");
@@ -409,9 +408,21 @@ async fn scenario() {
             .count();
         assert_eq!(lines, 1, "{}: {lines} log lines", csr.name);
     }
+
+    // 3. Garbage at the certificate's path: "cannot tell", so nothing is approved (fail
+    // closed); once the file is gone (absent), the waiting CSR is approved on a recheck.
+    rename_into(&cert_file, b"not a certificate\n");
+    let during_garbage = Csr::good("during-garbage", BOOTSTRAP_TOKEN);
+    during_garbage.create(&api).await;
+    wait_logged(&approver, "during-garbage", "cannot tell").await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(conditions(&admin, "during-garbage").await.is_empty());
+    std::fs::remove_file(&cert_file).unwrap();
+    wait_approved(&admin, "during-garbage").await;
+
     let (_, metrics) = e2e::plain_http_get(&approver.addr.to_string(), "/metrics");
     assert!(
-        metrics.contains("cert_syncer_kubelet_csr_decisions_total{result=\"approved\"} 3"),
+        metrics.contains("cert_syncer_kubelet_csr_decisions_total{result=\"approved\"} 4"),
         "{metrics}"
     );
 }

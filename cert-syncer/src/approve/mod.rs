@@ -150,24 +150,29 @@ impl Approver {
             return;
         };
         self.pending.insert(name.clone(), csr);
-        self.decide(&name).await;
+        let disk = self.disk();
+        self.decide(&name, &disk).await;
     }
 
     async fn decide_all(&mut self) {
         let names: Vec<String> = self.pending.keys().cloned().collect();
+        let disk = self.disk();
         for name in names {
-            self.decide(&name).await;
+            self.decide(&name, &disk).await;
         }
     }
 
-    async fn decide(&mut self, name: &str) {
+    /// The kubelet's certificate file, read afresh for each event and recheck: it expires, or
+    /// the kubelet writes a new one, with no CSR event.
+    fn disk(&self) -> KubeletCert {
+        KubeletCert::read(&self.settings.kubelet_client_cert, crate::time::unix_now())
+    }
+
+    async fn decide(&mut self, name: &str, disk: &KubeletCert) {
         let Some(csr) = self.pending.get(name) else {
             return;
         };
-        // Read each time: the certificate expires, or the kubelet writes a new one, with no
-        // CSR event.
-        let disk = KubeletCert::read(&self.settings.kubelet_client_cert, crate::time::unix_now());
-        match rules::decide(csr, &self.settings.policy, &disk) {
+        match rules::decide(csr, &self.settings.policy, disk) {
             Decision::Leave(reason) => {
                 if self.logged.get(name) != Some(&reason) {
                     tracing::info!(csr = name, reason = %reason, "leaving kubelet client CSR alone");
