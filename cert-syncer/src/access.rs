@@ -39,11 +39,16 @@ use crate::{inspect, regenerate, sync};
 pub const CORE: &str = "";
 /// The Lease API group.
 pub const COORDINATION: &str = "coordination.k8s.io";
+/// The CertificateSigningRequest API group.
+pub const CERTIFICATES: &str = "certificates.k8s.io";
+/// The `namespace` of a cluster-scoped rule (it belongs in a `ClusterRole`).
+pub const CLUSTER: &str = "";
 
 /// One permission: verbs on a resource in a namespace, for some names or for all.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Access {
-    /// The namespace (the rule belongs in a `Role` there).
+    /// The namespace (the rule belongs in a `Role` there); [`CLUSTER`] (`""`) for a
+    /// cluster-scoped resource (the rule belongs in a `ClusterRole`).
     pub namespace: String,
     /// API group (`""` for core).
     pub api_group: &'static str,
@@ -124,7 +129,36 @@ pub fn required_access(command: &Command) -> Result<Vec<Access>, ConfigError> {
         }
         Job::Inspect(settings) => Ok(inspect_access(&settings)),
         Job::Node(settings) => Ok(node_access(&settings)),
+        Job::ApproveKubeletCsr(_) => Ok(approve_access()),
     }
+}
+
+/// `approve-kubelet-csr` (cluster-scoped, [`CLUSTER`]): list and watch CSRs (one watcher, the
+/// signer as a field selector, which RBAC cannot narrow), update their `approval`
+/// subresource, and `approve` on the one signer `kubernetes.io/kube-apiserver-client-kubelet`
+/// (kube-apiserver checks it on every approval since certificates.k8s.io/v1).
+fn approve_access() -> Vec<Access> {
+    let mut rules = Rules::default();
+    rules.any(
+        CLUSTER,
+        CERTIFICATES,
+        "certificatesigningrequests",
+        &["list", "watch"],
+    );
+    rules.any(
+        CLUSTER,
+        CERTIFICATES,
+        "certificatesigningrequests/approval",
+        &["update"],
+    );
+    rules.named(
+        CLUSTER,
+        CERTIFICATES,
+        "signers",
+        &["approve"],
+        crate::approve::SIGNER,
+    );
+    rules.into_list()
 }
 
 /// `node`: get, list and watch on each source object (one single-object watcher each, by
@@ -347,6 +381,9 @@ pub const FLAGS_THAT_CHANGE_ACCESS: &[(&str, &[&str])] = &[
     ),
     ("inspect", &["namespace"]),
     ("node", &["source", "preset", "node-name"]),
+    // Its access is fixed: the node name and users change which CSRs it approves, not which
+    // requests it makes.
+    ("approve-kubelet-csr", &[]),
 ];
 
 /// See [`FLAGS_THAT_CHANGE_ACCESS`]: output, timing and mode flags.
@@ -400,6 +437,16 @@ pub const FLAGS_WITHOUT_ACCESS: &[(&str, &[&str])] = &[
             "post-write-process-name",
             "post-write-command",
             "post-write-timeout",
+        ],
+    ),
+    (
+        "approve-kubelet-csr",
+        &[
+            "node-name",
+            "kubelet-client-cert",
+            "bootstrap-user",
+            "recheck-interval",
+            "metrics-listen",
         ],
     ),
 ];

@@ -13,7 +13,12 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::error::ConfigError;
 use crate::time::{parse_duration, parse_now};
-use crate::{connection, inspect, regenerate, sync};
+use crate::{inspect, regenerate, sync};
+
+mod approve;
+mod connection_args;
+pub use approve::ApproveKubeletCsrArgs;
+pub use connection_args::ConnectionArgs;
 
 /// Keeps a static pod's certificates on disk in step with the apiserver.
 #[derive(Debug, Parser)]
@@ -50,64 +55,11 @@ pub enum Command {
     /// Keep one host file (a CA bundle such as the kubelet's `kubelet-ca.crt`) assembled from
     /// keys of ConfigMaps and Secrets, on every node (a DaemonSet).
     Node(NodeArgs),
-}
-
-/// How to reach the apiserver (kubeconfig, or explicit flags).
-#[derive(Debug, Args, Clone)]
-pub struct ConnectionArgs {
-    /// kubeconfig file (its current context). Without it, --server or the in-cluster config.
-    #[arg(long, env = "KUBECONFIG")]
-    pub kubeconfig: Option<PathBuf>,
-    /// Context of the kubeconfig to use (default: its current context).
-    #[arg(long)]
-    pub context: Option<String>,
-    /// Apiserver URL, e.g. https://127.0.0.1:6443 (instead of a kubeconfig).
-    #[arg(long, conflicts_with = "kubeconfig")]
-    pub server: Option<String>,
-    /// CA bundle that the apiserver's certificate must chain to (with --server; with
-    /// --kubeconfig it replaces the kubeconfig's CA, and a client certificate of the kubeconfig
-    /// is still presented). Without any CA the connection is refused: the platform's trust
-    /// store is never used for an apiserver.
-    #[arg(long, requires = "server")]
-    pub ca_file: Option<PathBuf>,
-    /// File holding the bearer token (with --server); re-read when it changes.
-    #[arg(long, requires = "server")]
-    pub token_file: Option<PathBuf>,
-    /// TLS server name (SNI and verification) to use instead of the URL's host, e.g.
-    /// `localhost-recovery`.
-    #[arg(long)]
-    pub tls_server_name_override: Option<String>,
-    /// INSECURE: allow an `http://` server (no TLS: anyone on the path reads and forges every
-    /// object). Without it a non-`https` server is refused. Even with it no credential is ever
-    /// sent in clear text: a token file, a kubeconfig token or client certificate, or a CA file
-    /// together with an `http://` server is refused.
-    #[arg(long)]
-    pub insecure_plain_http: bool,
-    /// Give up on a connection attempt (TCP connect and TLS handshake) after this long.
-    #[arg(long, value_parser = parse_duration, default_value = "10s")]
-    pub connect_timeout: Duration,
-    /// Give up on a request when the server sends nothing for this long (headers or body).
-    /// Watches ask the server to end them after two thirds of it, so an idle watch is never
-    /// cut by this timeout.
-    #[arg(long, value_parser = parse_duration, default_value = "90s")]
-    pub read_idle_timeout: Duration,
-}
-
-impl ConnectionArgs {
-    /// The connection settings these flags give (every job that talks to the apiserver).
-    pub(crate) fn settings(&self) -> connection::Settings {
-        connection::Settings {
-            kubeconfig: self.kubeconfig.clone(),
-            context: self.context.clone(),
-            server: self.server.clone(),
-            ca_file: self.ca_file.clone(),
-            token_file: self.token_file.clone(),
-            tls_server_name_override: self.tls_server_name_override.clone(),
-            insecure_plain_http: self.insecure_plain_http,
-            connect_timeout: self.connect_timeout,
-            read_idle_timeout: self.read_idle_timeout,
-        }
-    }
+    /// Opt-in, one per node: approve this node's kubelet client CSRs (signer
+    /// kubernetes.io/kube-apiserver-client-kubelet, subject exactly CN=system:node:NODE,
+    /// O=system:nodes, the kubelet's usages, from the bootstrap identity or the node) only while
+    /// the kubelet's client certificate on disk is expired or absent; leave anything else alone.
+    ApproveKubeletCsr(ApproveKubeletCsrArgs),
 }
 
 /// Flags of `cert-syncer sync`.
@@ -352,6 +304,7 @@ pub(crate) enum Job {
     Regenerate(regenerate::Settings),
     Inspect(inspect::Settings),
     Node(crate::node::Settings),
+    ApproveKubeletCsr(crate::approve::Settings),
 }
 
 /// Flags of `cert-syncer node` (turned into the node job's plain settings by `NodeArgs::settings`).
@@ -486,6 +439,7 @@ impl Command {
             Command::Regenerate(args) => Job::Regenerate(args.settings()?),
             Command::Inspect(args) => Job::Inspect(args.settings()?),
             Command::Node(args) => Job::Node(args.settings()?),
+            Command::ApproveKubeletCsr(args) => Job::ApproveKubeletCsr(args.settings()?),
         })
     }
 }

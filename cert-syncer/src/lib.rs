@@ -9,6 +9,9 @@
 //! `node` keeps one host file (the kubelet's client-CA bundle, say) assembled from keys of
 //! ConfigMaps and Secrets, on every node.
 //!
+//! `approve-kubelet-csr` (opt-in, one per node) approves this node's kubelet client CSRs
+//! while the kubelet's client certificate on disk is expired or absent, and nothing else.
+//!
 //! `inspect` lists the certificates of directories or of a namespace, with what is wrong
 //! with them.
 //!
@@ -18,6 +21,7 @@
 //! needs for given flags: what RBAC must grant). Everything else is internal.
 
 pub mod access;
+mod approve;
 pub mod cli;
 mod connection;
 mod decode;
@@ -51,5 +55,6 @@ pub async fn run(command: cli::Command) -> anyhow::Result<()> {
         cli::Job::Regenerate(settings) => regenerate::run(settings).await,
         cli::Job::Inspect(settings) => inspect::run(settings).await,
         cli::Job::Node(settings) => node::run(settings).await,
+        cli::Job::ApproveKubeletCsr(settings) => approve::run(settings).await,
     }
 }

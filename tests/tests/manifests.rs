@@ -19,7 +19,7 @@ use e2e::manifests::{
     node_file,
 };
 use k8s_openapi::api::core::v1::{Namespace, Pod, Secret, ServiceAccount};
-use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding};
 use kube::config::Kubeconfig;
 
 /// A static pod of `manifests/` and the names of its containers.
@@ -91,13 +91,15 @@ fn every_object_parses_as_its_kubernetes_type_without_losing_a_field() {
                 "Secret" => drop(manifests::typed::<Secret>(doc, &what)),
                 "Role" => drop(manifests::typed::<Role>(doc, &what)),
                 "RoleBinding" => drop(manifests::typed::<RoleBinding>(doc, &what)),
+                "ClusterRole" => drop(manifests::typed::<ClusterRole>(doc, &what)),
+                "ClusterRoleBinding" => drop(manifests::typed::<ClusterRoleBinding>(doc, &what)),
                 other => panic!("{what}: unexpected kind {other:?}"),
             }
             *kinds.entry(kind).or_default() += 1;
         }
     }
     assert_eq!(kinds.get("Pod"), Some(&2), "{kinds:?}");
-    assert_eq!(kinds.get("ServiceAccount"), Some(&4), "{kinds:?}");
+    assert_eq!(kinds.get("ServiceAccount"), Some(&5), "{kinds:?}");
     assert!(kinds.get("Role").is_some_and(|n| *n >= 2), "{kinds:?}");
 }
 
@@ -825,6 +827,61 @@ fn rbac_of(p: &StaticPod) {
                 "{name} ({namespace}/{account}) is granted {verb} {group}/{resource} {ns}/{object:?}, which it never needs"
             );
         }
+    }
+}
+
+#[test]
+fn the_csr_approver_cluster_role_grants_exactly_what_the_subcommand_needs() {
+    // `approve-kubelet-csr` is not a sidecar of the static pods: its access is fixed (no flag
+    // changes it), so one command line stands for every node. Cluster-scoped rules have the
+    // namespace `""` (cert_syncer::access::CLUSTER) on both sides.
+    let cli = Cli::try_parse_from([
+        "cert-syncer",
+        "approve-kubelet-csr",
+        "--server",
+        "https://127.0.0.1:6443",
+        "--node-name",
+        "master-0",
+    ])
+    .unwrap();
+    let required = required_access(&cli.command).unwrap();
+    let roles: Vec<ClusterRole> = manifests::of_kind("ClusterRole");
+    let bindings: Vec<ClusterRoleBinding> = manifests::of_kind("ClusterRoleBinding");
+    let binding = bindings
+        .iter()
+        .find(|b| {
+            b.subjects.iter().flatten().any(|s| {
+                s.kind == "ServiceAccount"
+                    && s.name == "kubelet-csr-approver"
+                    && s.namespace.as_deref() == Some("openshift-kube-apiserver")
+            })
+        })
+        .expect("a ClusterRoleBinding of the kubelet-csr-approver service account");
+    assert_eq!(binding.role_ref.kind, "ClusterRole");
+    let role = roles
+        .iter()
+        .find(|r| r.metadata.name.as_deref() == Some(binding.role_ref.name.as_str()))
+        .expect("the bound ClusterRole");
+    let granted: Vec<(String, PolicyRule)> = role
+        .rules
+        .iter()
+        .flatten()
+        .map(|rule| (String::new(), rule.clone()))
+        .collect();
+    let needed = atoms_of_access(&required);
+    assert!(needed.len() >= 4, "{needed:?}");
+    for (ns, group, resource, verb, object) in needed {
+        assert!(
+            manifests::rbac_allows(&granted, &verb, &group, &resource, &ns, object.as_deref()),
+            "kubelet-csr-approver needs {verb} {group}/{resource} {object:?}, which its ClusterRole does not grant"
+        );
+    }
+    for (ns, group, resource, verb, object) in atoms_of_rules(&granted) {
+        let request = Request::new(&verb, &group, &resource, &ns, object.as_deref());
+        assert!(
+            required.iter().any(|a| a.allows(&request)),
+            "kubelet-csr-approver is granted {verb} {group}/{resource} {object:?}, which it never needs"
+        );
     }
 }
 

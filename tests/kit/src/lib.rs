@@ -1,6 +1,7 @@
 //! The test kit of the workspace, in one place so that every test, bench and demo builds its
 //! certificates, writes its files and runs its processes the same way:
 //!
+//! - [`csr`]: PKCS#10 certificate requests (the kubelet CSR approver's tests).
 //! - [`pki`]: throwaway CAs, intermediates, server and client leaves with chosen names, validity
 //!   (expired, not yet valid), serials and key types (ECDSA P-256, RSA 2048), CRLs; PEM out,
 //!   and [`pki::TempPki`] to write them to files (keys 0600); odd but legal CAs (a
@@ -19,6 +20,7 @@
 //! dev-dependency (the kit depends on reload-lib, so reload-lib must never depend on it
 //! normally).
 
+pub mod csr;
 mod der;
 pub mod envtest;
 pub mod files;

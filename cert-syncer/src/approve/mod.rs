@@ -1,0 +1,224 @@
+//! `cert-syncer approve-kubelet-csr`: an opt-in approver for the kubelet's client
+//! CertificateSigningRequests of the one node it runs on, for the recovery after a long sleep
+//! (the enhancement's step 14, otherwise a cluster admin's `kubectl certificate approve`).
+//!
+//! It approves a CSR only when every rule of [`rules`] holds (signer, exact subject and usages,
+//! requester, and the kubelet's client certificate on this node's disk expired or absent);
+//! anything else is left alone, never denied, and logged once per CSR and reason. Nothing runs
+//! unless the subcommand is started, and `--node-name` is required. The threat model is in
+//! SECURITY.md ("The kubelet CSR approver").
+//!
+//! - CSRs are followed with a kube-runtime watcher, field selector
+//!   `spec.signerName=kubernetes.io/kube-apiserver-client-kubelet` (a selectable field of CSRs
+//!   since 1.18); the signer is checked again on each object.
+//! - Pending CSRs are kept in memory and decided again every `--recheck-interval`, because the
+//!   disk fact changes without any CSR event (the certificate expires while the CSR waits).
+//! - An approval is an `update` of the `approval` subresource carrying the CSR's
+//!   resourceVersion: if anyone acted on it meanwhile, the apiserver refuses (409) and the next
+//!   event decides again.
+
+mod disk;
+mod rules;
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::certificates::v1::{
+    CertificateSigningRequest, CertificateSigningRequestCondition,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, PostParams};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::Event;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
+
+use crate::health::Readiness;
+pub use disk::KubeletCert;
+pub use rules::{Decision, Policy, REASON, SIGNER};
+
+/// What `approve-kubelet-csr` is asked to do (from [`crate::cli::ApproveKubeletCsrArgs`]).
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub connection: crate::connection::Settings,
+    pub policy: Policy,
+    /// The kubelet's client certificate (`kubelet-client-current.pem`).
+    pub kubelet_client_cert: PathBuf,
+    pub recheck_interval: Duration,
+    pub metrics_listen: Option<SocketAddr>,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabels {
+    result: &'static str,
+}
+
+/// Runs until SIGTERM/SIGINT.
+pub async fn run(settings: Settings) -> anyhow::Result<()> {
+    let connection = crate::connection::connect(&settings.connection).await?;
+    let shutdown = crate::shutdown::on_signal()?;
+    let mut registry = Registry::default();
+    let decisions: Family<ResultLabels, Counter> = Family::default();
+    registry.register(
+        "cert_syncer_kubelet_csr_decisions",
+        "Kubelet client CSRs approved, left alone (once per CSR and reason) or whose approval failed",
+        decisions.clone(),
+    );
+    let readiness = Readiness::default();
+    readiness.block("csrs", "not listed yet");
+    if let Some(addr) = settings.metrics_listen {
+        let registry = Arc::new(registry);
+        let (readiness, shutdown) = (readiness.clone(), shutdown.clone());
+        tokio::spawn(async move {
+            if let Err(err) = crate::health::serve(addr, registry, readiness, shutdown).await {
+                tracing::error!(error = %err, "metrics server stopped");
+            }
+        });
+    }
+    let api: Api<CertificateSigningRequest> = Api::all(connection.client.clone());
+    let config = crate::watch::config(connection.watch_timeout_seconds)
+        .fields(&format!("spec.signerName={SIGNER}"));
+    let stream = kube::runtime::watcher::watcher(api.clone(), config).default_backoff();
+    futures::pin_mut!(stream);
+    tracing::info!(
+        node = %settings.policy.node_name,
+        kubelet_client_cert = %settings.kubelet_client_cert.display(),
+        bootstrap_users = ?settings.policy.bootstrap_users,
+        "approving this node's kubelet client CSRs while its client certificate is expired or absent"
+    );
+    let mut approver = Approver {
+        settings,
+        api,
+        decisions,
+        pending: BTreeMap::new(),
+        logged: HashMap::new(),
+    };
+    let mut recheck = tokio::time::interval(approver.settings.recheck_interval);
+    recheck.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut listing: Option<BTreeMap<String, CertificateSigningRequest>> = None;
+    loop {
+        tokio::select! {
+            event = stream.next() => match event {
+                Some(Ok(Event::Init)) => listing = Some(BTreeMap::new()),
+                Some(Ok(Event::InitApply(csr))) => {
+                    if let (Some(list), Some(name)) = (listing.as_mut(), csr.metadata.name.clone()) {
+                        list.insert(name, csr);
+                    }
+                }
+                Some(Ok(Event::InitDone)) => {
+                    approver.pending = listing.take().unwrap_or_default();
+                    approver.logged.retain(|name, _| approver.pending.contains_key(name));
+                    readiness.clear("csrs");
+                    approver.decide_all().await;
+                }
+                Some(Ok(Event::Apply(csr))) => approver.seen(csr).await,
+                Some(Ok(Event::Delete(csr))) => {
+                    if let Some(name) = &csr.metadata.name {
+                        approver.pending.remove(name);
+                        approver.logged.remove(name);
+                    }
+                }
+                Some(Err(err)) => tracing::warn!(error = %err, "watching CSRs failed; retrying"),
+                None => break,
+            },
+            _ = recheck.tick() => approver.decide_all().await,
+            () = shutdown.cancelled() => break,
+        }
+    }
+    Ok(())
+}
+
+struct Approver {
+    settings: Settings,
+    api: Api<CertificateSigningRequest>,
+    decisions: Family<ResultLabels, Counter>,
+    /// CSRs of the signer, by name, as last seen.
+    pending: BTreeMap<String, CertificateSigningRequest>,
+    /// The reason last logged per CSR (a reason is logged once per CSR until it changes).
+    logged: HashMap<String, String>,
+}
+
+impl Approver {
+    async fn seen(&mut self, csr: CertificateSigningRequest) {
+        let Some(name) = csr.metadata.name.clone() else {
+            return;
+        };
+        self.pending.insert(name.clone(), csr);
+        let disk = self.disk();
+        self.decide(&name, &disk).await;
+    }
+
+    async fn decide_all(&mut self) {
+        let names: Vec<String> = self.pending.keys().cloned().collect();
+        let disk = self.disk();
+        for name in names {
+            self.decide(&name, &disk).await;
+        }
+    }
+
+    /// The kubelet's certificate file, read afresh for each event and recheck: it expires, or
+    /// the kubelet writes a new one, with no CSR event.
+    fn disk(&self) -> KubeletCert {
+        KubeletCert::read(&self.settings.kubelet_client_cert, crate::time::unix_now())
+    }
+
+    async fn decide(&mut self, name: &str, disk: &KubeletCert) {
+        let Some(csr) = self.pending.get(name) else {
+            return;
+        };
+        match rules::decide(csr, &self.settings.policy, disk) {
+            Decision::Leave(reason) => {
+                if self.logged.get(name) != Some(&reason) {
+                    tracing::info!(csr = name, reason = %reason, "leaving kubelet client CSR alone");
+                    self.count("left-alone");
+                    self.logged.insert(name.to_owned(), reason);
+                }
+            }
+            Decision::Approve(message) => {
+                let mut approved = csr.clone();
+                let now = Time(k8s_openapi::jiff::Timestamp::now());
+                let status = approved.status.get_or_insert_with(Default::default);
+                status.conditions.get_or_insert_with(Vec::new).push(
+                    CertificateSigningRequestCondition {
+                        type_: "Approved".to_owned(),
+                        status: "True".to_owned(),
+                        reason: Some(REASON.to_owned()),
+                        message: Some(message.clone()),
+                        last_update_time: Some(now.clone()),
+                        last_transition_time: Some(now),
+                    },
+                );
+                match self
+                    .api
+                    .replace_subresource("approval", name, &PostParams::default(), &approved)
+                    .await
+                {
+                    Ok(updated) => {
+                        tracing::info!(csr = name, reason = REASON, message = %message, "approved kubelet client CSR");
+                        self.count("approved");
+                        self.pending.insert(name.to_owned(), updated);
+                        // Its next event says "already approved": by us, nothing to log.
+                        self.logged
+                            .insert(name.to_owned(), "already approved".to_owned());
+                    }
+                    Err(err) => {
+                        // A conflict (someone acted first) or a refusal: the next event or
+                        // recheck decides again from the CSR as it then is.
+                        tracing::warn!(csr = name, error = %err, "approving kubelet client CSR failed");
+                        self.count("approve-failed");
+                    }
+                }
+            }
+        }
+    }
+
+    fn count(&self, result: &'static str) {
+        self.decisions.get_or_create(&ResultLabels { result }).inc();
+    }
+}
