@@ -70,9 +70,10 @@ async fn kubelet_ca_rotation_keeps_kubectl_logs_working_without_a_restart() {
         "--tail=1",
     ];
     woken
-        .wait("kubectl logs works (kubelet-client valid, the kubelet trusts its signer)", || async {
-            woken.kubectl(&logs_args).status.success()
-        })
+        .wait(
+            "kubectl logs works (kubelet-client valid, the kubelet trusts its signer)",
+            || async { woken.kubectl(&logs_args).status.success() },
+        )
         .await;
 
     let admin = woken.plane.admin();
@@ -94,14 +95,16 @@ async fn kubelet_ca_rotation_keeps_kubectl_logs_working_without_a_restart() {
     let old_client = first_der(&std::fs::read_to_string(&kubelet_client).unwrap());
     let signers: Api<Secret> = Api::namespaced(admin.clone(), OP);
     let old_signer = signers.get(SIGNER).await.unwrap();
-    let old_ca = first_der(&String::from_utf8(old_signer.data.unwrap()["tls.crt"].0.clone()).unwrap());
+    let old_ca =
+        first_der(&String::from_utf8(old_signer.data.unwrap()["tls.crt"].0.clone()).unwrap());
 
     // `kubectl logs` every 200 ms from here on.
     let calls: Arc<Mutex<Vec<Call>>> = Arc::default();
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let kubeconfig = woken
-        .plane
-        .admin_kubeconfig(&woken.tmp.path().join("logs.kubeconfig"), &woken.localhost_ca);
+    let kubeconfig = woken.plane.admin_kubeconfig(
+        &woken.tmp.path().join("logs.kubeconfig"),
+        &woken.localhost_ca,
+    );
     let logger = {
         let (calls, stop) = (Arc::clone(&calls), Arc::clone(&stop));
         let args: Vec<String> = logs_args.iter().map(|s| (*s).to_owned()).collect();
@@ -155,19 +158,27 @@ async fn kubelet_ca_rotation_keeps_kubectl_logs_working_without_a_restart() {
         String::from_utf8_lossy(&out.stderr)
     );
     let new_signer = signers.get(SIGNER).await.unwrap();
-    let new_ca = first_der(&String::from_utf8(new_signer.data.unwrap()["tls.crt"].0.clone()).unwrap());
+    let new_ca =
+        first_der(&String::from_utf8(new_signer.data.unwrap()["tls.crt"].0.clone()).unwrap());
     assert_ne!(new_ca, old_ca, "the signer rotated");
 
     let synced = woken
-        .wait("the sync sidecar wrote a kubelet-client from the new signer", || async {
-            std::fs::read_to_string(&kubelet_client)
-                .is_ok_and(|pem| issued_by(&first_der(&pem), &new_ca))
-        })
+        .wait(
+            "the sync sidecar wrote a kubelet-client from the new signer",
+            || async {
+                std::fs::read_to_string(&kubelet_client)
+                    .is_ok_and(|pem| issued_by(&first_der(&pem), &new_ca))
+            },
+        )
         .await;
     let rewritten = woken
-        .wait("node mode rewrote the kubelet's CA file with the new signer", || async {
-            std::fs::read_to_string(&kubelet_ca).is_ok_and(|pem| certs_of(&pem).contains(&new_ca))
-        })
+        .wait(
+            "node mode rewrote the kubelet's CA file with the new signer",
+            || async {
+                std::fs::read_to_string(&kubelet_ca)
+                    .is_ok_and(|pem| certs_of(&pem).contains(&new_ca))
+            },
+        )
         .await;
     let ca_file = certs_of(&std::fs::read_to_string(&kubelet_ca).unwrap());
     assert!(
@@ -181,7 +192,9 @@ async fn kubelet_ca_rotation_keeps_kubectl_logs_working_without_a_restart() {
     eprintln!(
         "rotation: kubelet-client synced {} ms, kubelet CA file rewritten {} ms after the trigger",
         synced.saturating_sub(rotation - woken.started).as_millis(),
-        rewritten.saturating_sub(rotation - woken.started).as_millis()
+        rewritten
+            .saturating_sub(rotation - woken.started)
+            .as_millis()
     );
     tokio::time::sleep(Duration::from_secs(10)).await;
     stop.store(true, std::sync::atomic::Ordering::Relaxed);

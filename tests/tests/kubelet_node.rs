@@ -34,7 +34,10 @@ fn a_static_pod_runs_under_the_kubelet_and_nothing_is_left_after_the_node() {
         started.elapsed().as_millis()
     );
     let id = node.running_container(POD, "pause").unwrap();
-    let pid = node.containerd.task_pid(&id).expect("the container's process");
+    let pid = node
+        .containerd
+        .task_pid(&id)
+        .expect("the container's process");
     assert!(
         std::path::Path::new(&format!("/proc/{pid}")).exists(),
         "pause runs as pid {pid} on the host"
@@ -47,7 +50,11 @@ fn a_static_pod_runs_under_the_kubelet_and_nothing_is_left_after_the_node() {
         std::fs::read_dir("/var/log/pods")
             .map(|d| {
                 d.filter_map(Result::ok)
-                    .filter(|e| e.file_name().to_string_lossy().contains(&format!("-{name}_")))
+                    .filter(|e| {
+                        e.file_name()
+                            .to_string_lossy()
+                            .contains(&format!("-{name}_"))
+                    })
                     .count()
             })
             .unwrap_or(0)

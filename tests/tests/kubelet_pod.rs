@@ -27,7 +27,10 @@ fn files(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
             continue;
         };
         for object in objects.filter_map(Result::ok) {
-            for entry in std::fs::read_dir(object.path()).unwrap().filter_map(Result::ok) {
+            for entry in std::fs::read_dir(object.path())
+                .unwrap()
+                .filter_map(Result::ok)
+            {
                 let name = entry.file_name().to_string_lossy().into_owned();
                 if name.starts_with("..") {
                     continue;
@@ -107,7 +110,10 @@ async fn kubelet_restarts_a_sidecar_killed_mid_recovery_and_reports_its_probes()
         .map(|s| (s.name, s.restart_count))
         .collect();
     eprintln!("restart counts: {restarts:?}");
-    assert!(restarts[SYNC] >= 1, "the kubelet restarted {SYNC}: {restarts:?}");
+    assert!(
+        restarts[SYNC] >= 1,
+        "the kubelet restarted {SYNC}: {restarts:?}"
+    );
 
     // The files the container wrote on the hostPath: keys 0600, bundles 0644, root's.
     let after = files(woken.certs());

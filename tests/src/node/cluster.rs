@@ -215,7 +215,9 @@ pub fn kubeconfig(
 }
 
 fn run(command: &mut Command, what: &str) -> String {
-    let out = command.output().unwrap_or_else(|err| panic!("{what}: {err}"));
+    let out = command
+        .output()
+        .unwrap_or_else(|err| panic!("{what}: {err}"));
     assert!(
         out.status.success(),
         "{what} failed ({}):\n{}\n{}",
@@ -273,11 +275,18 @@ impl ControlPlane {
         let shared = crate::envtest::repo_root().join("../shared/openshift");
         let kubectl = |args: &[&str]| {
             let mut command = Command::new("kubectl");
-            command.arg("--kubeconfig").arg(seed.kubeconfig()).args(args);
+            command
+                .arg("--kubeconfig")
+                .arg(seed.kubeconfig())
+                .args(args);
             command
         };
         run(
-            &mut kubectl(&["apply", "-f", &shared.join("crds.yaml").display().to_string()]),
+            &mut kubectl(&[
+                "apply",
+                "-f",
+                &shared.join("crds.yaml").display().to_string(),
+            ]),
             "kubectl apply crds.yaml",
         );
         let served = testkit::wait::poll_until(Duration::from_secs(60), || {
@@ -444,7 +453,10 @@ impl ControlPlane {
                 &Secret {
                     metadata: meta(KS, "node-kubeconfigs"),
                     data: Some(BTreeMap::from([
-                        ("localhost.kubeconfig".to_owned(), bytes(&stub("https://localhost:6443"))),
+                        (
+                            "localhost.kubeconfig".to_owned(),
+                            bytes(&stub("https://localhost:6443")),
+                        ),
                         (
                             "localhost-recovery.kubeconfig".to_owned(),
                             bytes(&stub("https://localhost:6443")),
@@ -463,7 +475,10 @@ impl ControlPlane {
             )
             .await
             .expect("node-kubeconfigs");
-        for name in ["control-plane-node-kubeconfig", "check-endpoints-kubeconfig"] {
+        for name in [
+            "control-plane-node-kubeconfig",
+            "check-endpoints-kubeconfig",
+        ] {
             config_maps(KS)
                 .create(
                     &pp,
@@ -516,8 +531,8 @@ impl ControlPlane {
         for (ns, name) in BUNDLES {
             let _ = config_maps(ns).delete(name, &DeleteParams::default()).await;
         }
-        let long_ago = (time::OffsetDateTime::now_utc().unix_timestamp() - 11 * 365 * 86_400)
-            .to_string();
+        let long_ago =
+            (time::OffsetDateTime::now_utc().unix_timestamp() - 11 * 365 * 86_400).to_string();
         regenerate(&["--now", &long_ago]);
         for mut secret in kept {
             let (ns, name) = (
@@ -575,9 +590,14 @@ impl ControlPlane {
         let lists: Vec<String> = sync_argv
             .iter()
             .filter(|a| {
-                ["--secrets", "--configmaps", "--optional-secrets", "--optional-configmaps"]
-                    .iter()
-                    .any(|flag| a.starts_with(&format!("{flag}=")))
+                [
+                    "--secrets",
+                    "--configmaps",
+                    "--optional-secrets",
+                    "--optional-configmaps",
+                ]
+                .iter()
+                .any(|flag| a.starts_with(&format!("{flag}=")))
             })
             .cloned()
             .collect();
@@ -681,7 +701,10 @@ impl ControlPlane {
             .args(["--server", URL])
             .args(["--tls-server-name-override", "localhost-recovery"])
             .arg("--ca-file")
-            .arg(self.resources.join("configmaps/kube-apiserver-server-ca/ca-bundle.crt"))
+            .arg(
+                self.resources
+                    .join("configmaps/kube-apiserver-server-ca/ca-bundle.crt"),
+            )
             .arg("--token-file")
             .arg(self.admin_token_file())
             .args(["--profile", "openshift-kube-apiserver"])
@@ -708,7 +731,10 @@ impl ControlPlane {
             .args(["--server", URL])
             .args(["--tls-server-name-override", "localhost-recovery"])
             .arg("--ca-file")
-            .arg(self.resources.join("configmaps/kube-apiserver-server-ca/ca-bundle.crt"))
+            .arg(
+                self.resources
+                    .join("configmaps/kube-apiserver-server-ca/ca-bundle.crt"),
+            )
             .arg("--token-file")
             .arg(token)
             .args(["--metrics-listen", "127.0.0.1:0"])

@@ -66,11 +66,7 @@ impl Containerd {
             process: Some(process),
         };
         let up = testkit::wait::poll_until(Duration::from_secs(30), || {
-            containerd
-                .ctr(&["version"])
-                .status
-                .success()
-                .then_some(())
+            containerd.ctr(&["version"]).status.success().then_some(())
         });
         assert!(
             up.is_some(),

@@ -139,6 +139,11 @@ impl Node {
              fileCheckFrequency: 1s\n\
              syncFrequency: 10s\n\
              nodeStatusUpdateFrequency: 2s\n\
+             # A shared CI disk fills up: no eviction and no image garbage collection (the images\n\
+             # are imported, never pulled back).\n\
+             evictionHard: {{memory.available: \"0%\", nodefs.available: \"0%\", nodefs.inodesFree: \"0%\", imagefs.available: \"0%\"}}\n\
+             imageGCHighThresholdPercent: 100\n\
+             imageGCLowThresholdPercent: 99\n\
              authentication: {{anonymous: {{enabled: false}}, webhook: {{enabled: false}}{x509}}}\n\
              authorization: {{mode: AlwaysAllow}}\n",
             manifests = self.manifests.display(),
@@ -177,18 +182,16 @@ impl Node {
             if !kubelet.is_running() {
                 return Some(false);
             }
-            let got = std::net::TcpStream::connect((
-                std::net::Ipv4Addr::LOCALHOST,
-                KUBELET_HEALTHZ_PORT,
-            ))
-            .and_then(|mut tcp| {
-                use std::io::{Read, Write};
-                tcp.set_read_timeout(Some(Duration::from_secs(2)))?;
-                tcp.write_all(b"GET /healthz HTTP/1.0\r\n\r\n")?;
-                let mut text = String::new();
-                tcp.read_to_string(&mut text)?;
-                Ok(text)
-            });
+            let got =
+                std::net::TcpStream::connect((std::net::Ipv4Addr::LOCALHOST, KUBELET_HEALTHZ_PORT))
+                    .and_then(|mut tcp| {
+                        use std::io::{Read, Write};
+                        tcp.set_read_timeout(Some(Duration::from_secs(2)))?;
+                        tcp.write_all(b"GET /healthz HTTP/1.0\r\n\r\n")?;
+                        let mut text = String::new();
+                        tcp.read_to_string(&mut text)?;
+                        Ok(text)
+                    });
             matches!(got, Ok(text) if text.ends_with("ok")).then_some(true)
         });
         assert!(

@@ -102,10 +102,9 @@ impl Woken {
         if let Some(file) = &kubelet_client_ca {
             // The CA bundle the node had when it went to sleep (expired, but the kubelet needs
             // a file to start).
-            let bundle = std::fs::read_to_string(
-                plane.cert_file("configmaps/client-ca/ca-bundle.crt"),
-            )
-            .expect("client-ca synced");
+            let bundle =
+                std::fs::read_to_string(plane.cert_file("configmaps/client-ca/ca-bundle.crt"))
+                    .expect("client-ca synced");
             testkit::rename::rename_into(file, bundle.as_bytes());
         }
         node.place_manifest("kube-apiserver-pod.yaml", &plane.pod_manifest());
@@ -184,13 +183,18 @@ impl Woken {
                 }
             })
             .await;
-        let mut files = vec![(self.localhost_ca.clone(), vec![LOCALHOST_CA_SOURCE.to_owned()])];
+        let mut files = vec![(
+            self.localhost_ca.clone(),
+            vec![LOCALHOST_CA_SOURCE.to_owned()],
+        )];
         if let Some(file) = &self.kubelet_client_ca {
             files.push((file.clone(), self.options.kubelet_client_ca_sources.clone()));
         }
         for (file, sources) in files {
             let sources: Vec<&str> = sources.iter().map(String::as_str).collect();
-            let command = self.plane.node_mode_command(&file, &sources, &["--grace-period", "0s"]);
+            let command = self
+                .plane
+                .node_mode_command(&file, &sources, &["--grace-period", "0s"]);
             self.node_modes
                 .push(tokio::task::block_in_place(|| ChildProcess::start(command)));
         }
@@ -205,11 +209,13 @@ impl Woken {
         let name = self.node.name.clone();
         let mirror = format!("{POD}-{name}");
         self.wait("node Ready, mirror pod in the API", || {
-            let (nodes, pods, name, mirror) = (nodes.clone(), pods.clone(), name.clone(), mirror.clone());
+            let (nodes, pods, name, mirror) =
+                (nodes.clone(), pods.clone(), name.clone(), mirror.clone());
             async move {
                 let ready = matches!(nodes.get_opt(&name).await, Ok(Some(n)) if n
                     .status
-                    .and_then(|s| s.conditions)
+                    .as_ref()
+                    .and_then(|s| s.conditions.clone())
                     .unwrap_or_default()
                     .iter()
                     .any(|c| c.type_ == "Ready" && c.status == "True"));

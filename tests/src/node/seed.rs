@@ -73,7 +73,8 @@ impl SeedApiServer {
             cert,
             key,
         };
-        let mut command = testkit::envtest::kube_apiserver_command_with(&assets, &files, &etcd, port);
+        let mut command =
+            testkit::envtest::kube_apiserver_command_with(&assets, &files, &etcd, port);
         command.args(extra);
         let mut process = ChildProcess::spawn_logged(
             command,
