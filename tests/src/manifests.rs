@@ -15,10 +15,16 @@ pub const POD: &str = "static-pod/kube-apiserver-pod.yaml";
 pub const SYNC_CONTAINER: &str = "kube-apiserver-cert-syncer";
 /// The container that runs `cert-syncer regenerate`.
 pub const REGENERATE_CONTAINER: &str = "kube-apiserver-cert-regeneration-controller";
-/// The server container (the `mini-apiserver` stand-in).
+/// The server container (kube-apiserver; `mini-apiserver` in the demo variant).
 pub const SERVER_CONTAINER: &str = "kube-apiserver";
 /// The node name used for the mirror pod's name (`<pod>-<node>`), as the kubelet names it.
 pub const NODE: &str = "control-plane-0";
+/// The node's address as the kubelet reports it for host-network pods (`--node-ip 127.0.0.1`,
+/// as the node tier runs it).
+pub const NODE_IP: &str = "127.0.0.1";
+/// The demo variant of the static pod: a kustomize overlay of `static-pod/` with the
+/// `mini-apiserver` stand-in in the server container (render with `kubectl kustomize`).
+pub const MINI_POD_DIR: &str = "static-pod-mini";
 
 /// `<workspace>/manifests`.
 pub fn dir() -> PathBuf {
@@ -142,10 +148,11 @@ pub fn container<'a>(pod: &'a Pod, name: &str) -> &'a Container {
 }
 
 /// The environment the kubelet gives `container`: literal values, and downward-API fields
-/// (`metadata.name` is the mirror pod's name `<pod>-<node>`, as the kubelet names it).
+/// (`metadata.name` is the mirror pod's name `<pod>-<node>`, as the kubelet names it;
+/// `status.hostIP` is [`NODE_IP`]).
 ///
 /// # Panics
-/// On a `valueFrom` other than `metadata.name` / `metadata.namespace`.
+/// On a `valueFrom` other than `metadata.name` / `metadata.namespace` / `status.hostIP`.
 pub fn environment(pod: &Pod, container: &Container) -> BTreeMap<String, String> {
     let meta = &pod.metadata;
     let mut env = BTreeMap::new();
@@ -159,6 +166,7 @@ pub fn environment(pod: &Pod, container: &Container) -> BTreeMap<String, String>
                 match field.field_path.as_str() {
                     "metadata.name" => format!("{}-{NODE}", meta.name.as_deref().unwrap_or("")),
                     "metadata.namespace" => meta.namespace.clone().unwrap_or_default(),
+                    "status.hostIP" => NODE_IP.to_owned(),
                     other => panic!(
                         "{}: env {} from unexpected field {other}",
                         container.name, var.name

@@ -6,7 +6,8 @@
 //! (verb, group, resource, namespace, name as kube-apiserver's authorizer sees them) is allowed by
 //! `cert_syncer::access::required_access` for the same flags — and every verb the list grants
 //! was used. Then the static pod's own sidecars, with the pod's flags, kubeconfig templates and
-//! example config, make only requests that the RBAC in `manifests/` allows.
+//! example config, make only requests that the RBAC in `manifests/` allows, and leave in the
+//! cert dir every file the pod's kube-apiserver container reads.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -618,22 +619,45 @@ async fn the_static_pod_sidecars_make_only_requests_their_rbac_allows(backend: B
     let cert_syncer::cli::Command::Sync(sync_args) = &sync_cli.command else {
         panic!("{SYNC_CONTAINER} runs sync")
     };
+    // The required objects of upstream's list that are not certificates, as OpenShift's
+    // operator makes them (the service-account signing key pair, the kubeconfigs).
+    create_non_certificate_objects(&api.client_with_token(ADMIN_TOKEN), &sync_args.namespace).await;
     let mut sync_process = sync.start();
-    for name in &sync_args.secrets {
-        wait_for(
-            &format!("secret {name} on disk"),
-            Duration::from_secs(30),
-            || dest.join("secrets").join(name).join("tls.crt").exists(),
-        );
+    for (kind, names) in [
+        ("secrets", &sync_args.secrets),
+        ("configmaps", &sync_args.configmaps),
+    ] {
+        for name in names {
+            let dir = dest.join(kind).join(name);
+            wait_for(
+                &format!("{kind}/{name} on disk"),
+                Duration::from_secs(30),
+                || std::fs::read_dir(&dir).is_ok_and(|mut entries| entries.next().is_some()),
+            );
+        }
     }
-    wait_for(
-        "the aggregator CA bundle on disk",
-        Duration::from_secs(30),
-        || {
-            dest.join("configmaps/aggregator-client-ca/ca-bundle.crt")
-                .exists()
-        },
+    // Every file the pod's kube-apiserver container reads from the cert dir is one that this
+    // run of `sync` wrote (a missing one would keep kube-apiserver from starting).
+    let server = manifests::argv(
+        &pod,
+        manifests::container(&pod, manifests::SERVER_CONTAINER),
     );
+    let mut read = 0;
+    for path in server.iter().flat_map(|a| a.split(['=', ','])) {
+        if let Some(rest) = path.strip_prefix("/etc/kubernetes/static-pod-certs/") {
+            let file = dest.join(rest);
+            wait_for(
+                &format!("{} on disk", file.display()),
+                Duration::from_secs(30),
+                || file.is_file(),
+            );
+            read += 1;
+        }
+    }
+    assert!(read >= 15, "{read} synced files read by kube-apiserver");
+    if backend == Backend::Real {
+        the_pods_kube_apiserver_starts_from(&api, &dest, tmp.path(), &sync_args.namespace).await;
+    }
     assert!(
         sync_process
             .terminate(Duration::from_secs(10))
@@ -685,4 +709,201 @@ async fn the_static_pod_sidecars_make_only_requests_their_rbac_allows(backend: B
             records.len()
         );
     }
+}
+
+/// `bound-service-account-signing-key`, `node-kubeconfigs`, `control-plane-node-kubeconfig`
+/// and `check-endpoints-kubeconfig` in `namespace`, with upstream's keys
+/// (cluster-kube-apiserver-operator: boundsatokensignercontroller, bindata node-kubeconfigs.yaml,
+/// control-plane-node-kubeconfig-cm.yaml, check-endpoints-kubeconfig-cm.yaml).
+async fn create_non_certificate_objects(admin: &kube::Client, namespace: &str) {
+    use k8s_openapi::ByteString;
+    let kubeconfig = |server: &str, name: &str| {
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: {name}\n  cluster:\n    server: {server}\n    \
+             certificate-authority: /etc/kubernetes/static-pod-resources/configmaps/kube-apiserver-server-ca/ca-bundle.crt\n\
+             contexts:\n- name: {name}\n  context: {{cluster: {name}, user: {name}}}\ncurrent-context: {name}\n\
+             users:\n- name: {name}\n  user: {{}}\n"
+        )
+    };
+    let (private, public) = e2e::pki::key_pair_pem(e2e::pki::KeyKind::EcdsaP256);
+    let secret = |name: &str, data: Vec<(&str, String)>| Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.to_owned()),
+            ..Default::default()
+        },
+        data: Some(
+            data.into_iter()
+                .map(|(k, v)| (k.to_owned(), ByteString(v.into_bytes())))
+                .collect(),
+        ),
+        ..Default::default()
+    };
+    let config_map = |name: &str, text: String| ConfigMap {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.to_owned()),
+            ..Default::default()
+        },
+        data: Some(BTreeMap::from([("kubeconfig".to_owned(), text)])),
+        ..Default::default()
+    };
+    let post = PostParams::default();
+    let secrets = Api::<Secret>::namespaced(admin.clone(), namespace);
+    for object in [
+        secret(
+            "bound-service-account-signing-key",
+            vec![
+                ("service-account.key", private),
+                ("service-account.pub", public),
+            ],
+        ),
+        secret(
+            "node-kubeconfigs",
+            vec![
+                (
+                    "localhost.kubeconfig",
+                    kubeconfig("https://localhost:6443", "localhost"),
+                ),
+                (
+                    "localhost-recovery.kubeconfig",
+                    kubeconfig("https://localhost:6443", "localhost-recovery"),
+                ),
+                (
+                    "lb-ext.kubeconfig",
+                    kubeconfig("https://api.cluster.example.com:6443", "lb-ext"),
+                ),
+                (
+                    "lb-int.kubeconfig",
+                    kubeconfig("https://api-int.cluster.example.com:6443", "lb-int"),
+                ),
+            ],
+        ),
+    ] {
+        secrets
+            .create(&post, &object)
+            .await
+            .expect("create a Secret");
+    }
+    let maps = Api::<ConfigMap>::namespaced(admin.clone(), namespace);
+    for name in [
+        "control-plane-node-kubeconfig",
+        "check-endpoints-kubeconfig",
+    ] {
+        maps.create(
+            &post,
+            &config_map(name, kubeconfig("https://localhost:6443", name)),
+        )
+        .await
+        .expect("create a ConfigMap");
+    }
+}
+
+/// The pod's kube-apiserver container, as the kubelet would run it, started from the cert dir
+/// this run of `sync` wrote: the envtest kube-apiserver with the container's command line,
+/// container paths mapped to this run's directories, over an etcd of its own (plain HTTP like
+/// the test apiserver's: etcd's TLS flags, which name resource-dir files, are the node tier's).
+/// It must turn ready, serve the synced `localhost` certificate (verified against the
+/// `localhost-serving-ca` bundle) and the revisioned `localhost-recovery` one by SNI, and accept
+/// the synced admin client certificate through the synced `client-ca`.
+async fn the_pods_kube_apiserver_starts_from(
+    api: &TestApi,
+    dest: &Path,
+    dir: &Path,
+    namespace: &str,
+) {
+    let assets = e2e::envtest::assets().expect("the real backend has envtest's binaries");
+    let admin = api.client_with_token(ADMIN_TOKEN);
+    // The resource dir: the revisioned recovery certificate, copied from the API the way the
+    // installer copies it.
+    let resources = dir.join("static-pod-resources");
+    let recovery = Api::<Secret>::namespaced(admin.clone(), namespace)
+        .get("localhost-recovery-serving-certkey")
+        .await
+        .expect("the regenerated localhost-recovery-serving-certkey");
+    for key in ["tls.crt", "tls.key"] {
+        let path = resources
+            .join("secrets/localhost-recovery-serving-certkey")
+            .join(key);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        let data = &recovery.data.as_ref().expect("data")[key];
+        rename_into(&path, &data.0);
+    }
+    let operator = Api::<ConfigMap>::namespaced(admin, "openshift-kube-apiserver-operator");
+    let mut bundles = Vec::new();
+    for name in ["localhost-serving-ca", "localhost-recovery-serving-ca"] {
+        let map = operator
+            .get(name)
+            .await
+            .unwrap_or_else(|err| panic!("{name}: {err}"));
+        bundles.push(map.data.expect("data")["ca-bundle.crt"].clone());
+    }
+    let [localhost_ca, recovery_ca] = [&bundles[0], &bundles[1]];
+
+    let [etcd_port, peer_port, port] = testkit::envtest::free_ports::<3>();
+    let etcd_addr: std::net::SocketAddr = ([127, 0, 0, 1], etcd_port).into();
+    let addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
+    let etcd = ChildProcess::spawn_logged(
+        testkit::envtest::etcd_command(&assets, &dir.join("pod-etcd"), etcd_port, peer_port),
+        &dir.join("pod-etcd.log"),
+        etcd_addr,
+    )
+    .expect("etcd starts");
+    let pod = manifests::pod();
+    let argv = manifests::argv(
+        &pod,
+        manifests::container(&pod, manifests::SERVER_CONTAINER),
+    );
+    let (certs, revisioned) = (dest.display().to_string(), resources.display().to_string());
+    let mut args = Vec::new();
+    for arg in &argv[1..] {
+        let name = arg.split('=').next().unwrap_or_default();
+        let arg = match name {
+            "--etcd-cafile" | "--etcd-certfile" | "--etcd-keyfile" => continue,
+            "--etcd-servers" => format!("--etcd-servers=http://{etcd_addr}"),
+            "--secure-port" => format!("--secure-port={port}"),
+            "--bind-address" => "--bind-address=127.0.0.1".to_owned(),
+            _ => arg
+                .replace("/etc/kubernetes/static-pod-certs", &certs)
+                .replace("/etc/kubernetes/static-pod-resources", &revisioned),
+        };
+        args.push(arg);
+    }
+    let mut command = Command::new(assets.join("kube-apiserver"));
+    command.args(&args);
+    let log = dir.join("pod-kube-apiserver.log");
+    let server = ChildProcess::spawn_logged(command, &log, addr).expect("kube-apiserver starts");
+
+    let admin_dir = dest.join("secrets/control-plane-node-admin-client-cert-key");
+    let config = e2e::tls::client_config_with_cert(
+        localhost_ca,
+        &std::fs::read_to_string(admin_dir.join("tls.crt")).unwrap(),
+        &std::fs::read_to_string(admin_dir.join("tls.key")).unwrap(),
+    );
+    let deadline = std::time::Instant::now() + e2e::envtest::READY_TIMEOUT;
+    loop {
+        match e2e::tls::https_get(addr, "localhost", config.clone(), "/readyz").await {
+            Ok((200, body)) if body.trim() == "ok" => break,
+            other => assert!(
+                std::time::Instant::now() < deadline,
+                "the pod's kube-apiserver is not ready from the synced cert dir: {other:?}\n{}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    // The synced admin certificate authenticates (anonymous would get 403 here).
+    let (code, body) =
+        e2e::tls::https_get(addr, "localhost", config, "/api/v1/namespaces/kube-system")
+            .await
+            .expect("GET kube-system");
+    assert_eq!(code, 200, "{body}");
+    // The sidecars' way in: the revisioned recovery certificate by SNI.
+    e2e::tls::handshake_leaf(addr, "localhost-recovery", recovery_ca)
+        .await
+        .expect("the localhost-recovery certificate, by SNI");
+    eprintln!(
+        "the pod's kube-apiserver started from the synced cert dir ({} flags)",
+        args.len()
+    );
+    drop(server);
+    drop(etcd);
 }

@@ -128,13 +128,16 @@ fn kustomization_resources(dir: &Path) -> (serde_json::Value, Vec<PathBuf>) {
         .iter()
         .map(|r| {
             let rel = dir.join(r.as_str().expect("a resource path"));
+            // A file, or another kustomization (an overlay's base).
             assert!(
-                rel.is_file(),
+                rel.is_file() || rel.join("kustomization.yaml").is_file(),
                 "{} lists missing {}",
                 path.display(),
                 rel.display()
             );
-            rel.strip_prefix(manifests::dir())
+            let full = rel.canonicalize().expect("an existing resource");
+            let root = manifests::dir().canonicalize().expect("manifests/");
+            full.strip_prefix(&root)
                 .expect("inside manifests/")
                 .to_owned()
         })
@@ -166,6 +169,14 @@ fn kubectl_kustomize(dir: &Path) -> Option<Vec<serde_json::Value>> {
     let file = tmp.path().join("rendered.yaml");
     std::fs::write(&file, output.stdout).unwrap();
     Some(manifests::documents(&file))
+}
+
+/// The demo variant (`manifests/static-pod-mini`) as `kubectl kustomize` renders it; `None`
+/// (with a printed reason) where kubectl is not installed.
+fn mini_pod() -> Option<Pod> {
+    let rendered = kubectl_kustomize(&manifests::dir().join(manifests::MINI_POD_DIR))?;
+    assert_eq!(rendered.len(), 1, "the demo variant renders one object");
+    Some(manifests::typed(&rendered[0], manifests::MINI_POD_DIR))
 }
 
 /// Objects keyed by kind/namespace/name.
@@ -218,6 +229,32 @@ fn the_kustomizations_cover_every_object_file_and_render_them() {
             let expected = by_identity(manifests::documents(&root.join(pod_kind.file)));
             assert_eq!(by_identity(rendered), expected);
         }
+    }
+    // The demo variant is an overlay of the real pod: only its server container and the
+    // stand-in's state volume differ; the sidecars are the same containers.
+    let (overlay, overlay_files) = kustomization_resources(&root.join(manifests::MINI_POD_DIR));
+    assert_eq!(overlay_files, [PathBuf::from("static-pod")], "{overlay}");
+    if let Some(mini) = mini_pod() {
+        let real = KAS.load();
+        for name in KAS.sidecars() {
+            assert_eq!(container(&mini, name), container(&real, name), "{name}");
+        }
+        assert_eq!(
+            container(&mini, KAS.server).image.as_deref(),
+            Some("localhost/cert-reload/mini-apiserver:latest")
+        );
+        let volumes = |pod: &Pod| -> BTreeSet<String> {
+            pod.spec
+                .iter()
+                .flat_map(|s| s.volumes.iter().flatten())
+                .map(|v| v.name.clone())
+                .collect()
+        };
+        let extra: Vec<String> = volumes(&mini)
+            .difference(&volumes(&real))
+            .cloned()
+            .collect();
+        assert_eq!(extra, ["state-dir"]);
     }
     let all: BTreeSet<PathBuf> = manifests::object_files().into_iter().collect();
     assert_eq!(
@@ -344,14 +381,30 @@ fn every_flag_the_pod_passes_exists_in_its_subcommand() {
         Some("openshift-kube-apiserver")
     );
 
-    // The stand-in server's flags, with mini-apiserver's own parser and checks.
+    // The server: the real kube-apiserver, configured from the cert dir the way OpenShift's
+    // pod is (tests/tests/static_pod_flags.rs checks each path and, with envtest, that
+    // kube-apiserver accepts every flag).
     let server = argv(&pod, container(&pod, SERVER_CONTAINER));
-    assert!(server[0].ends_with("/mini-apiserver"), "{server:?}");
-    let flags = mini_apiserver::Flags::try_parse_from(&server)
-        .unwrap_or_else(|err| panic!("mini-apiserver refuses {server:?}:\n{err}"));
-    let settings = flags.settings().expect("valid mini-apiserver settings");
-    assert!(settings.sni.iter().any(|s| s.name == "localhost-recovery"));
-    assert_eq!(settings.listen.port(), 6443);
+    assert!(server[0].ends_with("/kube-apiserver"), "{server:?}");
+    assert_eq!(flag(&server, "secure-port"), Some("6443"));
+    assert_eq!(flag(&server, "authorization-mode"), Some("Node,RBAC"));
+    assert!(
+        server
+            .iter()
+            .any(|a| a.starts_with("--tls-sni-cert-key=") && a.contains("localhost-recovery")),
+        "{server:?}"
+    );
+
+    // The demo variant's stand-in server, with mini-apiserver's own parser and checks.
+    if let Some(mini) = mini_pod() {
+        let server = argv(&mini, container(&mini, SERVER_CONTAINER));
+        assert!(server[0].ends_with("/mini-apiserver"), "{server:?}");
+        let flags = mini_apiserver::Flags::try_parse_from(&server)
+            .unwrap_or_else(|err| panic!("mini-apiserver refuses {server:?}:\n{err}"));
+        let settings = flags.settings().expect("valid mini-apiserver settings");
+        assert!(settings.sni.iter().any(|s| s.name == "localhost-recovery"));
+        assert_eq!(settings.listen.port(), 6443);
+    }
 
     // A flag of the other subcommand is refused: the check above means something.
     let mut wrong = argv(&pod, container(&pod, SYNC_CONTAINER));
@@ -821,17 +874,13 @@ fn what_regenerate_writes_for_the_server_reaches_it() {
     };
     let rotation =
         cert_syncer::regenerate::profile_objects(regen.profile.expect("--profile").into()).unwrap();
-    // Client certificates for the pod's other consumers (the check-endpoints container and the
-    // control-plane node's kubeconfig), which OpenShift installs as revisioned resources.
-    let elsewhere = [
-        "check-endpoints-client-cert-key",
-        "control-plane-node-admin-client-cert-key",
-    ];
+    // Every target in the pod's namespace, including the client certificates of the pod's
+    // other consumers (check-endpoints, the control-plane node's kubeconfig), which upstream's
+    // list syncs too.
     for target in rotation
         .targets
         .iter()
         .filter(|t| t.object.namespace == sync.namespace)
-        .filter(|t| !elsewhere.contains(&t.object.name.as_str()))
     {
         let name = target.object.name.as_str();
         let revisioned = server.contains(&format!(
@@ -990,30 +1039,85 @@ fn node_files_of(p: &StaticPod) {
 }
 
 #[test]
-fn the_containerfile_builds_the_binaries_the_pod_runs() {
+fn the_image_builds_make_every_image_the_pods_run() {
     let root = manifests::dir().parent().unwrap().to_owned();
-    let containerfile =
-        std::fs::read_to_string(root.join("Containerfile")).expect("a Containerfile");
-    for p in &PODS {
-        let pod = p.load();
+    let read = |name: &str| {
+        std::fs::read_to_string(root.join(name)).unwrap_or_else(|err| panic!("{name}: {err}"))
+    };
+    let (containerfile, prebuilt, script) = (
+        read("Containerfile"),
+        read("Containerfile.prebuilt"),
+        read("scripts/build-images"),
+    );
+    // `FROM <base> AS <stage>` of the no-pull build.
+    let prebuilt_stages: BTreeMap<&str, &str> = prebuilt
+        .lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix("FROM ")?;
+            let (base, stage) = rest.split_once(" AS ")?;
+            Some((stage.trim(), base.trim()))
+        })
+        .collect();
+    let mut pods: Vec<(String, Pod)> = PODS.iter().map(|p| (p.file.to_owned(), p.load())).collect();
+    pods.extend(mini_pod().map(|p| (manifests::MINI_POD_DIR.to_owned(), p)));
+    let mut images = BTreeSet::new();
+    for (file, pod) in &pods {
         for c in &pod.spec.as_ref().unwrap().containers {
-            // Upstream's images (the kube-controller-manager) are not ours to build.
-            if !c
+            let image = c
                 .image
                 .as_deref()
-                .is_some_and(|i| i.starts_with("localhost/cert-reload/"))
-            {
+                .unwrap_or_else(|| panic!("{file}: {} has no image", c.name));
+            // Upstream's images (the kube-controller-manager pod's) are not ours to build.
+            if !image.starts_with("localhost/") {
                 assert_eq!(
                     c.name, KCM.server,
-                    "only upstream's server runs an upstream image"
+                    "{file}: only upstream's server runs an upstream image"
                 );
                 continue;
             }
-            containerfile_builds(&containerfile, &pod, c);
+            // Never pulled: the node has them from scripts/build-images.
+            assert_eq!(
+                c.image_pull_policy.as_deref(),
+                Some("IfNotPresent"),
+                "{file}: {}",
+                c.name
+            );
+            images.insert(image.to_owned());
+            // scripts/build-images builds it, from a stage of Containerfile.prebuilt named
+            // after the image that installs the binary the container runs.
+            assert!(
+                script.contains(image),
+                "scripts/build-images does not build {image}"
+            );
+            let stage = image.rsplit('/').next().unwrap().split(':').next().unwrap();
+            let base = prebuilt_stages
+                .get(stage)
+                .unwrap_or_else(|| panic!("Containerfile.prebuilt has no stage {stage} ({image})"));
+            let program = argv(pod, c)[0].clone();
+            assert!(
+                prebuilt.contains(&format!(
+                    "COPY bin/{} {program}",
+                    program.rsplit('/').next().unwrap()
+                )),
+                "Containerfile.prebuilt does not install {program}"
+            );
+            // Our own binaries (on the distroless-like base, not FROM scratch) are also built
+            // by the Containerfile for users who can pull distroless.
+            if *base != "scratch" {
+                containerfile_builds(&containerfile, pod, c);
+            }
         }
     }
+    let mut expected = BTreeSet::from([
+        "localhost/cert-reload/cert-syncer:latest".to_owned(),
+        "localhost/cert-reload/kube-apiserver:v1.20.2".to_owned(),
+    ]);
+    if pods.len() > PODS.len() {
+        expected.insert("localhost/cert-reload/mini-apiserver:latest".to_owned());
+    }
+    assert_eq!(images, expected);
     // The build uses the lock file and the packages exist.
-    assert!(containerfile.contains("--locked"));
+    assert!(containerfile.contains("--locked") && script.contains("--locked"));
     let (cert_syncer, examples) = (
         root.join("cert-syncer/Cargo.toml"),
         root.join("examples/Cargo.toml"),

@@ -1,0 +1,306 @@
+//! The static pod's flags against upstream: the sync sidecar mirrors exactly OpenShift's
+//! `CertConfigMaps` / `CertSecrets`; every certificate file the real kube-apiserver container
+//! names is one that `sync` writes (a key of a required object it mirrors) or a documented file
+//! of the revisioned resource dir; and, where the envtest kube-apiserver is available, that
+//! binary accepts every flag the pod passes it. (tests/tests/access.rs runs the sidecars with
+//! these flags and checks that the files exist in the cert dir `sync` wrote.)
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use cert_syncer::cli::Command;
+use cert_syncer::kind::Kind;
+use e2e::manifests::{
+    self, POD, REGENERATE_CONTAINER, SERVER_CONTAINER, SYNC_CONTAINER, argv, container, flag,
+    node_file,
+};
+
+/// openshift/cluster-kube-apiserver-operator `pkg/operator/starter.go`, `CertConfigMaps`
+/// (name, optional), in its order. Identical on release-4.9 through release-4.19 and on main
+/// (c813e820bb94cf2af88a6343c8554624c334c04c).
+const UPSTREAM_CERT_CONFIG_MAPS: &[(&str, bool)] = &[
+    ("aggregator-client-ca", false),
+    ("client-ca", false),
+    // "this is a copy of trusted-ca-bundle CM without the injection annotations"
+    ("trusted-ca-bundle", true),
+    // "kubeconfig that is a system:master.  this ensures a stable location"
+    ("control-plane-node-kubeconfig", false),
+    // "kubeconfig for check-endpoints"
+    ("check-endpoints-kubeconfig", false),
+];
+
+/// The same file, `CertSecrets` (name, optional), in its order.
+const UPSTREAM_CERT_SECRETS: &[(&str, bool)] = &[
+    ("aggregator-client", false),
+    ("localhost-serving-cert-certkey", false),
+    ("service-network-serving-certkey", false),
+    ("external-loadbalancer-serving-certkey", false),
+    ("internal-loadbalancer-serving-certkey", false),
+    ("bound-service-account-signing-key", false),
+    ("control-plane-node-admin-client-cert-key", false),
+    ("check-endpoints-client-cert-key", false),
+    ("kubelet-client", false),
+    ("node-kubeconfigs", false),
+    ("user-serving-cert", true),
+    ("user-serving-cert-000", true),
+    ("user-serving-cert-001", true),
+    ("user-serving-cert-002", true),
+    ("user-serving-cert-003", true),
+    ("user-serving-cert-004", true),
+    ("user-serving-cert-005", true),
+    ("user-serving-cert-006", true),
+    ("user-serving-cert-007", true),
+    ("user-serving-cert-008", true),
+    ("user-serving-cert-009", true),
+];
+
+/// Keys of `bound-service-account-signing-key`, which no certificate rotation writes:
+/// `pkg/operator/boundsatokensignercontroller/controller.go` `PrivateKeyKey`, `PublicKeyKey`.
+const UPSTREAM_SA_KEY_KEYS: [&str; 2] = ["service-account.key", "service-account.pub"];
+
+const CERT_DIR: &str = "/etc/kubernetes/static-pod-certs/";
+const RESOURCE_DIR: &str = "/etc/kubernetes/static-pod-resources/";
+
+fn sync_args() -> cert_syncer::cli::SyncArgs {
+    let pod = manifests::pod();
+    let c = container(&pod, SYNC_CONTAINER);
+    let cli = manifests::parse_cert_syncer(&argv(&pod, c), &manifests::environment(&pod, c))
+        .expect("the sync sidecar's flags parse");
+    let Command::Sync(args) = cli.command else {
+        panic!("{SYNC_CONTAINER} runs `sync`")
+    };
+    args
+}
+
+fn names(list: &[(&str, bool)], optional: bool) -> Vec<String> {
+    list.iter()
+        .filter(|(_, o)| *o == optional)
+        .map(|(n, _)| (*n).to_owned())
+        .collect()
+}
+
+#[test]
+fn the_sync_lists_are_upstreams_cert_config_maps_and_cert_secrets() {
+    let sync = sync_args();
+    assert_eq!(sync.namespace, "openshift-kube-apiserver");
+    assert_eq!(
+        sync.destination_dir.display().to_string(),
+        CERT_DIR.trim_end_matches('/')
+    );
+    // Exactly, and in upstream's order (so a diff against starter.go reads line by line).
+    assert_eq!(sync.configmaps, names(UPSTREAM_CERT_CONFIG_MAPS, false));
+    assert_eq!(
+        sync.optional_configmaps,
+        names(UPSTREAM_CERT_CONFIG_MAPS, true)
+    );
+    assert_eq!(sync.secrets, names(UPSTREAM_CERT_SECRETS, false));
+    assert_eq!(sync.optional_secrets, names(UPSTREAM_CERT_SECRETS, true));
+    assert!(
+        sync.files.is_empty(),
+        "no --file mappings: {:?}",
+        sync.files
+    );
+}
+
+/// The keys `sync` writes for each required object the server may read: the certificate
+/// objects from what the pod's regeneration profile writes (Secrets `tls.crt`/`tls.key`,
+/// ConfigMaps `ca-bundle.crt`), and the service-account key pair from upstream.
+fn keys_written_by_sync() -> BTreeMap<(Kind, String), BTreeSet<&'static str>> {
+    let pod = manifests::pod();
+    let c = container(&pod, REGENERATE_CONTAINER);
+    let cli = manifests::parse_cert_syncer(&argv(&pod, c), &manifests::environment(&pod, c))
+        .expect("the regenerate sidecar's flags parse");
+    let Command::Regenerate(regen) = cli.command else {
+        panic!("{REGENERATE_CONTAINER} runs `regenerate`")
+    };
+    let rotation =
+        cert_syncer::regenerate::profile_objects(regen.profile.expect("--profile").into())
+            .expect("the built-in profile");
+    let sync = sync_args();
+    let mut keys = BTreeMap::new();
+    for (kind, object) in rotation.written() {
+        if object.namespace != sync.namespace {
+            continue;
+        }
+        let written: BTreeSet<&str> = match kind {
+            Kind::Secret => ["tls.crt", "tls.key"].into(),
+            Kind::ConfigMap => ["ca-bundle.crt"].into(),
+        };
+        keys.insert((kind, object.name.clone()), written);
+    }
+    keys.insert(
+        (Kind::Secret, "bound-service-account-signing-key".to_owned()),
+        UPSTREAM_SA_KEY_KEYS.into(),
+    );
+    // Only what sync mirrors as required (an optional object may be absent, and the server
+    // would not start without the file).
+    keys.retain(|(kind, name), _| match kind {
+        Kind::Secret => sync.secrets.contains(name),
+        Kind::ConfigMap => sync.configmaps.contains(name),
+    });
+    keys
+}
+
+#[test]
+fn every_certificate_file_of_kube_apiserver_is_synced_or_revisioned() {
+    let pod = manifests::pod();
+    let server = container(&pod, SERVER_CONTAINER);
+    let args = argv(&pod, server);
+    assert!(args[0].ends_with("/kube-apiserver"), "{args:?}");
+    let readme =
+        std::fs::read_to_string(manifests::dir().join("README.md")).expect("manifests/README.md");
+    let keys = keys_written_by_sync();
+    let (mut synced, mut revisioned) = (BTreeSet::new(), BTreeSet::new());
+    for path in args
+        .iter()
+        .skip(1)
+        .flat_map(|a| a.split(['=', ',']))
+        .filter(|w| w.starts_with('/'))
+    {
+        if let Some(rest) = path.strip_prefix(CERT_DIR) {
+            let parts: Vec<&str> = rest.split('/').collect();
+            let [dir, name, key] = parts[..] else {
+                panic!("{path}: not <kind>/<name>/<key>")
+            };
+            let kind = match dir {
+                "secrets" => Kind::Secret,
+                "configmaps" => Kind::ConfigMap,
+                other => panic!("{path}: {other} is neither secrets nor configmaps"),
+            };
+            let written = keys.get(&(kind, name.to_owned())).unwrap_or_else(|| {
+                panic!("kube-apiserver reads {path}, but {dir}/{name} is not a required object sync writes")
+            });
+            assert!(
+                written.contains(key),
+                "{path}: {dir}/{name} has keys {written:?}"
+            );
+            synced.insert(path.to_owned());
+        } else if path.starts_with(RESOURCE_DIR) {
+            let (host, repo) = node_file(&pod, server, path)
+                .unwrap_or_else(|| panic!("{path} is on no hostPath mount of the server"));
+            assert!(
+                repo.is_file() || readme.contains(&host),
+                "{path} (node file {host}) is not documented in manifests/README.md"
+            );
+            revisioned.insert(path.to_owned());
+        } else {
+            panic!("kube-apiserver reads {path}, in neither the cert dir nor the resource dir");
+        }
+    }
+
+    // OpenShift's placement (defaultconfig.yaml, config-overrides.yaml, observe_apiserver.go).
+    let expect = |name: &str, path: &str| {
+        assert_eq!(flag(&args, name), Some(path), "--{name}");
+    };
+    let secret = |name: &str, key: &str| format!("{CERT_DIR}secrets/{name}/{key}");
+    let bundle = |name: &str| format!("{CERT_DIR}configmaps/{name}/ca-bundle.crt");
+    expect(
+        "tls-cert-file",
+        &secret("service-network-serving-certkey", "tls.crt"),
+    );
+    expect(
+        "tls-private-key-file",
+        &secret("service-network-serving-certkey", "tls.key"),
+    );
+    expect("client-ca-file", &bundle("client-ca"));
+    expect(
+        "requestheader-client-ca-file",
+        &bundle("aggregator-client-ca"),
+    );
+    expect(
+        "kubelet-client-certificate",
+        &secret("kubelet-client", "tls.crt"),
+    );
+    expect("kubelet-client-key", &secret("kubelet-client", "tls.key"));
+    expect(
+        "proxy-client-cert-file",
+        &secret("aggregator-client", "tls.crt"),
+    );
+    expect(
+        "proxy-client-key-file",
+        &secret("aggregator-client", "tls.key"),
+    );
+    expect(
+        "service-account-signing-key-file",
+        &secret("bound-service-account-signing-key", "service-account.key"),
+    );
+    expect(
+        "service-account-key-file",
+        &secret("bound-service-account-signing-key", "service-account.pub"),
+    );
+    expect("service-account-issuer", "https://kubernetes.default.svc");
+    let sni: Vec<&str> = args
+        .iter()
+        .filter_map(|a| a.strip_prefix("--tls-sni-cert-key="))
+        .collect();
+    let pair =
+        |dir: &str, name: &str| format!("{dir}secrets/{name}/tls.crt,{dir}secrets/{name}/tls.key");
+    assert_eq!(
+        sni,
+        [
+            pair(CERT_DIR, "localhost-serving-cert-certkey"),
+            pair(CERT_DIR, "service-network-serving-certkey"),
+            pair(CERT_DIR, "external-loadbalancer-serving-certkey"),
+            pair(CERT_DIR, "internal-loadbalancer-serving-certkey"),
+            pair(RESOURCE_DIR, "localhost-recovery-serving-certkey"),
+        ]
+    );
+    assert_eq!(flag(&args, "etcd-servers"), Some("https://localhost:2379"));
+    for (name, file) in [
+        ("etcd-cafile", "configmaps/etcd-serving-ca/ca-bundle.crt"),
+        ("etcd-certfile", "secrets/etcd-client/tls.crt"),
+        ("etcd-keyfile", "secrets/etcd-client/tls.key"),
+    ] {
+        expect(name, &format!("{RESOURCE_DIR}{file}"));
+    }
+    assert!(synced.len() >= 15, "{synced:?}");
+    assert_eq!(
+        revisioned.len(),
+        5,
+        "recovery pair and etcd's three: {revisioned:?}"
+    );
+}
+
+#[test]
+fn the_check_refuses_a_file_sync_does_not_write() {
+    // An optional object, or a key its object does not hold, is caught.
+    let keys = keys_written_by_sync();
+    assert!(!keys.contains_key(&(Kind::Secret, "user-serving-cert".to_owned())));
+    assert!(!keys.contains_key(&(Kind::ConfigMap, "trusted-ca-bundle".to_owned())));
+    let kubelet = &keys[&(Kind::Secret, "kubelet-client".to_owned())];
+    assert!(!kubelet.contains("ca.crt"));
+}
+
+#[test]
+fn kube_apiserver_accepts_every_flag_of_the_pod() {
+    let assets = match e2e::envtest::assets() {
+        Ok(dir) => dir,
+        Err(reason) => {
+            eprintln!("SKIP: {reason}");
+            return;
+        }
+    };
+    let pod = manifests::pod();
+    let args = argv(&pod, container(&pod, SERVER_CONTAINER));
+    let binary = assets.join("kube-apiserver");
+    // Flags are parsed before `--help` is acted on: an unknown flag or a bad value of a typed
+    // flag fails here; nothing is started.
+    let run = |args: &[String]| {
+        std::process::Command::new(&binary)
+            .args(args)
+            .arg("--help")
+            .output()
+            .unwrap_or_else(|err| panic!("{}: {err}", binary.display()))
+    };
+    let output = run(&args[1..]);
+    assert!(
+        output.status.success(),
+        "kube-apiserver v1.20.2 refuses the pod's flags ({POD}):\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    // The check means something: a misspelled flag fails.
+    let mut wrong = args[1..].to_vec();
+    wrong.push("--tls-sni-cert-keys=/a,/b".to_owned());
+    let output = run(&wrong);
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("tls-sni-cert-keys"));
+}
