@@ -129,6 +129,29 @@ impl std::fmt::Debug for ControlPlane {
     }
 }
 
+/// OpenShift's CRDs and cluster objects (`crds.yaml`, `cluster-objects.sh`):
+/// `E2E_OPENSHIFT_DIR`, else `<repo root>/../shared/openshift`.
+///
+/// # Errors
+/// When neither holds them (the node tier then skips).
+pub fn openshift_dir() -> Result<PathBuf, String> {
+    let dir = std::env::var_os("E2E_OPENSHIFT_DIR")
+        .filter(|d| !d.is_empty())
+        .map_or_else(
+            || crate::envtest::repo_root().join("../shared/openshift"),
+            PathBuf::from,
+        );
+    for file in ["crds.yaml", "cluster-objects.sh"] {
+        if !dir.join(file).is_file() {
+            return Err(format!(
+                "no OpenShift cluster objects: {} has no {file} (set E2E_OPENSHIFT_DIR)",
+                dir.display()
+            ));
+        }
+    }
+    Ok(dir)
+}
+
 /// `kubectl kustomize manifests/static-pod`: the real pod as a user renders it.
 ///
 /// # Panics
@@ -272,7 +295,7 @@ impl ControlPlane {
 
         // OpenShift's cluster objects (the regeneration sidecar reads the service network and
         // API hostnames from them), then manifests/.
-        let shared = crate::envtest::repo_root().join("../shared/openshift");
+        let shared = openshift_dir().unwrap_or_else(|reason| panic!("{reason}"));
         let kubectl = |args: &[&str]| {
             let mut command = Command::new("kubectl");
             command

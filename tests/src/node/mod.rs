@@ -111,7 +111,7 @@ pub fn skip_reason() -> Option<String> {
             "no {missing} on PATH (apt-get install -y containerd runc podman kubectl)"
         ));
     }
-    if let Err(reason) = assets() {
+    if let Err(reason) = assets().and_then(|_| cluster::openshift_dir()) {
         return Some(reason);
     }
     crate::envtest::skip_reason()
