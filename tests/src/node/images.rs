@@ -3,9 +3,9 @@
 //! pause images, from the workspace and the envtest/node assets, with no registry pull), and
 //! imported into a node's containerd with the script's `--containerd SOCKET`.
 //!
-//! One podman storage serves every test of a run (`target/node-tier/storage`, under a file
-//! lock): the script's podman layers are cached there, so the first node tier test builds and
-//! the others only import.
+//! One podman storage serves every test of a run (`$TMPDIR/cert-reload-node-images/storage`,
+//! under a file lock; podman wants its runroot path under 50 characters): the script's podman
+//! layers are cached there, so the first node tier test builds and the others only import.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -23,32 +23,23 @@ pub const IMAGES: [&str; 6] = [
     super::containerd::PAUSE_IMAGE,
 ];
 
-/// `target/node-tier`: the shared podman storage and its lock (beside the binaries the tests
-/// run, `target/<profile>/`).
-pub fn work_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("the test executable's path");
-    let dir = exe
-        .ancestors()
-        .nth(3)
-        .expect("the test executable lives in target/<profile>/deps")
-        .join("node-tier");
-    std::fs::create_dir_all(&dir).expect("target/node-tier");
-    dir
-}
-
 /// The README's image command.
 pub fn script() -> PathBuf {
     crate::envtest::repo_root().join("scripts/build-images")
 }
 
-/// Runs `scripts/build-images --profile dev --containerd SOCKET --storage target/node-tier/storage`
-/// (the README's command) for `containerd`, holding `target/node-tier/images.lock`, and checks
+/// Runs `scripts/build-images --profile dev --containerd SOCKET --storage
+/// $TMPDIR/cert-reload-node-images/storage` (the README's command) for `containerd`, holding
+/// the lock file beside it, and checks
 /// that every image of [`IMAGES`] is there.
 ///
 /// # Panics
 /// When the script is missing or fails (with its output), or an image is missing after it.
 pub fn build_and_import(containerd: &Containerd) {
-    let work = work_dir();
+    // podman refuses a runroot path over 50 characters: a short directory in the temp dir
+    // (one per machine, under the lock; the layers are cached by content).
+    let work = std::env::temp_dir().join("cert-reload-node-images");
+    std::fs::create_dir_all(&work).expect("the images' work directory");
     let lock = std::fs::File::create(work.join("images.lock")).expect("the images lock");
     lock.lock().expect("lock target/node-tier/images.lock");
     let started = Instant::now();

@@ -212,6 +212,21 @@ impl Node {
         crate::envtest::log_tail(&self.dir, "kubelet.log")
     }
 
+    /// The last 15 lines of the kubelet's log that name `word` and report a failure.
+    pub fn kubelet_errors_about(&self, word: &str) -> String {
+        let text = std::fs::read_to_string(self.dir.join("kubelet.log")).unwrap_or_default();
+        let lines: Vec<&str> = text
+            .lines()
+            .filter(|l| {
+                l.contains(word)
+                    && !l.contains("cert-")
+                    && !l.contains("node \"")
+                    && (l.starts_with('E') || l.contains("rror") || l.contains("ailed"))
+            })
+            .collect();
+        lines[lines.len().saturating_sub(15)..].join("\n")
+    }
+
     /// Places a static pod manifest (written aside, then renamed in: the kubelet never reads
     /// half a file).
     pub fn place_manifest(&self, file: &str, yaml: &str) {

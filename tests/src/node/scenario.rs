@@ -138,8 +138,9 @@ impl Woken {
     pub fn fail(&self, what: &str) -> ! {
         let node = &self.node;
         panic!(
-            "{what} (within {WITHIN:?} of the kubelet's start)\nkubelet:\n{}\nkube-apiserver:\n{}\nsync:\n{}\nregenerate:\n{}",
+            "{what} (within {WITHIN:?} of the kubelet's start)\nkubelet:\n{}\nkubelet about kube-apiserver:\n{}\nkube-apiserver:\n{}\nsync:\n{}\nregenerate:\n{}",
             node.kubelet_log_tail(),
+            node.kubelet_errors_about("kube-apiserver"),
             node.container_log(POD, "kube-apiserver"),
             node.container_log(POD, "kube-apiserver-cert-syncer"),
             node.container_log(POD, "kube-apiserver-cert-regeneration-controller"),

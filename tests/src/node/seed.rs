@@ -49,7 +49,7 @@ impl SeedApiServer {
         let (_, recovery) = crate::apiserver::write_serving_pki(dir);
         let client_ca = testkit::pki::Ca::default();
         rename_into(&dir.join("client-ca.crt"), client_ca.cert_pem.as_bytes());
-        rename_into(&dir.join("token"), ADMIN_TOKEN.as_bytes());
+        testkit::rename::rename_into_with_mode(&dir.join("token"), ADMIN_TOKEN.as_bytes(), 0o600);
         rename_into(
             &dir.join("tokens.csv"),
             format!("{ADMIN_TOKEN},admin,1,\"system:masters\"\n").as_bytes(),
