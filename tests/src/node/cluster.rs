@@ -189,6 +189,34 @@ pub fn rewrite_host_paths(mut pod: Pod, root: &Path) -> Pod {
     pod
 }
 
+/// The pod with every `status.hostIP` environment variable given the node's address,
+/// 127.0.0.1, as a literal: the 1.20 kubelet refuses a loopback node IP in its status ("nodeIP
+/// can't be loopback address"), so with `--node-ip 127.0.0.1` it knows no host IP and would not
+/// create the container (`CreateContainerConfigError: host IP unknown`). On a node with a
+/// routable address the manifest's `fieldRef` works as written.
+pub fn pin_host_ip(mut pod: Pod) -> Pod {
+    for container in pod
+        .spec
+        .as_mut()
+        .map(|s| s.containers.iter_mut())
+        .into_iter()
+        .flatten()
+    {
+        for var in container.env.iter_mut().flatten() {
+            let is_host_ip = var
+                .value_from
+                .as_ref()
+                .and_then(|f| f.field_ref.as_ref())
+                .is_some_and(|f| f.field_path == "status.hostIP");
+            if is_host_ip {
+                var.value_from = None;
+                var.value = Some("127.0.0.1".to_owned());
+            }
+        }
+    }
+    pod
+}
+
 /// The host directory of the pod's volume `name`.
 ///
 /// # Panics
@@ -258,7 +286,7 @@ impl ControlPlane {
     /// # Panics
     /// When any step fails, naming it.
     pub async fn prepare(root: &Path, node: &str) -> ControlPlane {
-        let pod = rewrite_host_paths(render_pod(), root);
+        let pod = pin_host_ip(rewrite_host_paths(render_pod(), root));
         let resources = host_path(&pod, "resource-dir");
         let certs = host_path(&pod, "cert-dir");
         let server_argv = raw_argv(&pod, SERVER_CONTAINER);
