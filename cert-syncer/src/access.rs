@@ -194,35 +194,29 @@ fn sync_access(args: &sync::Settings) -> Vec<Access> {
 
 /// `regenerate`: update on every object it writes (signers, bundles, targets, intermediates,
 /// unions, published CAs, copies), and create on Secrets and ConfigMaps of each namespace that
-/// has written objects (a missing object is created; RBAC cannot restrict a create by name); to
-/// read them and the sources of copies (read, never written), list and watch on every object of
-/// each kind in each namespace that has declared objects of that kind (one namespace-wide watch
-/// each, the cache the passes read; RBAC cannot restrict a namespace-wide list by name), or with
-/// `--once` (no watches) get on each declared object; the apiserver's clock is read from
-/// `/version`, which needs no rule;
-/// Events on the pod when `POD_NAME` is known; with `--leader-elect`, get and update on the
-/// Lease and create on Leases.
+/// has written objects (a missing object is created; RBAC cannot restrict a create by name). To
+/// read them and the sources of copies and includes (read, never written): list and watch as
+/// the cache watches ([`crate::regenerate::watch_plan`]): by name (`resourceNames`) for each
+/// declared object of a kind and namespace up to `--namespace-watch-threshold` of them, on every
+/// object of that kind in the namespace above it (RBAC cannot restrict a namespace-wide list by
+/// name); or with `--once` (no watches) get on each declared object. The apiserver's clock is
+/// read from `/version`, which needs no rule. Events on the pod when `POD_NAME` is known; with
+/// `--leader-elect`, get and update on the Lease and create on Leases.
 fn regenerate_access(args: &regenerate::Settings, rotation: &Rotation) -> Vec<Access> {
     let mut rules = Rules::default();
     for (kind, object) in rotation.written() {
         let resource = kind.plural();
-        if args.once {
-            rules.named(
-                &object.namespace,
-                CORE,
-                resource,
-                &["get", "update"],
-                &object.name,
-            );
+        let verbs: &[&'static str] = if args.once {
+            &["get", "update"]
         } else {
-            rules.named(&object.namespace, CORE, resource, &["update"], &object.name);
-            rules.any(&object.namespace, CORE, resource, &["list", "watch"]);
-        }
+            &["update"]
+        };
+        rules.named(&object.namespace, CORE, resource, verbs, &object.name);
         rules.any(&object.namespace, CORE, resource, &["create"]);
     }
-    // Sources of copies and included bundles: read, never written.
-    for (kind, object) in rotation.read_only() {
-        if args.once {
+    if args.once {
+        // Sources of copies and included bundles: read, never written.
+        for (kind, object) in rotation.read_only() {
             rules.named(
                 &object.namespace,
                 CORE,
@@ -230,8 +224,16 @@ fn regenerate_access(args: &regenerate::Settings, rotation: &Rotation) -> Vec<Ac
                 &["get"],
                 &object.name,
             );
-        } else {
-            rules.any(&object.namespace, CORE, kind.plural(), &["list", "watch"]);
+        }
+    } else {
+        for (watch, _) in crate::regenerate::watch_plan(rotation, args.namespace_watch_threshold) {
+            let resource = watch.kind.plural();
+            match &watch.name {
+                Some(name) => {
+                    rules.named(&watch.namespace, CORE, resource, &["list", "watch"], name)
+                }
+                None => rules.any(&watch.namespace, CORE, resource, &["list", "watch"]),
+            }
         }
     }
     if args.pod_name.is_some() {
@@ -340,6 +342,7 @@ pub const FLAGS_THAT_CHANGE_ACCESS: &[(&str, &[&str])] = &[
             "leader-elect",
             "leader-elect-lease-name",
             "leader-elect-namespace",
+            "namespace-watch-threshold",
         ],
     ),
     ("inspect", &["namespace"]),
@@ -375,6 +378,8 @@ pub const FLAGS_WITHOUT_ACCESS: &[(&str, &[&str])] = &[
             "service-network-ip",
             "api-hostname",
             "api-int-hostname",
+            // Every release names the same objects; only lifetimes and metadata differ.
+            "openshift-version",
         ],
     ),
     (
@@ -623,11 +628,20 @@ targets:
                 assert!(allowed(&once, verb, CORE, resource, ns, Some(name)));
             }
             assert!(!allowed(&once, "list", CORE, resource, ns, None));
-            // The namespace-wide watch of the cache.
+            // The cache's watch of each object, by name: never the whole namespace (its
+            // other Secrets may be anyone's keys).
             for verb in ["list", "watch"] {
                 assert!(
-                    allowed(&rules, verb, CORE, resource, ns, None),
-                    "{verb} {ns}"
+                    allowed(&rules, verb, CORE, resource, ns, Some(name)),
+                    "{verb} {ns}/{name}"
+                );
+                assert!(
+                    !allowed(&rules, verb, CORE, resource, ns, None),
+                    "a namespace-wide {verb} in {ns}"
+                );
+                assert!(
+                    !allowed(&rules, verb, CORE, resource, ns, Some("someone-elses")),
+                    "{verb} {ns}/someone-elses"
                 );
             }
             assert!(allowed(&rules, "create", CORE, resource, ns, None));
@@ -649,7 +663,30 @@ targets:
             "operator",
             None
         ));
-        // No namespace-wide read where nothing of that kind is declared.
+        // Above --namespace-watch-threshold: one namespace-wide list+watch per kind, as sync.
+        let Command::Regenerate(wide) = command(&[
+            "regenerate",
+            "--server=https://127.0.0.1:6443",
+            "--config=/c.yaml",
+            "--namespace-watch-threshold=0",
+        ]) else {
+            unreachable!()
+        };
+        let wide = regenerate_access(&wide.settings().unwrap(), &rotation);
+        for (resource, ns) in [
+            ("secrets", "operator"),
+            ("configmaps", "managed"),
+            ("secrets", "ns"),
+        ] {
+            for verb in ["list", "watch"] {
+                assert!(
+                    allowed(&wide, verb, CORE, resource, ns, None),
+                    "{verb} {ns}"
+                );
+            }
+        }
+        assert!(!allowed(&wide, "list", CORE, "secrets", "managed", None));
+        // No read where nothing of that kind is declared.
         assert!(!allowed(
             &rules,
             "list",

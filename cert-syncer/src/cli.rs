@@ -64,7 +64,10 @@ pub struct ConnectionArgs {
     /// Apiserver URL, e.g. https://127.0.0.1:6443 (instead of a kubeconfig).
     #[arg(long, conflicts_with = "kubeconfig")]
     pub server: Option<String>,
-    /// CA bundle that the apiserver's certificate must chain to (with --server).
+    /// CA bundle that the apiserver's certificate must chain to (with --server; with
+    /// --kubeconfig it replaces the kubeconfig's CA, and a client certificate of the kubeconfig
+    /// is still presented). Without any CA the connection is refused: the platform's trust
+    /// store is never used for an apiserver.
     #[arg(long, requires = "server")]
     pub ca_file: Option<PathBuf>,
     /// File holding the bearer token (with --server); re-read when it changes.
@@ -181,9 +184,14 @@ pub struct RegenerateArgs {
     #[arg(long, value_enum)]
     pub key_type: Option<KeyType>,
     /// With --profile: the service network's first IP, when the cluster has no
-    /// networks.config.openshift.io/cluster (refused if it disagrees with that object).
+    /// networks.config.openshift.io/cluster (refused if it disagrees with that object); once
+    /// per family on a dual-stack cluster, in the object's order.
     #[arg(long, requires = "profile")]
-    pub service_network_ip: Option<std::net::IpAddr>,
+    pub service_network_ip: Vec<std::net::IpAddr>,
+    /// With --profile: the OpenShift release whose lifetimes, refresh periods and metadata
+    /// the profile writes (4.14 … 5.0; `docs/openshift.md` has the table).
+    #[arg(long, requires = "profile", default_value = crate::regenerate::release::DEFAULT)]
+    pub openshift_version: String,
     /// With --profile: the external API load balancer's hostname, when the cluster has no
     /// infrastructures.config.openshift.io/cluster (refused if it disagrees).
     #[arg(long, requires = "profile")]
@@ -227,6 +235,12 @@ pub struct RegenerateArgs {
     /// How often to renew, or to retry acquiring.
     #[arg(long, value_parser = parse_duration, default_value = "26s")]
     pub leader_elect_retry_period: Duration,
+    /// A kind (Secrets, ConfigMaps) of a namespace with more declared objects than this is
+    /// watched with one namespace-wide list+watch (RBAC `list`/`watch` on every object of
+    /// that kind there), instead of one list+watch per object by name (RBAC by
+    /// resourceNames), as `sync --namespace-watch-threshold`. 0: always namespace-wide.
+    #[arg(long, value_name = "N", default_value_t = 50)]
+    pub namespace_watch_threshold: usize,
     /// Evaluate as if the time were this (RFC 3339 or Unix seconds). For drills and tests of
     /// the clock-skew guard; never set in production.
     #[arg(long, hide = true)]
@@ -267,6 +281,9 @@ pub enum KeyType {
     /// ECDSA on P-256 with SHA-256.
     #[value(name = "ecdsa-p256")]
     EcdsaP256,
+    /// ECDSA P-384 signers, P-256 leaves (library-go's pairing under ConfigurablePKI).
+    #[value(name = "ecdsa-p384")]
+    EcdsaP384,
 }
 
 impl From<KeyType> for regenerate::KeyType {
@@ -274,6 +291,7 @@ impl From<KeyType> for regenerate::KeyType {
         match key_type {
             KeyType::Rsa2048 => regenerate::KeyType::Rsa2048,
             KeyType::EcdsaP256 => regenerate::KeyType::EcdsaP256,
+            KeyType::EcdsaP384 => regenerate::KeyType::EcdsaP384,
         }
     }
 }
@@ -509,7 +527,8 @@ impl RegenerateArgs {
             config: self.config.clone(),
             profile: self.profile.map(Into::into),
             key_type: self.key_type.map(Into::into),
-            service_network_ip: self.service_network_ip,
+            service_network_ip: self.service_network_ip.clone(),
+            openshift_version: self.openshift_version.clone(),
             api_hostname: self.api_hostname.clone(),
             api_int_hostname: self.api_int_hostname.clone(),
             mode: self.mode.into(),
@@ -523,6 +542,7 @@ impl RegenerateArgs {
             leader_elect_lease_duration: self.leader_elect_lease_duration,
             leader_elect_renew_deadline: self.leader_elect_renew_deadline,
             leader_elect_retry_period: self.leader_elect_retry_period,
+            namespace_watch_threshold: self.namespace_watch_threshold,
             now: self.now.as_deref().map(parse_now).transpose()?,
         })
     }

@@ -8,6 +8,14 @@
 //!   with the new bundle;
 //! - auth: the token file is checked (one `stat`) before every request and re-read when its
 //!   identity, size or modification time changed, so the next request carries the new token.
+//!
+//! Trust is never implicit: the apiserver's certificate is verified against `--ca-file`, else
+//! the kubeconfig's `certificate-authority` (file or data), else the in-cluster CA; with none
+//! of them the connection is refused (exit 2) rather than verified against the platform's
+//! trust store (any public CA could then impersonate the apiserver). A kubeconfig with
+//! `insecure-skip-tls-verify: true` is refused (the token would go to any peer). A client
+//! certificate from the kubeconfig is presented whatever the CA's source: `--ca-file` is
+//! honoured with it, never silently dropped.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -20,6 +28,9 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use reload_lib::ClientTls;
 
 use crate::error::{ConfigError, redact_parse_error};
+use trust::{check_verification, client_identity, no_ca_error};
+
+mod trust;
 
 /// How to reach the apiserver: a kubeconfig, or an explicit URL with a CA file and a token
 /// file (the connection flags, see `cli::ConnectionArgs` for each one's meaning).
@@ -144,6 +155,7 @@ pub(crate) async fn connect(args: &Settings) -> anyhow::Result<Connection> {
         })?;
         (config, None)
     };
+    check_verification(&config, args.kubeconfig.as_deref())?;
     check_inline_token(&config)?;
     if let Some(name) = &args.tls_server_name_override {
         config.tls_server_name = Some(name.clone());
@@ -167,29 +179,38 @@ pub(crate) async fn connect(args: &Settings) -> anyhow::Result<Connection> {
     )?;
     tracing::info!(server = %target.server, tls_server_name = ?target.tls_server_name, ca_file = ?target.ca_file, token_file = ?token_file, "connecting to the apiserver");
 
-    let has_identity = config.auth_info.client_certificate.is_some()
-        || config.auth_info.client_certificate_data.is_some();
     if let Some(path) = &ca_file {
         // A FIFO or device here would hang the start-up (reload-lib then keeps following it).
         crate::input_file::check_path("CA file", path, crate::input_file::MAX_CONFIG_FILE)
             .map_err(ConfigError)?;
     }
     let (tls_config, tls) = match &ca_file {
-        // A client certificate from a kubeconfig stays with kube's own TLS set-up.
-        Some(path) if !has_identity => {
+        Some(path) => {
             let tls = ClientTls::builder(path)
                 .name("apiserver-ca")
                 .start()
                 .await
                 .map_err(|err| ConfigError(format!("CA file: {err}")))?;
-            ((*tls.config()).clone(), Some(tls))
+            let mut tls_config = (*tls.config()).clone();
+            // The kubeconfig's client certificate (file, data or exec), if any, with this CA.
+            tls_config.client_auth_cert_resolver = client_identity(&config)?;
+            (tls_config, Some(tls))
         }
-        _ => (
+        // The kubeconfig's certificate-authority-data.
+        None if config.root_cert.is_some() => (
             config
                 .rustls_client_config()
                 .context("cannot build the TLS configuration")?,
             None,
         ),
+        // No TLS at all (checked above: no credential either); the connector still wants one.
+        None if plain_http => (
+            rustls::ClientConfig::builder()
+                .with_root_certificates(rustls::RootCertStore::empty())
+                .with_no_client_auth(),
+            None,
+        ),
+        None => return Err(no_ca_error(&target.server, args.kubeconfig.as_deref()).into()),
     };
     let token = match token_file {
         Some(path) => Some(Arc::new(TokenFile::open(path)?)),

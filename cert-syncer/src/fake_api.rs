@@ -25,6 +25,12 @@ struct State {
     failing: bool,
     /// Answer this many writes (create, replace) with 409 before accepting one.
     conflicts: usize,
+    /// Requests (`METHOD path` prefixes) that are received and never answered (an apiserver
+    /// that accepted the connection and hangs).
+    hanging: Vec<String>,
+    /// How long the answer to a write (create, replace) takes; the write itself is applied
+    /// when it arrives.
+    write_latency: std::time::Duration,
 }
 
 /// An in-memory apiserver. Cheap to clone: clones share the objects.
@@ -46,11 +52,17 @@ impl FakeApi {
             async move {
                 let (parts, body) = request.into_parts();
                 let body = body.collect().await?.to_bytes();
-                Ok::<_, Box<dyn std::error::Error + Send + Sync>>(api.answer(
-                    &parts.method,
-                    parts.uri.path(),
-                    &body,
-                ))
+                let (method, path) = (&parts.method, parts.uri.path());
+                if api.hangs(method, path) {
+                    api.lock().requests.push((method.clone(), path.to_owned()));
+                    std::future::pending::<()>().await;
+                }
+                let answer = api.answer(method, path, &body);
+                let latency = api.lock().write_latency;
+                if matches!(*method, Method::POST | Method::PUT) && !latency.is_zero() {
+                    tokio::time::sleep(latency).await;
+                }
+                Ok::<_, Box<dyn std::error::Error + Send + Sync>>(answer)
             }
         });
         kube::Client::new(service, "default")
@@ -67,6 +79,16 @@ impl FakeApi {
         state.next_version += 1;
         object["metadata"]["resourceVersion"] = json!(state.next_version.to_string());
         state.objects.insert(path.to_owned(), object);
+    }
+
+    /// Every object whose path starts with `prefix` (the Events of a namespace).
+    pub fn objects_under(&self, prefix: &str) -> Vec<Value> {
+        self.lock()
+            .objects
+            .range(prefix.to_owned()..)
+            .take_while(|(path, _)| path.starts_with(prefix))
+            .map(|(_, object)| object.clone())
+            .collect()
     }
 
     /// Every request so far, as `METHOD path`.
@@ -86,6 +108,21 @@ impl FakeApi {
     /// The next `n` writes get a 409 Conflict.
     pub fn conflict_next_writes(&self, n: usize) {
         self.lock().conflicts = n;
+    }
+
+    /// Requests whose `METHOD path` starts with `prefix` are received and never answered.
+    pub fn hang(&self, prefix: &str) {
+        self.lock().hanging.push(prefix.to_owned());
+    }
+
+    /// Writes are applied when they arrive and answered `latency` later.
+    pub fn set_write_latency(&self, latency: std::time::Duration) {
+        self.lock().write_latency = latency;
+    }
+
+    fn hangs(&self, method: &Method, path: &str) -> bool {
+        let request = format!("{method} {path}");
+        self.lock().hanging.iter().any(|p| request.starts_with(p))
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {

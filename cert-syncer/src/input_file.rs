@@ -1,5 +1,5 @@
 //! Reading the small files cert-syncer is configured with (the bearer token, the CA bundle, the
-//! kubeconfig): regular files only, size-capped, never blocking.
+//! kubeconfig) and node mode's host file: regular files only, size-capped, never blocking.
 //!
 //! A FIFO, a character device or a directory at such a path would block `read` forever (a FIFO
 //! with no writer blocks even `open`) or feed it without end; the process would hang at
@@ -19,13 +19,34 @@ pub const MAX_CONFIG_FILE: u64 = 8 * 1024 * 1024;
 /// The bytes of the regular file at `path` (symlinks followed) and its metadata, or why not:
 /// the message names `what` and the path, never the content.
 pub fn read(what: &str, path: &Path, max: u64) -> Result<(Vec<u8>, Metadata), String> {
-    let shown = path.display();
-    let file = OpenOptions::new()
+    let file = open(path).map_err(|err| format!("cannot read {what} {}: {err}", path.display()))?;
+    read_open(what, path, file, max)
+}
+
+/// [`read`], with `Ok(None)` when nothing is at `path` (a file that may legitimately be absent,
+/// such as node mode's host file before its first write).
+pub fn read_if_exists(
+    what: &str,
+    path: &Path,
+    max: u64,
+) -> Result<Option<(Vec<u8>, Metadata)>, String> {
+    match open(path) {
+        Ok(file) => read_open(what, path, file, max).map(Some),
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(err) => Err(format!("cannot read {what} {}: {err}", path.display())),
+    }
+}
+
+fn open(path: &Path) -> std::io::Result<File> {
+    OpenOptions::new()
         .read(true)
         // O_NONBLOCK: opening a FIFO without a writer returns at once instead of blocking.
         .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
         .open(path)
-        .map_err(|err| format!("cannot read {what} {shown}: {err}"))?;
+}
+
+fn read_open(what: &str, path: &Path, file: File, max: u64) -> Result<(Vec<u8>, Metadata), String> {
+    let shown = path.display();
     let meta = check(what, path, &file, max)?;
     let mut bytes = Vec::with_capacity(meta.len() as usize);
     // The cap holds even if the file grows between fstat and read.
@@ -40,11 +61,7 @@ pub fn read(what: &str, path: &Path, max: u64) -> Result<(Vec<u8>, Metadata), St
 
 /// Checks that `path` is a regular file of at most `max` bytes without reading it.
 pub fn check_path(what: &str, path: &Path, max: u64) -> Result<Metadata, String> {
-    let file = OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
-        .open(path)
-        .map_err(|err| format!("cannot read {what} {}: {err}", path.display()))?;
+    let file = open(path).map_err(|err| format!("cannot read {what} {}: {err}", path.display()))?;
     check(what, path, &file, max)
 }
 

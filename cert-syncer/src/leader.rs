@@ -106,6 +106,11 @@ impl Elector {
 
     /// Renews until the Lease is lost (someone else holds it, or no renewal succeeded within
     /// the renew deadline) or `shutdown`. Returns the reason it was lost, `None` on shutdown.
+    ///
+    /// Each renewal attempt is bounded by what is left of the renew deadline (client-go's
+    /// `renewDeadline` context): a request that hangs (an apiserver that accepted the
+    /// connection and never answers) cannot keep us acting as leader after a standby took the
+    /// Lease over.
     pub async fn hold(&mut self, shutdown: &CancellationToken) -> Option<String> {
         let mut last_renewal = Instant::now();
         loop {
@@ -113,16 +118,27 @@ impl Elector {
                 () = tokio::time::sleep(self.timing.retry_period) => {}
                 () = shutdown.cancelled() => return None,
             }
-            match self.try_acquire_or_renew().await {
-                Ok(Attempt::Held) => last_renewal = Instant::now(),
-                Ok(Attempt::HeldBy(holder)) => {
+            let deadline = last_renewal + self.timing.renew_deadline;
+            let attempt = tokio::select! {
+                attempt = tokio::time::timeout_at(deadline, self.try_acquire_or_renew()) => attempt,
+                () = shutdown.cancelled() => return None,
+            };
+            match attempt {
+                Ok(Ok(Attempt::Held)) => last_renewal = Instant::now(),
+                Ok(Ok(Attempt::HeldBy(holder))) => {
                     return Some(format!("lease {} taken over by {holder}", self.name));
                 }
-                Err(err) => {
+                Ok(Err(err)) => {
                     tracing::warn!(lease = %self.name, error = %crate::error::chain(&err), "cannot renew the lease")
                 }
+                Err(_) => {
+                    // The attempt was cut off: what it wrote, if anything, is unknown; the
+                    // next acquire reads the Lease.
+                    self.written = None;
+                    tracing::warn!(lease = %self.name, "a lease renewal did not finish within the renew deadline");
+                }
             }
-            if last_renewal.elapsed() > self.timing.renew_deadline {
+            if last_renewal.elapsed() >= self.timing.renew_deadline {
                 return Some(format!(
                     "lease {} not renewed within {:?}",
                     self.name, self.timing.renew_deadline
@@ -321,8 +337,29 @@ mod tests {
         let start = Instant::now();
         let lost = a.hold(&shutdown).await.expect("lost");
         assert!(lost.contains("not renewed within"), "{lost}");
-        // Attempts at 2, 4, 6, 8 and 10 s: the first past the 8 s deadline gives up.
-        assert_eq!(start.elapsed(), Duration::from_secs(10));
+        // Attempts at 2, 4, 6 and 8 s: the one at the 8 s deadline has no time left; gives up.
+        assert_eq!(start.elapsed(), Duration::from_secs(8));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_renewal_that_hangs_is_cut_off_at_the_renew_deadline() {
+        let api = FakeApi::new();
+        let shutdown = CancellationToken::new();
+        let mut a = elector(&api, "a");
+        assert!(a.acquire(&shutdown).await);
+        // The apiserver accepts the renewal and never answers it.
+        api.hang(&format!("PUT {LEASE}"));
+        let start = Instant::now();
+        let lost = tokio::time::timeout(Duration::from_secs(60), a.hold(&shutdown))
+            .await
+            .expect("a hanging renewal must not keep the leader leading")
+            .expect("lost");
+        assert!(lost.contains("not renewed within"), "{lost}");
+        // The renewal sent at 2 s is bounded by what is left of the 8 s renew deadline: the
+        // leader steps down at 8 s, before a standby may take over (10 s).
+        assert_eq!(start.elapsed(), TIMING.renew_deadline);
+        assert!(start.elapsed() < TIMING.lease_duration);
+        assert_eq!(renewals(&api), 1, "one renewal, which hung");
     }
 
     #[tokio::test(start_paused = true)]

@@ -35,6 +35,17 @@ pub(crate) fn is_hostname_or_ip(name: &str) -> bool {
             }))
 }
 
+/// A hostname as certificates carry it: trimmed and lowercase, and an IP address in its one
+/// canonical text (`2001:0db8::1` is `2001:db8::1`, as the address is read back from a
+/// certificate's SAN), so names compare as text with what a certificate holds.
+pub(crate) fn canonical_hostname(name: &str) -> String {
+    let name = name.trim();
+    match name.parse::<std::net::IpAddr>() {
+        Ok(ip) => ip.to_string(),
+        Err(_) => name.to_ascii_lowercase(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -58,5 +69,14 @@ mod tests {
         assert!(is_hostname_or_ip("*.apps.example"));
         assert!(!is_hostname_or_ip("bad host"));
         assert!(!is_hostname_or_ip("a..b"));
+    }
+
+    #[test]
+    fn ip_literals_get_their_canonical_text_and_names_are_lowercased() {
+        assert_eq!(canonical_hostname("2001:0db8::1"), "2001:db8::1");
+        assert_eq!(canonical_hostname("2001:DB8:0:0:0:0:0:1"), "2001:db8::1");
+        assert_eq!(canonical_hostname(" ::FFFF:10.0.0.1 "), "::ffff:10.0.0.1");
+        assert_eq!(canonical_hostname("Api.Example.COM"), "api.example.com");
+        assert_eq!(canonical_hostname("10.0.0.1"), "10.0.0.1");
     }
 }

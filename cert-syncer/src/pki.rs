@@ -1,19 +1,13 @@
 //! Certificates as the decisions see them (parsed from PEM, never from annotations), and the
 //! generation of new signers and leaves. `inspect` reads certificates through the same functions.
 
-use std::sync::Arc;
-
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
     KeyUsagePurpose, SanType,
 };
 use reload_lib::{CertInfo, InvalidMaterial};
-use rustls::RootCertStore;
-use rustls::client::WebPkiServerVerifier;
-use rustls::client::danger::ServerCertVerifier;
-use rustls::server::WebPkiClientVerifier;
 use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
 use time::OffsetDateTime;
 
 /// What a leaf certificate is for (a target of the rotation config).
@@ -26,6 +20,9 @@ pub enum Identity {
 }
 
 use crate::regenerate::KeyType;
+
+mod subject;
+pub mod verify;
 
 /// A parsed certificate with the facts the decisions use.
 #[derive(Clone)]
@@ -334,53 +331,6 @@ pub fn bundle_pem(certs: &[Cert]) -> String {
     certs.iter().map(Cert::pem).collect()
 }
 
-/// Whether `leaf` chains to one of `roots` and is valid at `now`, for its identity's usage.
-pub fn verify_chain(
-    leaf: &KeyPairPem,
-    roots: &[Cert],
-    identity: &Identity,
-    now: i64,
-) -> Result<(), String> {
-    let mut store = RootCertStore::empty();
-    for root in roots {
-        store
-            .add(root.der.clone())
-            .map_err(|err| format!("bundle CA unusable: {err}"))?;
-    }
-    if store.is_empty() {
-        return Err("the bundle holds no CA".to_owned());
-    }
-    let store = Arc::new(store);
-    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-    let end_entity = &leaf.chain[0].der;
-    let intermediates = &leaf.chain[1..]
-        .iter()
-        .map(|c| c.der.clone())
-        .collect::<Vec<_>>();
-    let at = UnixTime::since_unix_epoch(std::time::Duration::from_secs(now.max(0) as u64));
-    match identity {
-        Identity::Serving { hostnames } => {
-            let verifier = WebPkiServerVerifier::builder_with_provider(store, provider)
-                .build()
-                .map_err(|err| err.to_string())?;
-            let name = ServerName::try_from(hostnames[0].clone()).map_err(|e| e.to_string())?;
-            verifier
-                .verify_server_cert(end_entity, intermediates, &name, &[], at)
-                .map(|_| ())
-                .map_err(|err| err.to_string())
-        }
-        Identity::Client { .. } => {
-            let verifier = WebPkiClientVerifier::builder_with_provider(store, provider)
-                .build()
-                .map_err(|err| err.to_string())?;
-            verifier
-                .verify_client_cert(end_entity, intermediates, at)
-                .map(|_| ())
-                .map_err(|err| err.to_string())
-        }
-    }
-}
-
 /// [`new_signer_of`] with an ECDSA P-256 key (cheap: tests and `inspect`'s fixtures).
 #[cfg(test)]
 pub fn new_signer(
@@ -468,10 +418,10 @@ pub fn new_leaf_of(
     backdate: std::time::Duration,
     validity: std::time::Duration,
 ) -> Result<KeyPairPem, String> {
-    let ca_key = KeyPair::from_pem(&signer.key_pem).map_err(|e| format!("signer key: {e}"))?;
+    let ca_key = signing_key(&signer.key_pem)?;
     let issuer = Issuer::from_ca_cert_der(&signer.cert().der, ca_key)
         .map_err(|e| format!("signer certificate: {e}"))?;
-    let key = key_type.generate()?;
+    let key = key_type.generate_leaf()?;
     let mut params = CertificateParams::new(Vec::<String>::new()).map_err(|e| e.to_string())?;
     match identity {
         Identity::Serving { hostnames } => {
@@ -513,10 +463,25 @@ pub fn new_leaf_of(
     let not_after = (now + validity.as_secs() as i64).min(signer.cert().not_after);
     params.not_after = at(not_after)?;
     let cert = params.signed_by(&key, &issuer).map_err(|e| e.to_string())?;
+    let der = match identity {
+        // rcgen keeps one O: the subject with every group is written by `subject`.
+        Identity::Client { user, groups } if groups.len() > 1 => CertificateDer::from(
+            subject::with_groups(cert.der(), user, groups, &signing_key(&signer.key_pem)?)?,
+        ),
+        _ => cert.der().clone(),
+    };
     Ok(KeyPairPem {
-        chain: vec![Cert::from_der(cert.der().clone())?],
+        chain: vec![Cert::from_der(der)?],
         key_pem: key.serialize_pem(),
     })
+}
+
+/// The signer's key as rcgen signs with it: the key block [`key_fits`] checked (the first
+/// private key of the PEM, whatever precedes it, such as OpenSSL's `EC PARAMETERS`), not the
+/// first PEM block.
+pub fn signing_key(key_pem: &str) -> Result<KeyPair, String> {
+    let key = parse_key(key_pem.as_bytes()).map_err(|e| format!("signer key: {e}"))?;
+    KeyPair::try_from(&key).map_err(|e| format!("signer key: {e}"))
 }
 
 fn at(unix: i64) -> Result<OffsetDateTime, String> {

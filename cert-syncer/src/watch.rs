@@ -6,7 +6,9 @@
 //! - [`watch_object`]: one named object (a `metadata.name` field selector);
 //! - [`namespace_wide`] + [`NamedObjects`]: one list+watch for every object of a kind in a
 //!   namespace, reduced to the named ones, each handed over once per state (`sync` with many
-//!   names, and `regenerate`'s cache).
+//!   names, and `regenerate`'s cache);
+//! - [`list_watch`]: the same events for one object by name (`regenerate`'s cache where a
+//!   namespace holds few declared objects).
 
 use std::collections::{HashMap, HashSet};
 use std::fmt::Debug;
@@ -62,7 +64,25 @@ pub fn namespace_wide<K>(
 where
     K: kube::Resource + Clone + DeserializeOwned + Debug + Send + 'static,
 {
-    watcher::watcher(api, config(timeout_seconds)).default_backoff()
+    list_watch(api, None, timeout_seconds)
+}
+
+/// As [`namespace_wide`], or with `name` only that object (a `metadata.name` field selector on
+/// the list and the watch, which RBAC authorises by `resourceNames`), as raw watcher events
+/// for [`NamedObjects`].
+pub fn list_watch<K>(
+    api: Api<K>,
+    name: Option<&str>,
+    timeout_seconds: u32,
+) -> impl Stream<Item = Result<Event<K>, watcher::Error>> + Send + use<K>
+where
+    K: kube::Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+{
+    let config = match name {
+        Some(name) => config(timeout_seconds).fields(&format!("metadata.name={name}")),
+        None => config(timeout_seconds),
+    };
+    watcher::watcher(api, config).default_backoff()
 }
 
 /// The HTTP status behind a watcher error, if any.

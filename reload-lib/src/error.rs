@@ -212,6 +212,31 @@ pub enum InvalidMaterial {
         /// The CRL's nextUpdate, RFC 3339.
         next_update: String,
     },
+    /// A CRL is older than the CRL of the same CA in force (a lower cRLNumber, or without
+    /// numbers an earlier thisUpdate): an old CRL replayed would un-revoke certificates.
+    #[error(
+        "CRL {index} of {issuer} ({position}) is older than the one in force ({served}); it would un-revoke certificates"
+    )]
+    CrlOlder {
+        /// Position in the file, 0 for the first.
+        index: usize,
+        /// The CRL's issuer name.
+        issuer: String,
+        /// Its place in the issuer's series: `cRLNumber N`, or `thisUpdate <RFC 3339>`.
+        position: String,
+        /// The same for the CRL in force.
+        served: String,
+    },
+    /// The CRL of a CA that is still in the bundle is gone (the path is the file it was in).
+    #[error(
+        "the CRL of {issuer} ({served}) is gone while that CA is still trusted; remove the CA to stop checking its revocations"
+    )]
+    CrlDropped {
+        /// The CA's name (the CRL's issuer).
+        issuer: String,
+        /// The CRL in force: `cRLNumber N`, or `thisUpdate <RFC 3339>`.
+        served: String,
+    },
 }
 
 /// `Result` with [`Error`] as the default error.

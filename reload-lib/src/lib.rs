@@ -57,7 +57,9 @@
 //! - Only regular files are read, at most [`ServingSetBuilder::max_file_size`] bytes, off the
 //!   async workers and under [`ServingSetBuilder::read_timeout`]: a FIFO, a device or a huge
 //!   file at a watched path is refused and cannot hang or bloat the process.
-//! - A configured CRL file must yield at least one CRL issued by a CA of the bundle; sessions
+//! - A configured CRL file must yield at least one CRL issued by a CA of the bundle; a reload
+//!   never undoes a revocation: a CA's CRL is not replaced by an older one (lower cRLNumber, or
+//!   earlier thisUpdate) nor dropped while the CA stays trusted; sessions
 //!   and tickets (including a ticketer installed through `configure`) never resume across a
 //!   shrink of client trust.
 //! - Certificate validation of peers is rustls' WebPKI verification; it cannot be turned off

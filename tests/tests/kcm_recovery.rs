@@ -324,8 +324,9 @@ async fn empty_cluster_the_profile_creates_a_chain_the_apiserver_trusts_then_wri
     cluster.once(&kas_profile);
     let client_ca_before = cluster.bundle(KAS, "client-ca").await;
 
-    // The controller as the pod runs it: its loop (passes read a cache of namespace-wide
-    // watches), leader-elected, as the pod's service account under the shipped Roles.
+    // The controller as the pod runs it: its loop (passes read a cache fed by watches of each
+    // declared object by name), leader-elected, as the pod's service account under the
+    // shipped Roles.
     let started = Instant::now();
     let profile = ["--profile", "openshift-kube-controller-manager"];
     let metrics = std::net::TcpListener::bind("127.0.0.1:0")
@@ -407,11 +408,39 @@ async fn empty_cluster_the_profile_creates_a_chain_the_apiserver_trusts_then_wri
         "kube-controller-manager"
     );
 
-    // Published: the CA alone, with its key.
+    // Published: the CA alone, with its key, and (4.15 on) its source's annotations.
     let published = cluster.secret(KCM, "csr-signer").await;
     assert_eq!(ders(&data(&published, "tls.crt")), [chain[0].clone()]);
     assert_eq!(data(&published, "tls.key"), data(&csr, "tls.key"));
     assert_eq!(published.type_.as_deref(), Some("kubernetes.io/tls"));
+    assert_eq!(
+        published.metadata.annotations.clone().unwrap_or_default(),
+        annotations,
+        "the published csr-signer does not carry its source's annotations"
+    );
+    // csr-signer-ca: no label (OpenShift creates it without); csr-controller-ca: described.
+    let map = |ns: &str, name: &str| {
+        let api = Api::<ConfigMap>::namespaced(cluster.admin.clone(), ns);
+        let name = name.to_owned();
+        async move { api.get(&name).await.unwrap() }
+    };
+    assert!(
+        map(OP, "csr-signer-ca")
+            .await
+            .metadata
+            .labels
+            .unwrap_or_default()
+            .is_empty(),
+        "csr-signer-ca has a label"
+    );
+    assert_eq!(
+        map(OP, "csr-controller-ca")
+            .await
+            .metadata
+            .annotations
+            .unwrap_or_default()["openshift.io/description"],
+        "CA to recognize the CSRs (both serving and client) signed by the kube-controller-manager."
+    );
 
     // csr-controller-ca: the intermediate and the root; copied as it is.
     let mut controller_ca = cluster.bundle(OP, "csr-controller-ca").await;
@@ -592,6 +621,20 @@ async fn an_expired_set_is_recovered_and_its_published_copy_replaced_at_once(clu
     ));
     assert_eq!(published, [csr[0].clone()]);
     assert!(log.contains("the published CA expired"), "{log}");
+    // Updated with the new source's annotations: none of the expired CA's dates stays.
+    let source = cluster.secret(&set.op, "csr-signer").await;
+    let copy = cluster.secret(&set.kcm, "csr-signer").await;
+    for key in [
+        "auth.openshift.io/certificate-not-after",
+        "auth.openshift.io/certificate-not-before",
+        "auth.openshift.io/certificate-issuer",
+    ] {
+        assert_eq!(
+            copy.metadata.annotations.as_ref().unwrap()[key],
+            source.metadata.annotations.as_ref().unwrap()[key],
+            "{key} of the published copy is stale"
+        );
+    }
     // The expired CAs are gone from every bundle; the new ones are in.
     for name in [
         "csr-signer-ca",

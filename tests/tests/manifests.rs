@@ -496,6 +496,10 @@ fn sidecars_of(p: &StaticPod) {
             .unwrap_or_else(|| panic!("{name} has --metrics-listen"))
             .parse()
             .expect("an address");
+        assert!(
+            listen.ip().is_loopback(),
+            "{name}: /metrics and /readyz listen on the loopback only, not {listen}"
+        );
         for (probe, path) in [
             (&c.readiness_probe, "/readyz"),
             (&c.liveness_probe, "/healthz"),
@@ -821,6 +825,44 @@ fn rbac_of(p: &StaticPod) {
                 "{name} ({namespace}/{account}) is granted {verb} {group}/{resource} {ns}/{object:?}, which it never needs"
             );
         }
+    }
+}
+
+#[test]
+fn no_regenerate_token_can_list_or_watch_a_namespace_s_secrets() {
+    // The regeneration controllers read their declared objects by name (issue 28, F8): the
+    // namespaces they write hold other components' keys (etcd's client keys among them).
+    for p in &PODS {
+        let pod = p.load();
+        let (_, kubeconfig) = sidecar_kubeconfig(&pod, p.regenerate);
+        let token_file = kubeconfig
+            .auth_infos
+            .iter()
+            .find_map(|a| a.auth_info.as_ref()?.token_file.clone())
+            .expect("a token file");
+        let (namespace, account) = manifests::service_account_of_token_file(&token_file);
+        let granted = manifests::granted_rules(&namespace, &account);
+        let mut named = 0;
+        for (ns, rule) in &granted {
+            for verb in ["list", "watch"] {
+                for resource in ["secrets", "configmaps"] {
+                    let everything = manifests::rbac_allows(&granted, verb, "", resource, ns, None);
+                    assert!(
+                        !everything,
+                        "{} ({namespace}/{account}) may {verb} every {resource} of {ns}",
+                        p.regenerate
+                    );
+                }
+            }
+            if rule.verbs.iter().any(|v| v == "list") {
+                named += rule.resource_names.as_ref().map_or(0, Vec::len);
+            }
+        }
+        assert!(
+            named >= 3,
+            "{}: {named} objects listed by name",
+            p.regenerate
+        );
     }
 }
 

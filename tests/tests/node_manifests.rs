@@ -1,6 +1,7 @@
 //! `manifests/node/node-mode/`: the node-mode DaemonSet and its RBAC. Statically: every object
 //! parses as its Kubernetes type without losing a field, the DaemonSet runs on every node with
-//! requests, probes and one hostPath (the file's directory), its flags parse, and its Roles
+//! requests, probes on the node's loopback, and one hostPath (the file's directory, its static
+//! pod manifests and static-pod-resources masked), its flags parse, and its Roles
 //! grant exactly what `cert_syncer::access::node_access` says those flags need. On the real
 //! kube-apiserver: the Roles as shipped suffice for node mode to run (sources read, Events on the
 //! Node) and deny the namespace's other ConfigMaps.
@@ -125,12 +126,30 @@ fn the_daemon_set_runs_on_every_node_with_requests_probes_and_only_the_files_dir
         .and_then(|r| r.requests.as_ref())
         .expect("resource requests");
     assert!(requests.contains_key("cpu") && requests.contains_key("memory"));
+    // /metrics and /readyz on the node's loopback only (the host network), probed there.
+    let args = node_args(&daemon_set);
+    let listen = args.metrics_listen.expect("--metrics-listen");
+    assert!(
+        listen.ip().is_loopback(),
+        "--metrics-listen {listen} must be a loopback address"
+    );
+    assert_eq!(
+        spec.host_network,
+        Some(true),
+        "the probes reach the node's loopback"
+    );
+    assert!(container.ports.is_none(), "no port is exposed");
     let port = |probe: &Option<k8s_openapi::api::core::v1::Probe>, path: &str| {
         let get = probe
             .as_ref()
             .and_then(|p| p.http_get.as_ref())
             .expect("an HTTP probe");
         assert_eq!(get.path.as_deref(), Some(path));
+        assert_eq!(get.host.as_deref(), Some(listen.ip().to_string().as_str()));
+        assert_eq!(
+            get.port,
+            k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(listen.port().into())
+        );
     };
     port(&container.liveness_probe, "/healthz");
     port(&container.readiness_probe, "/readyz");
@@ -143,8 +162,8 @@ fn the_daemon_set_runs_on_every_node_with_requests_probes_and_only_the_files_dir
                 .map(|f| f.field_path.as_str())
                 == Some("spec.nodeName")
     }));
-    // One hostPath, the directory of the file the flags name, mounted at the same path.
-    let args = node_args(&daemon_set);
+    // One hostPath, the directory of the file the flags name, mounted at the same path (the
+    // rename into place needs it writable); its sensitive subdirectories masked.
     let file = args
         .file
         .clone()
@@ -163,9 +182,36 @@ fn the_daemon_set_runs_on_every_node_with_requests_probes_and_only_the_files_dir
     assert_eq!(host_paths.len(), 1, "{host_paths:?}");
     assert_eq!(host_paths[0].1, parent);
     let mounts = container.volume_mounts.as_ref().unwrap();
-    assert_eq!(mounts.len(), 1);
-    assert_eq!(mounts[0].name, host_paths[0].0);
-    assert_eq!(mounts[0].mount_path, parent);
+    let host_mounts: Vec<_> = mounts
+        .iter()
+        .filter(|m| m.name == host_paths[0].0)
+        .collect();
+    assert_eq!(host_mounts.len(), 1);
+    assert_eq!(host_mounts[0].mount_path, parent);
+    assert_ne!(host_mounts[0].read_only, Some(true), "the rename needs it");
+    assert!(host_mounts[0].sub_path.is_none());
+    // Every other mount masks a subdirectory of it with an empty, read-only volume.
+    let mut masked = BTreeSet::new();
+    for mount in mounts.iter().filter(|m| m.name != host_paths[0].0) {
+        let volume = spec
+            .volumes
+            .iter()
+            .flatten()
+            .find(|v| v.name == mount.name)
+            .expect("a volume per mount");
+        assert!(volume.empty_dir.is_some(), "{}: an emptyDir", mount.name);
+        assert_eq!(mount.read_only, Some(true), "{}", mount.name);
+        let relative = Path::new(&mount.mount_path)
+            .strip_prefix(&parent)
+            .unwrap_or_else(|_| panic!("{} is under {parent}", mount.mount_path));
+        masked.insert(relative.display().to_string());
+    }
+    for sensitive in ["manifests", "static-pod-resources"] {
+        assert!(
+            masked.contains(sensitive),
+            "{parent}/{sensitive} is masked: {masked:?}"
+        );
+    }
     let security = container.security_context.as_ref().unwrap();
     assert_eq!(security.read_only_root_filesystem, Some(true));
     assert_eq!(security.allow_privilege_escalation, Some(false));

@@ -2,8 +2,9 @@
 //! apiserver's own `--client-ca-file`, loaded by the same fsnotify loader as the kubelet's
 //! `clientCAFile`, so "a client certificate of the new signer is accepted" is the consumer
 //! contract, proven end to end. Also: sources across namespaces in order, garbage in one source
-//! (last good content kept, Event and metric naming object and key), and a second writer (no
-//! flapping). Skips (passing, with `SKIP: <reason>`) when no real kube-apiserver is available.
+//! (last good content kept, Event and metric naming object and key), a second writer (no
+//! flapping, one foreign-content series at a time), and bundles the guard refuses (no unexpired
+//! CA, or nothing of what the file trusts kept). Skips (passing, with `SKIP: <reason>`) when no real kube-apiserver is available.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -486,14 +487,15 @@ async fn a_second_writer_rewriting_the_file_never_makes_node_mode_flap() {
     );
 
     // 100 rewrites with other content, 20 ms apart (2 s, under the grace period of 5 s): node
-    // mode waits for the writer to be quiet, then wins once.
+    // mode waits for the writer to be quiet, then wins once. The other writer lags a rotation
+    // (it still has our signer; replacing a bundle that shares nothing is refused).
     let (x, y) = (Ca::default(), Ca::default());
     let mut last = Vec::new();
     for i in 0..100 {
         last = if i % 2 == 0 {
-            x.cert_pem.clone()
+            format!("{}{}", x.cert_pem, ours.cert_pem)
         } else {
-            y.cert_pem.clone()
+            format!("{}{}", y.cert_pem, ours.cert_pem)
         }
         .into_bytes();
         write_atomic(&file, &last);
@@ -502,6 +504,31 @@ async fn a_second_writer_rewriting_the_file_never_makes_node_mode_flap() {
     let quiet_since = Instant::now();
     assert_eq!(writes(), 1.0, "no write while the other writer is active");
     assert_eq!(std::fs::read(&file).unwrap(), last);
+    // One foreign-content series, for the content there now: the two contents the writer
+    // alternated between do not leave a series each behind.
+    let fingerprint = sha256_hex(&last);
+    let foreign_series = |text: &str| -> Vec<String> {
+        text.lines()
+            .filter(|l| l.starts_with("cert_syncer_node_foreign_content{"))
+            .map(str::to_owned)
+            .collect()
+    };
+    e2e::wait_until(
+        "the series of the last content",
+        Duration::from_secs(3),
+        || async {
+            foreign_series(&metrics(&node))
+                .iter()
+                .any(|l| l.contains(&fingerprint))
+        },
+    )
+    .await;
+    let series = foreign_series(&metrics(&node));
+    assert_eq!(
+        series.len(),
+        1,
+        "one series, the current content: {series:?}"
+    );
     wait_for_ders(
         &file,
         &ders_of(&[&ours]),
@@ -527,10 +554,9 @@ async fn a_second_writer_rewriting_the_file_never_makes_node_mode_flap() {
         metric_sum(&text, "cert_syncer_node_takeovers_total", &[]),
         1.0
     );
-    let fingerprint = sha256_hex(&last);
     assert!(
-        text.contains(&format!("sha256=\"{fingerprint}\"")),
-        "the metric names the other content's fingerprint {fingerprint}:\n{text}"
+        foreign_series(&text).is_empty(),
+        "the replaced content's series is gone:\n{text}"
     );
     let events = node_events(&api.recovery_client(), "node-w").await;
     assert!(
@@ -539,4 +565,194 @@ async fn a_second_writer_rewriting_the_file_never_makes_node_mode_flap() {
             .any(|e| e.starts_with("ForeignContentReplaced:") && e.contains(&fingerprint)),
         "an Event names the replaced content's fingerprint: {events:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bundle_with_no_unexpired_ca_or_unrelated_to_the_file_is_refused_and_the_file_kept() {
+    require_real_apiserver!();
+    install_crypto_provider();
+    let tmp = tempfile::tempdir().unwrap();
+    let api = tokio::task::block_in_place(|| RealApiServer::start(&tmp.path().join("apiserver")));
+    let admin = api.recovery_client();
+    api.create_namespace("guard").await;
+    let a = Ca::default();
+    let config_maps: Api<ConfigMap> = Api::namespaced(admin.clone(), "guard");
+    config_maps
+        .create(
+            &PostParams::default(),
+            &bundle_config_map("bundle", &a.cert_pem),
+        )
+        .await
+        .unwrap();
+    let host = tmp.path().join("host");
+    std::fs::create_dir_all(&host).unwrap();
+    let file = host.join("kubelet-ca.crt");
+    let node = ChildProcess::start(node_command(
+        &api,
+        &file,
+        &["configmap/guard/bundle/ca-bundle.crt".to_owned()],
+        &["--node-name", "node-g"],
+    ));
+    wait_for_ders(&file, &ders_of(&[&a]), "the first write").await;
+    let good = std::fs::read(&file).unwrap();
+
+    let now = time::OffsetDateTime::now_utc();
+    let expired = Ca::with_validity(now - time::Duration::days(2), now - time::Duration::days(1));
+    let leaf = a.issue(&e2e::CertSpec::server(&["leaf.example"])).cert_pem;
+    let unrelated = Ca::default();
+    for (what, content, reason) in [
+        ("all expired", expired.cert_pem.clone(), "no-unexpired-ca"),
+        ("not a CA", leaf, "no-unexpired-ca"),
+        (
+            "unrelated",
+            unrelated.cert_pem.clone(),
+            "removes-every-unexpired",
+        ),
+    ] {
+        let before = metric_sum(
+            &metrics(&node),
+            "cert_syncer_node_bundle_refusals_total",
+            &[&format!("reason=\"{reason}\"")],
+        );
+        let updated = config_maps
+            .replace(
+                "bundle",
+                &PostParams::default(),
+                &bundle_config_map("bundle", &content),
+            )
+            .await
+            .unwrap();
+        let version = updated.metadata.resource_version.unwrap();
+        e2e::wait_until(what, Duration::from_secs(30), || async {
+            metric_sum(
+                &metrics(&node),
+                "cert_syncer_node_bundle_refusals_total",
+                &[&format!("reason=\"{reason}\"")],
+            ) > before
+        })
+        .await;
+        assert_eq!(
+            std::fs::read(&file).unwrap(),
+            good,
+            "{what}: the file is kept"
+        );
+        let text = metrics(&node);
+        assert_eq!(
+            metric_sum(&text, "cert_syncer_node_bundle_refused", &[]),
+            1.0,
+            "{what}"
+        );
+        assert_eq!(
+            metric_sum(&text, "cert_syncer_node_writes_total", &[]),
+            1.0,
+            "{what}"
+        );
+        let (status, body) = plain_http_get(&node.addr.to_string(), "/readyz");
+        assert_eq!(status, 503, "{what}");
+        let named =
+            format!("configmap guard/bundle key ca-bundle.crt at resourceVersion {version}");
+        assert!(body.contains(&named), "{what}: {body}");
+        let logged = node.stderr_text();
+        assert!(
+            logged.contains("refusing to write the host file") && logged.contains(&named),
+            "{what}: the log names the source object and the reason:\n{logged}"
+        );
+    }
+    e2e::wait_until(
+        "the Events on the Node",
+        Duration::from_secs(30),
+        || async {
+            let events = node_events(&admin, "node-g").await;
+            events
+                .iter()
+                .any(|e| e.starts_with("BundleRefused:") && e.contains("no unexpired CA"))
+                && events
+                    .iter()
+                    .any(|e| e.starts_with("BundleRefused:") && e.contains("would remove every"))
+        },
+    )
+    .await;
+
+    // A rotation that keeps the signer the file holds is written; the refusal ends.
+    config_maps
+        .replace(
+            "bundle",
+            &PostParams::default(),
+            &bundle_config_map("bundle", &format!("{}{}", a.cert_pem, unrelated.cert_pem)),
+        )
+        .await
+        .unwrap();
+    wait_for_ders(
+        &file,
+        &ders_of(&[&a, &unrelated]),
+        "the overlapping rotation",
+    )
+    .await;
+    e2e::wait_until("ready again", Duration::from_secs(30), || async {
+        plain_http_get(&node.addr.to_string(), "/readyz").0 == 200
+    })
+    .await;
+    assert_eq!(
+        metric_sum(&metrics(&node), "cert_syncer_node_bundle_refused", &[]),
+        0.0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fifo_at_the_host_path_is_an_error_naming_it_never_a_hang() {
+    require_real_apiserver!();
+    install_crypto_provider();
+    let tmp = tempfile::tempdir().unwrap();
+    let api = tokio::task::block_in_place(|| RealApiServer::start(&tmp.path().join("apiserver")));
+    api.create_namespace("fifo").await;
+    let ca = Ca::default();
+    Api::<ConfigMap>::namespaced(api.recovery_client(), "fifo")
+        .create(
+            &PostParams::default(),
+            &bundle_config_map("bundle", &ca.cert_pem),
+        )
+        .await
+        .unwrap();
+    let host = tmp.path().join("host");
+    std::fs::create_dir_all(&host).unwrap();
+    let file = host.join("kubelet-ca.crt");
+    assert!(
+        Command::new("mkfifo")
+            .arg(&file)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let node = ChildProcess::start(node_command(
+        &api,
+        &file,
+        &["configmap/fifo/bundle/ca-bundle.crt".to_owned()],
+        &["--node-name", "node-f"],
+    ));
+    // A blocking open of a FIFO without a writer never returns: the error must come instead.
+    let shown = file.display().to_string();
+    e2e::wait_until(
+        "/readyz names the FIFO",
+        Duration::from_secs(30),
+        || async {
+            let (status, body) = plain_http_get(&node.addr.to_string(), "/readyz");
+            status == 503 && body.contains("a FIFO") && body.contains(&shown)
+        },
+    )
+    .await;
+    assert!(
+        node.stderr_text().contains("a FIFO"),
+        "{}",
+        node.stderr_text()
+    );
+    use std::os::unix::fs::FileTypeExt;
+    assert!(
+        std::fs::symlink_metadata(&file)
+            .unwrap()
+            .file_type()
+            .is_fifo()
+    );
+    // The loop is alive: once the FIFO is gone the file is written.
+    std::fs::remove_file(&file).unwrap();
+    wait_for_ders(&file, &ders_of(&[&ca]), "the file after the FIFO").await;
 }

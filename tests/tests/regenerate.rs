@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use e2e::apiserver::ADMIN_TOKEN;
 use e2e::syncer::{NS, bundle_config_map, regenerate_command, tls_secret};
-use e2e::{ApiEndpoint, Backend, Ca, CertSpec, TestApi, both_backends, install_crypto_provider};
+use e2e::{
+    ApiEndpoint, Backend, Ca, CertSpec, TestApi, both_backends, install_crypto_provider, metric_sum,
+};
 use futures::StreamExt;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
@@ -43,6 +45,8 @@ both_backends!(
     with_leader_election_one_replica_acts_and_a_standby_takes_over_when_it_dies,
     a_local_clock_three_years_ahead_replaces_nothing_still_valid_at_the_apiservers_time,
     a_signer_written_while_the_clock_was_ahead_is_regenerated_once_the_clock_is_fixed,
+    wildcards_ip_literals_and_odd_bundle_cas_are_issued_once_not_in_a_loop,
+    a_writer_that_disagrees_meets_a_bounded_number_of_writes,
 );
 
 fn days(n: i64) -> time::Duration {
@@ -645,4 +649,207 @@ async fn a_signer_written_while_the_clock_was_ahead_is_regenerated_once_the_cloc
     let (ok, log) = f.once(&[]);
     assert!(ok, "{log}");
     assert_eq!(f.versions().await, before);
+}
+
+/// A long-running `regenerate` (no leader election) with its metrics and health endpoint.
+fn controller(f: &Fixture) -> e2e::ChildProcess {
+    let mut command = regenerate_command(&f.api, &f.config, &["--metrics-listen", "127.0.0.1:0"]);
+    // Events go on this (pretend) pod, in the test namespace.
+    command
+        .env("RUST_LOG", "info")
+        .env("POD_NAME", "cert-regeneration-controller")
+        .env("POD_NAMESPACE", NS);
+    e2e::ChildProcess::start(command)
+}
+
+fn metrics_of(process: &e2e::ChildProcess) -> String {
+    e2e::plain_http_get(&process.addr.to_string(), "/metrics").1
+}
+
+/// The issue's reproductions, as a new user would meet them against the apiserver: a serving
+/// target for `["*.apps.example.com", "apps.example.com"]`, one for the IPv6 literal
+/// `2001:0db8::1`, and a CA bundle that also holds a foreign CA with a subjectUniqueID. Before,
+/// each target was re-issued about 15 times a second, forever; now each is written once.
+async fn wildcards_ip_literals_and_odd_bundle_cas_are_issued_once_not_in_a_loop(backend: Backend) {
+    let f = fixture(backend).await;
+    let config = r#"
+namespace: openshift-kube-apiserver
+signers:
+  - { name: serving-signer, validity: 200d, refresh: 150d }
+bundles:
+  - { name: serving-ca, signers: [serving-signer] }
+targets:
+  - { name: serving-cert, signer: serving-signer, serving: { hostnames: ["*.apps.example.com", apps.example.com] }, validity: 100d, refresh: 50d }
+  - { name: v6-cert, signer: serving-signer, serving: { hostnames: ["2001:0db8::1"] }, validity: 100d, refresh: 50d }
+"#;
+    rename_into(&f.config, config.as_bytes());
+    let foreign = Ca::with_subject_unique_id("foreign ca with a subjectUniqueID");
+    f.config_maps
+        .create(
+            &PostParams::default(),
+            &bundle_config_map("serving-ca", &foreign.cert_pem),
+        )
+        .await
+        .unwrap();
+    let process = controller(&f);
+    wait_for("both targets", Duration::from_secs(20), || {
+        metric_sum(
+            &metrics_of(&process),
+            "cert_regenerate_regenerations_total",
+            &["kind=\"target\""],
+        ) >= 2.0
+    });
+    let settled = f.versions().await;
+    // Three seconds: at the old rate, some 45 writes of each target.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let metrics = metrics_of(&process);
+    for target in ["serving-cert", "v6-cert"] {
+        let object = format!("object=\"{NS}/{target}\"");
+        assert_eq!(
+            metric_sum(
+                &metrics,
+                "cert_regenerate_regenerations_total",
+                &[object.as_str()]
+            ),
+            1.0,
+            "{target} is written once"
+        );
+    }
+    assert_eq!(
+        f.versions().await,
+        settled,
+        "nothing written after the first pass settled"
+    );
+    let pem = f.pem_of("serving-cert", "tls.crt").await;
+    assert!(
+        bundle_has(&f, &foreign.cert_pem).await,
+        "the foreign CA stays in the bundle"
+    );
+    let mut roots = rustls::RootCertStore::empty();
+    for ca in f.bundle().await {
+        let _ = roots.add(ca); // the foreign CA is no anchor for rustls
+    }
+    let verifier = rustls::client::WebPkiServerVerifier::builder(Arc::new(roots))
+        .build()
+        .unwrap();
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(pem.as_bytes())
+        .collect::<Result<_, _>>()
+        .unwrap();
+    verifier
+        .verify_server_cert(
+            &chain[0],
+            &chain[1..],
+            &ServerName::try_from("console.apps.example.com").unwrap(),
+            &[],
+            UnixTime::now(),
+        )
+        .expect("the wildcard leaf serves a name it covers");
+    let v6 = f.pem_of("v6-cert", "tls.crt").await;
+    let v6_der = der_of(&v6);
+    let (_, cert) = x509_parser::parse_x509_certificate(&v6_der).unwrap();
+    let want = "2001:db8::1"
+        .parse::<std::net::Ipv6Addr>()
+        .unwrap()
+        .octets();
+    let sans = &cert
+        .subject_alternative_name()
+        .unwrap()
+        .unwrap()
+        .value
+        .general_names;
+    assert!(
+        sans.iter().any(|name| matches!(
+            name,
+            x509_parser::extensions::GeneralName::IPAddress(ip) if *ip == want.as_slice()
+        )),
+        "{sans:?}"
+    );
+    let (code, _) = e2e::plain_http_get(&process.addr.to_string(), "/readyz");
+    assert_eq!(code, 200);
+}
+
+/// Another writer keeps putting back a leaf for other names (valid, from the same signer):
+/// ours writes the target at most 3 times (its write budget), then holds it, and says so: an
+/// Event `RegenerationLoop`, `cert_regenerate_writes_held_total`, and `/readyz`. Before, every
+/// change was answered with a new key: as many writes as the other writer made.
+async fn a_writer_that_disagrees_meets_a_bounded_number_of_writes(backend: Backend) {
+    let f = fixture(backend).await;
+    let process = controller(&f);
+    wait_for("the first pass", Duration::from_secs(20), || {
+        metric_sum(
+            &metrics_of(&process),
+            "cert_regenerate_regenerations_total",
+            &["kind=\"target\""],
+        ) >= 1.0
+    });
+    let signer = Ca::from_pems(
+        &f.pem_of("serving-signer", "tls.crt").await,
+        &f.pem_of("serving-signer", "tls.key").await,
+    );
+    let theirs = signer.issue(&CertSpec::server(&["localhost"]));
+    let object = format!("object=\"{NS}/serving-cert\"");
+    let mut fights = 0;
+    let deadline = std::time::Instant::now() + Duration::from_secs(6);
+    while std::time::Instant::now() < deadline {
+        let mut secret = f.secrets.get("serving-cert").await.unwrap();
+        let data = secret.data.get_or_insert_with(BTreeMap::new);
+        data.insert(
+            "tls.crt".into(),
+            ByteString(theirs.cert_pem.clone().into_bytes()),
+        );
+        data.insert(
+            "tls.key".into(),
+            ByteString(theirs.key_pem.clone().into_bytes()),
+        );
+        if f.secrets
+            .replace("serving-cert", &PostParams::default(), &secret)
+            .await
+            .is_ok()
+        {
+            fights += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let metrics = metrics_of(&process);
+    let ours = metric_sum(
+        &metrics,
+        "cert_regenerate_regenerations_total",
+        &[object.as_str()],
+    );
+    let held = metric_sum(
+        &metrics,
+        "cert_regenerate_writes_held_total",
+        &[object.as_str()],
+    );
+    eprintln!("the other writer wrote {fights} times; ours {ours}, held {held}");
+    assert!(fights >= 10, "the other writer kept writing ({fights})");
+    assert!(ours <= 3.0, "at most the budget of writes: {ours}");
+    assert!(held >= 1.0, "the held writes are counted: {held}");
+    assert_eq!(
+        metric_sum(&metrics, "cert_regenerate_held_objects", &[]),
+        1.0
+    );
+    let (code, body) = e2e::plain_http_get(&process.addr.to_string(), "/readyz");
+    assert_eq!(code, 503, "{body}");
+    assert!(
+        body.contains("loop:") && body.contains("serving-cert"),
+        "{body}"
+    );
+    let events: Api<k8s_openapi::api::core::v1::Event> =
+        Api::namespaced(f.api.client_with_token(ADMIN_TOKEN), NS);
+    let reasons: Vec<String> = events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|e| e.reason)
+        .collect();
+    assert!(
+        reasons.iter().any(|r| r == "RegenerationLoop"),
+        "{reasons:?}"
+    );
+    // Theirs stays while held: ours does not answer every change with a new key.
+    assert_eq!(f.pem_of("serving-cert", "tls.crt").await, theirs.cert_pem);
 }

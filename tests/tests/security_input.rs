@@ -467,3 +467,213 @@ fn a_token_file_readable_by_others_gets_a_warning() {
     );
     assert!(!outcome.stderr.contains(TOKEN), "{outcome:?}");
 }
+
+/// Counts the TCP connections it accepts (and closes them).
+fn connection_counter() -> (String, Arc<Mutex<usize>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let count = Arc::new(Mutex::new(0));
+    let sink = Arc::clone(&count);
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            if stream.is_err() {
+                return;
+            }
+            *sink.lock().unwrap() += 1;
+        }
+    });
+    (addr, count)
+}
+
+/// A kubeconfig for `server` with extra `cluster:` lines and `user:` lines (each indented 4).
+fn kubeconfig_with(server: &str, cluster_lines: &str, user_lines: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- cluster:\n    server: {server}\n{cluster_lines}  \
+         name: c\nusers:\n- name: u\n  user:\n{user_lines}contexts:\n- context: {{cluster: c, user: u}}\n  \
+         name: x\ncurrent-context: x\n"
+    )
+}
+
+#[test]
+fn a_kubeconfig_that_skips_verification_or_names_no_ca_is_refused_before_any_connection() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (_, token) = credentials(tmp.path());
+    let (addr, connections) = connection_counter();
+    let url = format!("https://{addr}");
+    let config = tmp.path().join("kubeconfig");
+    let inspect = |extra: &[&str]| {
+        let mut args = vec!["inspect", "--namespace", "ns", "--connect-timeout", "2s"];
+        args.extend_from_slice(extra);
+        run(syncer(&args), LIMIT)
+    };
+
+    // insecure-skip-tls-verify: the token would go to whoever answers.
+    std::fs::write(
+        &config,
+        kubeconfig_with(
+            &url,
+            "    insecure-skip-tls-verify: true\n",
+            &format!("    token: {TOKEN}\n"),
+        ),
+    )
+    .unwrap();
+    let outcome = inspect(&["--kubeconfig", config.to_str().unwrap()]);
+    assert_eq!(outcome.code, Some(2), "{outcome:?}");
+    assert!(
+        outcome.stderr.contains("insecure-skip-tls-verify")
+            && outcome.stderr.contains(config.to_str().unwrap()),
+        "the message names the setting and the kubeconfig: {outcome:?}"
+    );
+    assert!(!outcome.stderr.contains(TOKEN), "{outcome:?}");
+
+    // No certificate-authority at all: never the platform's trust store.
+    std::fs::write(
+        &config,
+        kubeconfig_with(&url, "", &format!("    token: {TOKEN}\n")),
+    )
+    .unwrap();
+    let outcome = inspect(&["--kubeconfig", config.to_str().unwrap()]);
+    assert_eq!(outcome.code, Some(2), "{outcome:?}");
+    assert!(
+        outcome.stderr.contains("platform's trust store")
+            && outcome.stderr.contains(config.to_str().unwrap()),
+        "{outcome:?}"
+    );
+    let outcome = inspect(&["--server", &url, "--token-file", token.to_str().unwrap()]);
+    assert_eq!(outcome.code, Some(2), "{outcome:?}");
+    assert!(
+        outcome.stderr.contains("no --ca-file")
+            && outcome.stderr.contains("platform's trust store"),
+        "{outcome:?}"
+    );
+    assert_eq!(
+        *connections.lock().unwrap(),
+        0,
+        "a refused configuration still connected"
+    );
+}
+
+/// Each handshake an [`mtls_server`] saw: `Ok(client certificates presented)` or the error.
+type Handshakes = Arc<Mutex<Vec<Result<usize, String>>>>;
+
+/// A TLS server for `localhost` that requires a client certificate of `client_ca`, records
+/// each handshake (`Ok(client certificates presented)` or the error), and answers every
+/// request with a 500.
+fn mtls_server(server_ca: &Ca, client_ca: &Ca) -> (String, Handshakes) {
+    use rustls_pki_types::pem::PemObject;
+    e2e::install_crypto_provider();
+    let issued = server_ca.issue(&CertSpec::server(&["localhost"]));
+    let certs = rustls_pki_types::CertificateDer::pem_slice_iter(issued.cert_pem.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .unwrap();
+    let key = rustls_pki_types::PrivateKeyDer::from_pem_slice(issued.key_pem.as_bytes()).unwrap();
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls_pki_types::CertificateDer::pem_slice_iter(client_ca.cert_pem.as_bytes()) {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let verifier = rustls::server::WebPkiClientVerifier::builder(Arc::new(roots))
+        .build()
+        .unwrap();
+    let config = Arc::new(
+        rustls::ServerConfig::builder()
+            .with_client_cert_verifier(verifier)
+            .with_single_cert(certs, key)
+            .unwrap(),
+    );
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let sink = Arc::clone(&seen);
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            stream
+                .set_read_timeout(Some(Duration::from_secs(5)))
+                .unwrap();
+            let mut conn = rustls::ServerConnection::new(Arc::clone(&config)).unwrap();
+            let mut failed = None;
+            while conn.is_handshaking() {
+                if let Err(err) = conn.complete_io(&mut stream) {
+                    failed = Some(err.to_string());
+                    break;
+                }
+            }
+            if let Some(err) = failed {
+                sink.lock().unwrap().push(Err(err));
+                continue;
+            }
+            let presented = conn.peer_certificates().map_or(0, <[_]>::len);
+            sink.lock().unwrap().push(Ok(presented));
+            let mut tls = rustls::Stream::new(&mut conn, &mut stream);
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") && tls.read(&mut byte).is_ok_and(|n| n == 1) {
+                head.push(byte[0]);
+            }
+            let _ = tls.write_all(
+                b"HTTP/1.1 500 Internal Server Error\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+            );
+            let _ = tls.flush();
+        }
+    });
+    (addr, seen)
+}
+
+#[test]
+fn ca_file_is_honoured_with_a_kubeconfig_client_certificate() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (server_ca, client_ca, unrelated) = (Ca::default(), Ca::default(), Ca::default());
+    let (addr, handshakes) = mtls_server(&server_ca, &client_ca);
+    let dir = tmp.path();
+    let write = |name: &str, text: &str| {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    };
+    let ca_file = write("server-ca.crt", &server_ca.cert_pem);
+    let unrelated_ca = write("unrelated-ca.crt", &unrelated.cert_pem);
+    let client = client_ca.issue(&CertSpec::client("system:admin"));
+    let client_crt = write("client.crt", &client.cert_pem);
+    let client_key = write("client.key", &client.key_pem);
+    // The kubeconfig's own CA does not sign the server's certificate: only --ca-file does.
+    let config = write(
+        "kubeconfig",
+        &kubeconfig_with(
+            &format!("https://{addr}"),
+            &format!("    certificate-authority: {}\n", unrelated_ca.display()),
+            &format!(
+                "    client-certificate: {}\n    client-key: {}\n",
+                client_crt.display(),
+                client_key.display()
+            ),
+        ),
+    );
+    let outcome = run(
+        syncer(&[
+            "inspect",
+            "--namespace",
+            "ns",
+            "--kubeconfig",
+            config.to_str().unwrap(),
+            "--ca-file",
+            ca_file.to_str().unwrap(),
+            "--tls-server-name-override",
+            "localhost",
+            "--connect-timeout",
+            "2s",
+        ]),
+        LIMIT,
+    );
+    let seen = handshakes.lock().unwrap().clone();
+    assert!(
+        !seen.is_empty() && seen.iter().all(|h| *h == Ok(1)),
+        "every handshake verified the server with --ca-file and presented the kubeconfig's \
+         client certificate: {seen:?}\n{outcome:?}"
+    );
+    // The server answers 500: a listing error (exit 1), not a TLS one.
+    assert_eq!(outcome.code, Some(1), "{outcome:?}");
+    assert!(
+        outcome.stderr.contains("cannot list") && !outcome.stderr.contains("not trusted"),
+        "{outcome:?}"
+    );
+}

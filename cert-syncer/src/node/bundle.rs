@@ -12,6 +12,8 @@ use sha2::{Digest, Sha256};
 pub struct Certificate {
     pub der: Vec<u8>,
     pub not_after: i64,
+    /// basicConstraints cA: true.
+    pub is_ca: bool,
 }
 
 impl std::fmt::Debug for Certificate {
@@ -19,6 +21,7 @@ impl std::fmt::Debug for Certificate {
         f.debug_struct("Certificate")
             .field("sha256", &fingerprint(&self.der))
             .field("not_after", &self.not_after)
+            .field("is_ca", &self.is_ca)
             .finish()
     }
 }
@@ -79,6 +82,7 @@ pub fn parse_certificates(bytes: &[u8]) -> Result<Vec<Certificate>, Invalid> {
             Ok(Certificate {
                 der: block.into_contents(),
                 not_after: info.not_after,
+                is_ca: info.is_ca,
             })
         })
         .collect()
@@ -151,6 +155,27 @@ pub fn certificate_ders(bytes: &[u8]) -> Option<Vec<Vec<u8>>> {
     parse_certificates(bytes)
         .ok()
         .map(|certs| certs.into_iter().map(|c| c.der).collect())
+}
+
+/// Every certificate a file's content holds, as a lenient PEM reader (Go's) sees it: the
+/// `CERTIFICATE` blocks that parse, whatever else is there. What the file's consumer trusts
+/// now, for the guard against a bundle that would take all of it away.
+pub fn held_certificates(bytes: &[u8]) -> Vec<Certificate> {
+    let Ok(blocks) = pem::parse_many(bytes) else {
+        return Vec::new();
+    };
+    blocks
+        .into_iter()
+        .filter(|block| block.tag() == "CERTIFICATE")
+        .filter_map(|block| {
+            let info = reload_lib::CertInfo::from_der(block.contents()).ok()?;
+            Some(Certificate {
+                der: block.into_contents(),
+                not_after: info.not_after,
+                is_ca: info.is_ca,
+            })
+        })
+        .collect()
 }
 
 /// SHA-256 of `bytes`, lowercase hex: how Events and metrics name content without quoting it.

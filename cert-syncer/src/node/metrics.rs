@@ -10,7 +10,9 @@
 //! | `cert_syncer_node_write_errors_total` | `path` | failed reads or writes of the file |
 //! | `cert_syncer_node_source_errors_total` | `path`, `kind`, `namespace`, `name`, `key` | source versions refused (missing key, bad PEM); the file kept that source's last good certificates |
 //! | `cert_syncer_node_source_valid` | `path`, `kind`, `namespace`, `name`, `key` | 1 while the source's current version is good, 0 while refused or absent |
-//! | `cert_syncer_node_foreign_content` | `path`, `sha256` | 1 while another writer's content (that fingerprint) is in the file, 0 once replaced |
+//! | `cert_syncer_node_foreign_content` | `path`, `sha256` | 1 while another writer's content (that fingerprint) is in the file; the series goes when that content does |
+//! | `cert_syncer_node_bundle_refused` | `path` | 1 while the sources' bundle is refused by the guard (no unexpired CA, or it would remove every unexpired certificate the file holds) |
+//! | `cert_syncer_node_bundle_refusals_total` | `path`, `reason` | bundles refused by the guard (`no-unexpired-ca`, `removes-every-unexpired`), once per refused bundle |
 //! | `cert_syncer_node_foreign_writes_total` | `path` | writes by someone else seen (content differing from ours) |
 //! | `cert_syncer_node_takeovers_total` | `path` | another writer's content replaced after the grace period |
 //! | `cert_syncer_node_post_write_actions_total` | `path`, `result` (`ok`/`error`) | post-write actions run |
@@ -56,6 +58,12 @@ pub struct ForeignLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RefusalLabels {
+    pub path: String,
+    pub reason: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabels {
     pub path: String,
     pub result: &'static str,
@@ -73,6 +81,8 @@ pub struct Metrics {
     pub source_errors: Family<SourceLabels, Counter>,
     pub source_valid: Family<SourceLabels, Gauge>,
     pub foreign_content: Family<ForeignLabels, Gauge>,
+    pub bundle_refused: Family<PathLabels, Gauge>,
+    pub bundle_refusals: Family<RefusalLabels, Counter>,
     pub foreign_writes: Family<PathLabels, Counter>,
     pub takeovers: Family<PathLabels, Counter>,
     pub post_write_actions: Family<ResultLabels, Counter>,
@@ -126,6 +136,16 @@ impl Metrics {
             "cert_syncer_node_foreign_content",
             "1 while another writer's content (by SHA-256) is in the host file",
             m.foreign_content.clone(),
+        );
+        r.register(
+            "cert_syncer_node_bundle_refused",
+            "1 while the sources' bundle is refused (no unexpired CA, or it would remove every unexpired certificate the file holds)",
+            m.bundle_refused.clone(),
+        );
+        r.register(
+            "cert_syncer_node_bundle_refusals",
+            "Bundles refused before writing, by reason",
+            m.bundle_refusals.clone(),
         );
         r.register(
             "cert_syncer_node_foreign_writes",

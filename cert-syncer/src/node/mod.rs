@@ -9,7 +9,10 @@
 //!   concatenated in the order given, identical certificates (same DER) kept once. A source
 //!   whose new version is refused keeps its last good certificates in the file; an Event on
 //!   the Node and `cert_syncer_node_source_errors_total` name the object and key.
-//! - The file ([`target`]): written with reload-lib's atomic writer (temporary file, fsync,
+//! - The guard ([`guard`]): a bundle with no unexpired CA, or one that would remove every
+//!   unexpired certificate the file holds, is refused before any write (every node runs this at
+//!   once); the file keeps its content, and a log line, an Event, a metric and `/readyz` say so.
+//! - The file ([`target`]): read with the crate's non-blocking reader, written with reload-lib's atomic writer (temporary file, fsync,
 //!   rename, directory fsync), mode and owner kept or as configured, never rewritten when it
 //!   already holds the same certificates. Another writer's content is replaced only after it
 //!   has stayed unchanged for the grace period, with an Event and a metric naming its SHA-256.
@@ -21,6 +24,7 @@
 mod action;
 mod bundle;
 mod filewatch;
+mod guard;
 mod metrics;
 mod settings;
 mod sources;
@@ -42,7 +46,7 @@ use crate::events::EventRecorder;
 use crate::health::Readiness;
 use crate::kind::Kind;
 use bundle::Certificate;
-use metrics::{ForeignLabels, Metrics, PathLabels, ResultLabels, SourceLabels};
+use metrics::{ForeignLabels, Metrics, PathLabels, RefusalLabels, ResultLabels, SourceLabels};
 use sources::Seen;
 use target::{Outcome, Target};
 
@@ -135,6 +139,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
                     .position(|o| *o == source.object())
                     .expect("every source's object is followed"),
                 last_good: None,
+                resource_version: None,
                 valid: false,
             })
             .collect(),
@@ -144,6 +149,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         metrics,
         readiness,
         foreign: None,
+        refused: None,
         settings,
     };
     let mut deadline: Option<tokio::time::Instant> = None;
@@ -181,6 +187,8 @@ struct SourceState {
     object: usize,
     /// The certificates of its last good version.
     last_good: Option<Vec<Certificate>>,
+    /// The resourceVersion of that version (names it in a refusal).
+    resource_version: Option<String>,
     /// Whether its current version is good.
     valid: bool,
 }
@@ -199,6 +207,8 @@ struct Node {
     events: EventRecorder,
     /// The fingerprint of another writer's content in the file, while it is there.
     foreign: Option<String>,
+    /// The message of the guard's refusal in force (logged and recorded once per bundle).
+    refused: Option<String>,
 }
 
 impl Node {
@@ -226,6 +236,8 @@ impl Node {
                         Ok(certificates) => {
                             tracing::info!(%source, resource_version = %fetched.resource_version, certificates = certificates.len(), "source read");
                             self.sources[position].last_good = Some(certificates);
+                            self.sources[position].resource_version =
+                                Some(fetched.resource_version.clone());
                             self.source_valid(position, true);
                         }
                         Err(reason) => {
@@ -349,12 +361,15 @@ impl Node {
                 .get_or_create(&labels)
                 .set(not_after);
         }
-        let outcome =
-            tokio::task::block_in_place(|| self.target.reconcile(&bundle, Instant::now()));
+        let outcome = tokio::task::block_in_place(|| {
+            self.target
+                .reconcile(&bundle, Instant::now(), crate::time::unix_now())
+        });
         let path = self.target.path().display().to_string();
         match outcome {
             Ok(Outcome::InSync) => {
                 self.foreign_gone();
+                self.refusal_gone();
                 self.readiness.clear("file");
                 None
             }
@@ -382,6 +397,7 @@ impl Node {
                         .await;
                 }
                 self.foreign_gone();
+                self.refusal_gone();
                 self.events
                     .record(
                         "HostFileWritten",
@@ -441,6 +457,13 @@ impl Node {
                 );
                 Some(until)
             }
+            Ok(Outcome::Refused { refusal, held }) => {
+                // Not waiting for another writer while refusing: the refusal names the file's
+                // content instead.
+                self.foreign_gone();
+                self.refused(&bundle, &refusal, held.as_deref()).await;
+                None
+            }
             Err(err) => {
                 self.metrics.write_errors.get_or_create(&labels).inc();
                 tracing::error!(error = %err, "cannot write the host file; retrying");
@@ -453,13 +476,81 @@ impl Node {
         }
     }
 
+    /// The file no longer holds that other content: its series goes (a series per fingerprint
+    /// left behind would grow without end with every foreign write).
     fn foreign_gone(&mut self) {
         if let Some(fingerprint) = self.foreign.take() {
+            self.metrics.foreign_content.remove(&ForeignLabels {
+                path: self.path_label.clone(),
+                sha256: fingerprint,
+            });
+        }
+    }
+
+    /// The guard refused `bundle`: the file keeps `held` (its fingerprint; `None`: no file).
+    /// Logged and recorded once per refused bundle; the gauge and `/readyz` hold while it lasts.
+    async fn refused(
+        &mut self,
+        bundle: &bundle::Bundle,
+        refusal: &guard::Refusal,
+        held: Option<&str>,
+    ) {
+        let path = self.target.path().display().to_string();
+        let sources = self
+            .sources
+            .iter()
+            .map(|s| {
+                format!(
+                    "{} at resourceVersion {}",
+                    s.source,
+                    s.resource_version.as_deref().unwrap_or("?")
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        let kept = match held {
+            Some(sha) => format!("the file keeps its content (sha256:{sha})"),
+            None => "the file is not written".to_owned(),
+        };
+        let fingerprint = bundle::fingerprint(&bundle.pem);
+        let message = format!(
+            "refusing the bundle (sha256:{fingerprint}) of {sources} for {path}: {refusal}; {kept}"
+        );
+        let labels = PathLabels {
+            path: self.path_label.clone(),
+        };
+        // Everything the process itself shows is in place before the Event's API call.
+        self.metrics.bundle_refused.get_or_create(&labels).set(1);
+        self.readiness.block("file", message.clone());
+        if self.refused.as_ref() != Some(&message) {
+            self.refused = Some(message.clone());
             self.metrics
-                .foreign_content
-                .get_or_create(&ForeignLabels {
+                .bundle_refusals
+                .get_or_create(&RefusalLabels {
                     path: self.path_label.clone(),
-                    sha256: fingerprint,
+                    reason: refusal.reason(),
+                })
+                .inc();
+            tracing::error!(file = %path, %sources, reason = %refusal, sha256 = %fingerprint, held_sha256 = held.unwrap_or("none"), "refusing to write the host file; {kept}");
+            // Rate-limited per reason of refusal, not per file: each kind gets its Event.
+            self.events
+                .record(
+                    "BundleRefused",
+                    &format!("{path} {}", refusal.reason()),
+                    message,
+                    true,
+                )
+                .await;
+        }
+    }
+
+    fn refusal_gone(&mut self) {
+        if self.refused.take().is_some() {
+            tracing::info!(file = %self.target.path().display(), "the sources' bundle is accepted again");
+            self.metrics
+                .bundle_refused
+                .get_or_create(&PathLabels {
+                    path: self.path_label.clone(),
                 })
                 .set(0);
         }

@@ -10,17 +10,24 @@
 //! | exactly what we wrote last (the sources changed) | write now |
 //! | anything else (another writer) | wait until it has been unchanged for the grace period, then write |
 //!
+//! Before any write the guard ([`super::guard`]) may refuse the new bundle (no unexpired CA, or
+//! it would remove every unexpired certificate the file holds): the file then keeps what it
+//! holds, whoever wrote it.
+//!
+//! The file is read with the crate's safe reader ([`crate::input_file`]): a FIFO, a device or a
+//! directory at the path is an error at once, never a blocked `open`.
+//!
 //! "Unchanged" is the file's identity (inode, size, mtime, ctime): a writer that keeps
 //! rewriting the file, even with the same bytes, keeps us waiting, so two writers never take
 //! turns on every write (no flapping). After a restart nothing is known about our last write,
 //! so a differing file waits for the grace period too.
 
-use std::io::Read;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use super::bundle::{self, Bundle};
+use super::guard::{self, Refusal};
 
 /// Files larger than this are not read (a CA bundle is a few KiB; this is a guard, not a
 /// limit anyone should meet).
@@ -40,6 +47,12 @@ pub enum Outcome {
         fingerprint: String,
         until: Instant,
         first: bool,
+    },
+    /// The guard refused the new bundle; the file keeps its content (`held`: its fingerprint,
+    /// `None` when there is no file).
+    Refused {
+        refusal: Refusal,
+        held: Option<String>,
     },
 }
 
@@ -100,10 +113,23 @@ impl Target {
         &self.path
     }
 
-    /// Compares the file with `desired` and writes when the table in the module docs says so.
-    pub fn reconcile(&mut self, desired: &Bundle, now: Instant) -> Result<Outcome, WriteError> {
+    /// Compares the file with `desired` and writes when the table in the module docs says so
+    /// and the guard lets it. `now` times the grace period; `unix_now` (seconds since the
+    /// epoch) judges expiry.
+    pub fn reconcile(
+        &mut self,
+        desired: &Bundle,
+        now: Instant,
+        unix_now: i64,
+    ) -> Result<Outcome, WriteError> {
         let current = self.read()?;
         let Some((bytes, meta)) = current else {
+            if let Err(refusal) = guard::check(&desired.certificates, &[], unix_now) {
+                return Ok(Outcome::Refused {
+                    refusal,
+                    held: None,
+                });
+            }
             self.write(desired, None)?;
             return Ok(Outcome::Written { replaced: None });
         };
@@ -113,6 +139,13 @@ impl Target {
             self.foreign = None;
             self.last_written = Some(bytes);
             return Ok(Outcome::InSync);
+        }
+        let held = bundle::held_certificates(&bytes);
+        if let Err(refusal) = guard::check(&desired.certificates, &held, unix_now) {
+            return Ok(Outcome::Refused {
+                refusal,
+                held: Some(bundle::fingerprint(&bytes)),
+            });
         }
         if self.last_written.as_ref() == Some(&bytes) {
             self.write(desired, Some(&meta))?;
@@ -147,24 +180,15 @@ impl Target {
 
     /// The file's bytes and metadata; `None` when it does not exist.
     fn read(&self) -> Result<Option<(Vec<u8>, std::fs::Metadata)>, WriteError> {
-        let err = |step| {
-            let path = self.path.clone();
-            move |source| WriteError { step, path, source }
-        };
-        let file = match std::fs::File::open(&self.path) {
-            Ok(file) => file,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(err("open")(e)),
-        };
-        let meta = file.metadata().map_err(err("stat"))?;
-        if !meta.is_file() {
-            return Err(err("read")(std::io::Error::other("not a regular file")));
-        }
-        let mut bytes = Vec::new();
-        file.take(MAX_READ)
-            .read_to_end(&mut bytes)
-            .map_err(err("read"))?;
-        Ok(Some((bytes, meta)))
+        // Regular files only, opened non-blocking: a FIFO here would block a plain `open`
+        // forever (and the whole loop with it).
+        crate::input_file::read_if_exists("host file", &self.path, MAX_READ).map_err(|message| {
+            WriteError {
+                step: "read",
+                path: self.path.clone(),
+                source: std::io::Error::other(message),
+            }
+        })
     }
 
     /// Writes atomically (reload-lib's writer: temporary file, fsync, rename, directory
@@ -225,20 +249,24 @@ mod tests {
     use super::*;
     use crate::node::bundle::{assemble, parse_certificates};
 
-    fn bundle_of(names: &[&str]) -> Bundle {
-        let pems: String = names
-            .iter()
-            .map(|name| {
-                let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-                params
-                    .distinguished_name
-                    .push(rcgen::DnType::CommonName, *name);
-                let key = rcgen::KeyPair::generate().unwrap();
-                params.self_signed(&key).unwrap().pem()
-            })
-            .collect();
-        let certs = parse_certificates(pems.as_bytes()).unwrap();
+    /// A self-signed CA certificate, PEM.
+    fn ca(name: &str) -> String {
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, name);
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let key = rcgen::KeyPair::generate().unwrap();
+        params.self_signed(&key).unwrap().pem()
+    }
+
+    fn bundle_of(pems: &[&str]) -> Bundle {
+        let certs = parse_certificates(pems.concat().as_bytes()).unwrap();
         assemble([certs.as_slice()])
+    }
+
+    fn wall() -> i64 {
+        crate::time::unix_now()
     }
 
     #[test]
@@ -246,10 +274,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("ca.crt");
         let mut target = Target::new(path.clone(), None, None, Duration::from_secs(60));
-        let bundle = bundle_of(&["a"]);
+        let (a, b) = (ca("a"), ca("b"));
+        let bundle = bundle_of(&[&a]);
         let now = Instant::now();
         assert_eq!(
-            target.reconcile(&bundle, now).unwrap(),
+            target.reconcile(&bundle, now, wall()).unwrap(),
             Outcome::Written { replaced: None }
         );
         assert_eq!(std::fs::read(&path).unwrap(), bundle.pem);
@@ -257,11 +286,14 @@ mod tests {
             std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
             0o644
         );
-        assert_eq!(target.reconcile(&bundle, now).unwrap(), Outcome::InSync);
-        // Our own previous content is updated at once when the sources change.
-        let next = bundle_of(&["b"]);
         assert_eq!(
-            target.reconcile(&next, now).unwrap(),
+            target.reconcile(&bundle, now, wall()).unwrap(),
+            Outcome::InSync
+        );
+        // Our own previous content is updated at once when the sources change.
+        let next = bundle_of(&[&a, &b]);
+        assert_eq!(
+            target.reconcile(&next, now, wall()).unwrap(),
             Outcome::Written { replaced: None }
         );
     }
@@ -270,14 +302,14 @@ mod tests {
     fn the_same_certificates_formatted_otherwise_are_not_rewritten() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("ca.crt");
-        let bundle = bundle_of(&["a"]);
+        let bundle = bundle_of(&[&ca("a")]);
         let crlf = String::from_utf8(bundle.pem.clone())
             .unwrap()
             .replace('\n', "\r\n");
         std::fs::write(&path, format!("# written by someone else\n{crlf}")).unwrap();
         let mut target = Target::new(path.clone(), None, None, Duration::from_secs(60));
         assert_eq!(
-            target.reconcile(&bundle, Instant::now()).unwrap(),
+            target.reconcile(&bundle, Instant::now(), wall()).unwrap(),
             Outcome::InSync
         );
         assert!(
@@ -293,23 +325,25 @@ mod tests {
         let path = dir.path().join("ca.crt");
         let grace = Duration::from_secs(60);
         let mut target = Target::new(path.clone(), None, None, grace);
-        let ours = bundle_of(&["ours"]);
+        let shared = ca("shared");
+        let ours = bundle_of(&[&shared, &ca("ours")]);
         let start = Instant::now();
-        target.reconcile(&ours, start).unwrap();
-        let theirs = bundle_of(&["theirs"]);
+        target.reconcile(&ours, start, wall()).unwrap();
+        // Another writer lagging a rotation: the shared signer and one we dropped.
+        let theirs = bundle_of(&[&ca("theirs"), &shared]);
         std::fs::write(&path, &theirs.pem).unwrap();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
         let Outcome::Waiting {
             first: true,
             fingerprint,
             ..
-        } = target.reconcile(&ours, start).unwrap()
+        } = target.reconcile(&ours, start, wall()).unwrap()
         else {
             panic!("another writer's content must be waited for");
         };
         assert_eq!(fingerprint, bundle::fingerprint(&theirs.pem));
         assert!(matches!(
-            target.reconcile(&ours, start + grace / 2).unwrap(),
+            target.reconcile(&ours, start + grace / 2, wall()).unwrap(),
             Outcome::Waiting { first: false, .. }
         ));
         // A rewrite (same bytes, new inode) starts the wait again.
@@ -319,15 +353,15 @@ mod tests {
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
         let later = start + grace / 2 + Duration::from_secs(1);
         assert!(matches!(
-            target.reconcile(&ours, later).unwrap(),
+            target.reconcile(&ours, later, wall()).unwrap(),
             Outcome::Waiting { first: true, .. }
         ));
         assert!(matches!(
-            target.reconcile(&ours, later + grace / 2).unwrap(),
+            target.reconcile(&ours, later + grace / 2, wall()).unwrap(),
             Outcome::Waiting { first: false, .. }
         ));
         assert_eq!(
-            target.reconcile(&ours, later + grace).unwrap(),
+            target.reconcile(&ours, later + grace, wall()).unwrap(),
             Outcome::Written {
                 replaced: Some(fingerprint)
             }
@@ -354,15 +388,16 @@ mod tests {
         let path = dir.path().join("ca.crt");
         std::fs::write(&path, b"old").unwrap();
         std::os::unix::fs::chown(&path, Some(1234), Some(4321)).unwrap();
+        let a = ca("a");
         let mut target = Target::new(path.clone(), None, None, Duration::ZERO);
         target
-            .reconcile(&bundle_of(&["a"]), Instant::now())
+            .reconcile(&bundle_of(&[&a]), Instant::now(), wall())
             .unwrap();
         let meta = std::fs::metadata(&path).unwrap();
         assert_eq!((meta.uid(), meta.gid()), (1234, 4321), "kept");
         let mut target = Target::new(path.clone(), None, Some((0, 0)), Duration::ZERO);
         target
-            .reconcile(&bundle_of(&["b"]), Instant::now())
+            .reconcile(&bundle_of(&[&a, &ca("b")]), Instant::now(), wall())
             .unwrap();
         let meta = std::fs::metadata(&path).unwrap();
         assert_eq!((meta.uid(), meta.gid()), (0, 0), "configured");
@@ -375,14 +410,95 @@ mod tests {
         std::fs::write(&path, b"old").unwrap();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
         let mut target = Target::new(path.clone(), Some(0o640), None, Duration::ZERO);
-        let bundle = bundle_of(&["a"]);
+        let bundle = bundle_of(&[&ca("a")]);
         assert!(matches!(
-            target.reconcile(&bundle, Instant::now()).unwrap(),
+            target.reconcile(&bundle, Instant::now(), wall()).unwrap(),
             Outcome::Written { replaced: Some(_) }
         ));
         assert_eq!(
             std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
             0o640
+        );
+    }
+
+    #[test]
+    fn a_refused_bundle_leaves_the_file_as_it_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ca.crt");
+        let mut target = Target::new(path.clone(), None, None, Duration::ZERO);
+        // No file yet, and a leaf (not a CA): nothing is written.
+        let mut params = rcgen::CertificateParams::new(vec!["leaf.example".to_owned()]).unwrap();
+        params.is_ca = rcgen::IsCa::NoCa;
+        let leaf = params
+            .self_signed(&rcgen::KeyPair::generate().unwrap())
+            .unwrap()
+            .pem();
+        assert!(matches!(
+            target
+                .reconcile(&bundle_of(&[&leaf]), Instant::now(), wall())
+                .unwrap(),
+            Outcome::Refused {
+                refusal: Refusal::NoUnexpiredCa { .. },
+                held: None
+            }
+        ));
+        assert!(!path.exists());
+        // Written once, then an unrelated bundle from the same source: refused, kept.
+        let good = bundle_of(&[&ca("a")]);
+        target.reconcile(&good, Instant::now(), wall()).unwrap();
+        let unrelated = bundle_of(&[&ca("z")]);
+        assert_eq!(
+            target
+                .reconcile(&unrelated, Instant::now(), wall())
+                .unwrap(),
+            Outcome::Refused {
+                refusal: Refusal::RemovesEveryUnexpired { held: 1 },
+                held: Some(bundle::fingerprint(&good.pem))
+            }
+        );
+        assert_eq!(std::fs::read(&path).unwrap(), good.pem);
+        // Removed by an administrator (a wholesale replacement on purpose): written.
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(
+            target
+                .reconcile(&unrelated, Instant::now(), wall())
+                .unwrap(),
+            Outcome::Written { replaced: None }
+        );
+    }
+
+    #[test]
+    fn a_fifo_at_the_path_is_an_error_at_once_not_a_hang() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ca.crt");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&path)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let (tx, rx) = std::sync::mpsc::channel();
+        let fifo = path.clone();
+        // On a thread: a blocking `open` of a FIFO without a writer never returns, and this
+        // test must fail, not hang, when that comes back.
+        std::thread::spawn(move || {
+            let mut target = Target::new(fifo, None, None, Duration::ZERO);
+            let _ = tx.send(target.reconcile(&bundle_of(&[&ca("a")]), Instant::now(), wall()));
+        });
+        let result = rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("reconcile returned within 10 s (a blocking open hangs on a FIFO)");
+        let err = result.unwrap_err().to_string();
+        assert!(
+            err.contains("a FIFO") && err.contains(&path.display().to_string()),
+            "{err}"
+        );
+        use std::os::unix::fs::FileTypeExt;
+        assert!(
+            std::fs::symlink_metadata(&path)
+                .unwrap()
+                .file_type()
+                .is_fifo(),
+            "the FIFO is left alone"
         );
     }
 }

@@ -1,11 +1,15 @@
-//! The declared objects as `regenerate`'s watches last saw them: one list+watch per namespace
-//! and kind the config names ([`crate::watch::namespace_wide`], reduced to the declared names by
-//! [`crate::watch::NamedObjects`], the machinery `sync` uses for large sets), instead of one
-//! watch per object and a GET of every object in every pass. OpenShift's controller reads from
-//! shared informers the same way.
+//! The declared objects as `regenerate`'s watches last saw them, instead of a GET of every
+//! object in every pass (OpenShift's controller reads from shared informers the same way). Per
+//! namespace and kind, as `sync` decides it (`--namespace-watch-threshold`): up to the threshold
+//! of declared objects, one list+watch per object by name (a `metadata.name` field selector:
+//! RBAC grants it by `resourceNames`, so the token cannot read the namespace's other Secrets,
+//! etcd's client keys among them); above it, one namespace-wide list+watch
+//! ([`crate::watch::namespace_wide`]). Both are reduced to the declared names by
+//! [`crate::watch::NamedObjects`]. [`watch_plan`] is the one decision, for the watches and for
+//! the RBAC they need ([`crate::access`]).
 //!
 //! - A pass reads here; an object that does not exist is absent here, as a 404 was.
-//! - The loop's first pass waits until every watched namespace has been listed ([`Cache::ready`]).
+//! - The loop's first pass waits until every watch has listed ([`Cache::ready`]).
 //! - Every change bumps a generation the loop waits on ([`Cache::subscribe`]): a change wakes a
 //!   pass, as each object's own watch did.
 //! - Writes keep optimistic concurrency: they carry the resourceVersion read here. After a
@@ -53,8 +57,63 @@ pub(crate) type Objects<K> = HashMap<ObjectRef, Option<Entry<K>>>;
 pub(crate) struct State {
     secrets: Objects<Secret>,
     config_maps: Objects<ConfigMap>,
-    /// (kind, namespace) pairs whose first list has not completed.
-    unlisted: BTreeSet<(Kind, String)>,
+    /// Watches whose first list has not completed.
+    unlisted: BTreeSet<WatchKey>,
+}
+
+/// One list+watch of the cache: every object of a kind in a namespace (`name: None`), or one
+/// object by name.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct WatchKey {
+    pub kind: Kind,
+    pub namespace: String,
+    pub name: Option<String>,
+}
+
+impl std::fmt::Display for WatchKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.name {
+            None => write!(f, "every {} in {}", self.kind.label(), self.namespace),
+            Some(name) => write!(f, "{} {}/{name}", self.kind.label(), self.namespace),
+        }
+    }
+}
+
+/// The watches for the objects `rotation` declares, each with the declared names it hands
+/// over: per (kind, namespace), one by name per object up to `namespace_watch_threshold`
+/// declared objects, else one namespace-wide (0: always namespace-wide).
+pub(crate) fn watch_plan(
+    rotation: &Rotation,
+    namespace_watch_threshold: usize,
+) -> Vec<(WatchKey, Vec<String>)> {
+    let mut groups: BTreeMap<(Kind, String), Vec<String>> = BTreeMap::new();
+    for (kind, object) in rotation.objects() {
+        let names = groups.entry((kind, object.namespace.clone())).or_default();
+        if !names.contains(&object.name) {
+            names.push(object.name.clone());
+        }
+    }
+    let mut plan = Vec::new();
+    for ((kind, namespace), names) in groups {
+        if names.len() > namespace_watch_threshold {
+            let key = WatchKey {
+                kind,
+                namespace,
+                name: None,
+            };
+            plan.push((key, names));
+        } else {
+            for name in names {
+                let key = WatchKey {
+                    kind,
+                    namespace: namespace.clone(),
+                    name: Some(name.clone()),
+                };
+                plan.push((key, vec![name]));
+            }
+        }
+    }
+    plan
 }
 
 /// A kind the cache holds.
@@ -89,61 +148,50 @@ impl Cached for ConfigMap {
 /// The declared objects as the namespace-wide watches last saw them.
 pub(crate) struct Cache {
     state: Mutex<State>,
-    /// The declared names per (kind, namespace): one watch each.
-    groups: BTreeMap<(Kind, String), Vec<String>>,
+    /// The watches ([`watch_plan`]) and the declared names each hands over.
+    watches: Vec<(WatchKey, Vec<String>)>,
     /// Bumped on every change a watch brings (not on our own writes).
     generation: watch::Sender<u64>,
 }
 
 impl Cache {
-    /// An empty cache for the objects `rotation` declares; nothing is watched yet.
-    pub fn new(rotation: &Rotation) -> Cache {
-        let mut groups: BTreeMap<(Kind, String), Vec<String>> = BTreeMap::new();
-        for (kind, object) in rotation.objects() {
-            let names = groups.entry((kind, object.namespace.clone())).or_default();
-            if !names.contains(&object.name) {
-                names.push(object.name.clone());
-            }
-        }
+    /// An empty cache for the objects `rotation` declares, watched as [`watch_plan`] says;
+    /// nothing is watched yet.
+    pub fn new(rotation: &Rotation, namespace_watch_threshold: usize) -> Cache {
+        let watches = watch_plan(rotation, namespace_watch_threshold);
         Cache {
             state: Mutex::new(State {
-                unlisted: groups.keys().cloned().collect(),
+                unlisted: watches.iter().map(|(key, _)| key.clone()).collect(),
                 ..State::default()
             }),
-            groups,
+            watches,
             generation: watch::Sender::new(0),
         }
     }
 
-    /// The (kind, namespace) pairs watched, one watch each.
-    pub fn watched(&self) -> impl Iterator<Item = &(Kind, String)> {
-        self.groups.keys()
+    /// The watches, one list+watch each.
+    pub fn watched(&self) -> impl Iterator<Item = &WatchKey> {
+        self.watches.iter().map(|(key, _)| key)
     }
 
-    /// Starts one namespace-wide watch per (kind, namespace); they run until aborted.
+    /// Starts the watches; they run until aborted.
     pub fn spawn_watches(
         self: &Arc<Self>,
         client: &kube::Client,
         timeout_seconds: u32,
     ) -> Vec<JoinHandle<()>> {
-        self.groups
+        self.watches
             .iter()
-            .map(|((kind, namespace), names)| {
+            .map(|(key, names)| {
                 let (cache, client) = (Arc::clone(self), client.clone());
-                let (namespace, names) = (namespace.clone(), names.clone());
-                match kind {
-                    Kind::Secret => tokio::spawn(cache.follow::<Secret>(
-                        client,
-                        namespace,
-                        names,
-                        timeout_seconds,
-                    )),
-                    Kind::ConfigMap => tokio::spawn(cache.follow::<ConfigMap>(
-                        client,
-                        namespace,
-                        names,
-                        timeout_seconds,
-                    )),
+                let (key, names) = (key.clone(), names.clone());
+                match key.kind {
+                    Kind::Secret => {
+                        tokio::spawn(cache.follow::<Secret>(client, key, names, timeout_seconds))
+                    }
+                    Kind::ConfigMap => {
+                        tokio::spawn(cache.follow::<ConfigMap>(client, key, names, timeout_seconds))
+                    }
                 }
             })
             .collect()
@@ -152,36 +200,59 @@ impl Cache {
     async fn follow<K: Cached>(
         self: Arc<Self>,
         client: kube::Client,
-        namespace: String,
+        key: WatchKey,
         names: Vec<String>,
         timeout_seconds: u32,
     ) {
-        let api: Api<Raw<K>> = Api::namespaced(client, &namespace);
+        let api: Api<Raw<K>> = Api::namespaced(client, &key.namespace);
         let mut named = NamedObjects::new(names);
-        let stream = crate::watch::namespace_wide(api, timeout_seconds);
+        let stream = crate::watch::list_watch(api, key.name.as_deref(), timeout_seconds);
         futures::pin_mut!(stream);
         while let Some(event) = stream.next().await {
             match event {
                 Ok(event) => {
                     if matches!(event, Event::InitDone) {
-                        tracing::debug!(kind = K::KIND.label(), %namespace, "namespace listed");
+                        tracing::debug!(watch = %key, "listed");
                     }
-                    self.observe::<K>(&namespace, named.observe(event));
+                    self.observe_watch::<K>(&key, named.observe(event));
                 }
                 Err(err) if matches!(crate::watch::error_status(&err), Some(401 | 403)) => {
-                    // Roles from before the namespace-wide watches granted list and watch by
-                    // name only: say what is missing, not just that a watch failed.
-                    tracing::error!(kind = K::KIND.label(), %namespace, error = %crate::error::chain(&err), "the apiserver refuses to list and watch {}s in {namespace}; regenerate needs list and watch on every {} of that namespace (manifests/rbac/cert-regeneration-controller.yaml); no pass runs until it can; retrying with backoff", K::KIND.label(), K::KIND.api_kind())
+                    // Say what is missing, not just that a watch failed.
+                    let needs = match &key.name {
+                        None => format!(
+                            "list and watch on every {} of {}",
+                            K::KIND.api_kind(),
+                            key.namespace
+                        ),
+                        Some(name) => format!(
+                            "list and watch on {} {name} (resourceNames) in {}",
+                            K::KIND.api_kind(),
+                            key.namespace
+                        ),
+                    };
+                    tracing::error!(watch = %key, error = %crate::error::chain(&err), "the apiserver refuses to list and watch {key}; regenerate needs {needs} (see manifests/rbac/ and `--namespace-watch-threshold`); no pass runs until it can; retrying with backoff")
                 }
                 Err(err) => {
-                    tracing::warn!(kind = K::KIND.label(), %namespace, error = %crate::error::chain(&err), "watch failed; retrying with backoff")
+                    tracing::warn!(watch = %key, error = %crate::error::chain(&err), "watch failed; retrying with backoff")
                 }
             }
         }
     }
 
-    /// Stores what one watch event changed; bumps the generation if anything did.
+    /// Stores what one event of the namespace-wide watch of `namespace` changed (tests).
+    #[cfg(test)]
     pub fn observe<K: Cached>(&self, namespace: &str, changes: Changes<Raw<K>>) {
+        let key = WatchKey {
+            kind: K::KIND,
+            namespace: namespace.to_owned(),
+            name: None,
+        };
+        self.observe_watch(&key, changes);
+    }
+
+    /// Stores what one event of the watch `key` changed; bumps the generation if anything did.
+    pub fn observe_watch<K: Cached>(&self, key: &WatchKey, changes: Changes<Raw<K>>) {
+        let namespace = key.namespace.as_str();
         let mut state = self.lock();
         let mut changed = false;
         for (name, raw) in changes.changed {
@@ -204,7 +275,7 @@ impl Cache {
                 changed = true;
             }
         }
-        if changes.listed && state.unlisted.remove(&(K::KIND, namespace.to_owned())) {
+        if changes.listed && state.unlisted.remove(key) {
             changed = true;
         }
         drop(state);
@@ -213,7 +284,7 @@ impl Cache {
         }
     }
 
-    /// Resolves once every watched namespace has been listed.
+    /// Resolves once every watch has listed.
     pub async fn ready(&self) {
         let mut generation = self.generation.subscribe();
         while !self.lock().unlisted.is_empty() {
@@ -346,12 +417,16 @@ targets:
 
     #[tokio::test(start_paused = true)]
     async fn one_watch_per_namespace_and_kind_and_ready_once_each_has_listed() {
-        let cache = Cache::new(&config::parse(CONFIG).unwrap());
-        let watched: Vec<String> = cache
-            .watched()
-            .map(|(kind, ns)| format!("{} {ns}", kind.label()))
-            .collect();
-        assert_eq!(watched, ["secret a", "secret b", "configmap b"]);
+        let cache = Cache::new(&config::parse(CONFIG).unwrap(), 0);
+        let watched: Vec<String> = cache.watched().map(ToString::to_string).collect();
+        assert_eq!(
+            watched,
+            [
+                "every secret in a",
+                "every secret in b",
+                "every configmap in b"
+            ]
+        );
         assert_eq!(
             cache.get::<Secret>(&object("a", "signer")),
             Err("not listed yet".to_owned())
@@ -370,7 +445,7 @@ targets:
 
     #[tokio::test(start_paused = true)]
     async fn changes_wake_once_and_our_own_writes_are_known_to_the_watch() {
-        let cache = Cache::new(&config::parse(CONFIG).unwrap());
+        let cache = Cache::new(&config::parse(CONFIG).unwrap(), 0);
         let signer = object("a", "signer");
         cache.observe::<Secret>("a", listed(vec![("signer", Some(raw("signer", "1")))]));
         let mut changes = cache.subscribe();
@@ -391,7 +466,7 @@ targets:
 
     #[tokio::test(start_paused = true)]
     async fn newer_waits_for_a_version_other_than_the_one_written_against() {
-        let cache = Arc::new(Cache::new(&config::parse(CONFIG).unwrap()));
+        let cache = Arc::new(Cache::new(&config::parse(CONFIG).unwrap(), 0));
         let signer = object("a", "signer");
         cache.observe::<Secret>("a", listed(vec![("signer", None)]));
         // Absent, and still absent: times out.
@@ -422,5 +497,43 @@ targets:
         );
         feeder.await.unwrap();
         assert_eq!(version(&cache, &signer), Some("5".into()));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn up_to_the_threshold_each_object_is_watched_by_name_and_ready_once_each_listed() {
+        // Two Secrets in a, one Secret and one ConfigMap in b; threshold 1: the Secrets of a
+        // namespace-wide, the others by name.
+        let cache = Cache::new(&config::parse(CONFIG).unwrap(), 1);
+        let watched: Vec<String> = cache.watched().map(ToString::to_string).collect();
+        assert_eq!(
+            watched,
+            ["every secret in a", "secret b/serving", "configmap b/ca"]
+        );
+        // The default threshold: every object by name.
+        let by_name = Cache::new(&config::parse(CONFIG).unwrap(), 50);
+        assert!(by_name.watched().all(|key| key.name.is_some()));
+        assert_eq!(by_name.watched().count(), 4);
+
+        let ready = cache.ready();
+        tokio::pin!(ready);
+        cache.observe::<Secret>("a", listed(vec![("signer", None), ("other-signer", None)]));
+        let serving = WatchKey {
+            kind: Kind::Secret,
+            namespace: "b".into(),
+            name: Some("serving".into()),
+        };
+        cache.observe_watch::<Secret>(
+            &serving,
+            listed(vec![("serving", Some(raw("serving", "3")))]),
+        );
+        assert!(futures::poll!(&mut ready).is_pending(), "configmap b/ca");
+        let ca = WatchKey {
+            kind: Kind::ConfigMap,
+            namespace: "b".into(),
+            name: Some("ca".into()),
+        };
+        cache.observe_watch::<ConfigMap>(&ca, listed(vec![("ca", None)]));
+        assert!(futures::poll!(&mut ready).is_ready());
+        assert_eq!(version(&cache, &object("b", "serving")), Some("3".into()));
     }
 }

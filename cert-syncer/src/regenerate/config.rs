@@ -36,8 +36,10 @@
 //!     refresh: 15d
 //!     bundle: csr-signer-ca                # every unexpired CA its tls.crt has held
 //!     publish: { namespace: other, delay: 5m }   # a copy, new CAs only after the delay
+//!                                          # (`copy-annotations: true`: with the CA's annotations)
 //! unions:                                  # a bundle that is exactly the union of others
 //!   - { name: csr-controller-ca, bundles: [csr-signer-ca, localhost-serving-ca] }
+//!   - { name: client-ca, bundles: [other/admin-ca, localhost-serving-ca] }  # other: read only
 //! copies:                                  # plain copies of an object's data
 //!   - { configmap: csr-controller-ca, to: { namespace: openshift-config-managed } }
 //! ```
@@ -53,7 +55,7 @@ pub use crate::pki::Identity;
 
 use crate::error::ConfigError;
 use crate::kind::Kind;
-use crate::names::{is_dns_label, is_dns_subdomain, is_hostname_or_ip};
+use crate::names::{canonical_hostname, is_dns_label, is_dns_subdomain, is_hostname_or_ip};
 use crate::time::parse_duration;
 
 /// A namespaced object name.
@@ -127,14 +129,19 @@ pub struct Intermediate {
 pub struct Publish {
     pub object: ObjectRef,
     pub delay: Duration,
+    /// Whether the copy carries the intermediate's annotations (`copy-annotations`; OpenShift's
+    /// `ManageCSRSigner` since 4.15, set per release by `regenerate::release`); otherwise none.
+    pub copy_annotations: bool,
 }
 
 /// A CA bundle ConfigMap that holds exactly the unexpired CAs of its source bundles (library-go's
-/// `CombineCABundleConfigMaps`): sources in order, first occurrence kept.
+/// `CombineCABundleConfigMaps`): sources in order, first occurrence kept, nothing else (a CA that
+/// left every source leaves the union).
 #[derive(Debug, Clone)]
 pub struct Union {
     pub object: ObjectRef,
-    /// Declared bundles (of signers or of intermediates).
+    /// Declared bundles (of signers or of intermediates), or other components' bundles named
+    /// `namespace/name` (read only; a missing one adds nothing).
     pub sources: Vec<ObjectRef>,
 }
 
@@ -209,6 +216,11 @@ impl Rotation {
                 self.bundles
                     .iter()
                     .flat_map(|b| b.include.iter().map(|o| (Kind::ConfigMap, o))),
+            )
+            .chain(
+                self.unions
+                    .iter()
+                    .flat_map(|u| u.sources.iter().map(|o| (Kind::ConfigMap, o))),
             )
             .collect();
         let mut out: Vec<(Kind, &ObjectRef)> = Vec::new();
@@ -307,13 +319,15 @@ struct IntermediateItem {
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
 struct PublishItem {
     namespace: String,
     #[serde(default)]
     name: Option<String>,
     #[serde(default)]
     delay: Option<String>,
+    #[serde(default)]
+    copy_annotations: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -430,7 +444,7 @@ pub fn parse(text: &str) -> Result<Rotation, ConfigError> {
                     config_duration(&item.validity).map_err(|e| format!("validity: {e}"))?;
                 let refresh =
                     config_duration(&item.refresh).map_err(|e| format!("refresh: {e}"))?;
-                check_periods(validity, refresh)?;
+                check_periods(validity, refresh, backdate)?;
                 let annotations = annotate(item.annotations)?;
                 if !seen.insert((Kind::Secret, object.clone())) {
                     return Err(format!("secret {object} is declared twice"));
@@ -539,7 +553,7 @@ pub fn parse(text: &str) -> Result<Rotation, ConfigError> {
                     let mut hostnames: Vec<String> = serving
                         .hostnames
                         .iter()
-                        .map(|h| h.trim().to_ascii_lowercase())
+                        .map(|h| canonical_hostname(h))
                         .collect();
                     if let Some(bad) = hostnames.iter().find(|h| !is_hostname_or_ip(h)) {
                         return Err(format!("hostname {bad:?} is not a DNS name or IP"));
@@ -548,6 +562,14 @@ pub fn parse(text: &str) -> Result<Rotation, ConfigError> {
                     hostnames.dedup();
                     if hostnames.is_empty() {
                         return Err("serving: no hostnames".to_owned());
+                    }
+                    // A name no verifier accepts would be re-issued on every pass, forever.
+                    if let Err(err) = crate::pki::verify::check_serving_names(&hostnames) {
+                        for name in &hostnames {
+                            crate::pki::verify::check_serving_names(std::slice::from_ref(name))
+                                .map_err(|err| format!("hostname {name:?}: {err}"))?;
+                        }
+                        return Err(format!("hostnames: {err}"));
                     }
                     Identity::Serving { hostnames }
                 }
@@ -567,7 +589,7 @@ pub fn parse(text: &str) -> Result<Rotation, ConfigError> {
             };
             let validity = config_duration(&item.validity).map_err(|e| format!("validity: {e}"))?;
             let refresh = config_duration(&item.refresh).map_err(|e| format!("refresh: {e}"))?;
-            check_periods(validity, refresh)?;
+            check_periods(validity, refresh, backdate)?;
             let annotations = annotate(item.annotations)?;
             if !seen.insert((Kind::Secret, object.clone())) {
                 return Err(format!("secret {object} is declared twice"));
@@ -613,7 +635,7 @@ pub fn parse(text: &str) -> Result<Rotation, ConfigError> {
             }
             let validity = config_duration(&item.validity).map_err(|e| format!("validity: {e}"))?;
             let refresh = config_duration(&item.refresh).map_err(|e| format!("refresh: {e}"))?;
-            check_periods(validity, refresh)?;
+            check_periods(validity, refresh, backdate)?;
             let annotations = annotate(item.annotations)?;
             let bundle = item
                 .bundle
@@ -632,6 +654,7 @@ pub fn parse(text: &str) -> Result<Rotation, ConfigError> {
                     Ok(Publish {
                         object: make(p.name.as_deref().unwrap_or(&item.name), Some(p.namespace))?,
                         delay,
+                        copy_annotations: p.copy_annotations,
                     })
                 })
                 .transpose()?;
@@ -686,7 +709,8 @@ pub fn parse(text: &str) -> Result<Rotation, ConfigError> {
         file.unions,
         &mut rotation.broken,
         |item: UnionItem| {
-            let object = object(&item.name, item.namespace)?;
+            let make = &object;
+            let object = make(&item.name, item.namespace)?;
             if item.bundles.is_empty() {
                 return Err("no bundles".to_owned());
             }
@@ -711,6 +735,16 @@ pub fn parse(text: &str) -> Result<Rotation, ConfigError> {
                         .collect();
                     match matches[..] {
                         [one] => Ok((*one).clone()),
+                        // Another component's bundle, read only (OpenShift's `client-ca` folds
+                        // in the installer's and the kube-controller-manager's CAs).
+                        [] if reference.contains('/') => {
+                            let (namespace, name) = reference.split_once('/').unwrap_or_default();
+                            let external = make(name, Some(namespace.to_owned()))?;
+                            if external == object {
+                                return Err(format!("includes itself ({object})"));
+                            }
+                            Ok(external)
+                        }
                         [] => Err(format!("bundle {reference} is not declared (or broken)")),
                         _ => Err(format!(
                             "bundle {reference} is ambiguous: name it as namespace/name"
@@ -789,12 +823,21 @@ fn item_name(value: &serde_norway::Value) -> Option<String> {
     value.get("name")?.as_str().map(str::to_owned)
 }
 
-fn check_periods(validity: Duration, refresh: Duration) -> Result<(), String> {
+fn check_periods(validity: Duration, refresh: Duration, backdate: Duration) -> Result<(), String> {
     if validity < Duration::from_secs(60) {
         return Err("validity must be at least 1m".to_owned());
     }
     if refresh.is_zero() || refresh > validity {
         return Err("refresh must be above zero and at most the validity".to_owned());
+    }
+    // A certificate starts `backdate` in the past: with a refresh period no longer than that,
+    // it is past its refresh time as it is written, and rotate mode re-issues it every pass.
+    if refresh <= backdate {
+        return Err(format!(
+            "refresh must be longer than the backdate ({}s): a certificate starts that far in \
+             the past, and would be due for refresh as it is written",
+            backdate.as_secs()
+        ));
     }
     Ok(())
 }
@@ -904,6 +947,43 @@ targets:
         ] {
             assert!(all.contains(expected), "missing {expected:?} in\n{all}");
         }
+    }
+
+    #[test]
+    fn hostnames_are_canonical_and_a_name_no_verifier_accepts_is_refused_naming_the_item() {
+        let text = r#"
+namespace: ns
+signers:
+  - { name: s, validity: 30d, refresh: 15d }
+bundles:
+  - { name: ca, signers: [s] }
+targets:
+  - { name: wild, signer: s, serving: { hostnames: ["*.apps.example.com", apps.example.com] }, validity: 1d, refresh: 12h }
+  - { name: v6, signer: s, serving: { hostnames: ["2001:0db8::1", "2001:DB8:0:0:0:0:0:1", "::FFFF:10.0.0.1"] }, validity: 1d, refresh: 12h }
+  - { name: partial, signer: s, serving: { hostnames: ["a*.example.com"] }, validity: 1d, refresh: 12h }
+  - { name: inner, signer: s, serving: { hostnames: ["api.*.example.com"] }, validity: 1d, refresh: 12h }
+  - { name: hyphen, signer: s, serving: { hostnames: [ok.example, "-bad.example"] }, validity: 1d, refresh: 12h }
+"#;
+        let rotation = parse(text).unwrap();
+        let hostnames = |i: usize| match &rotation.targets[i].identity {
+            Identity::Serving { hostnames } => hostnames.clone(),
+            Identity::Client { .. } => unreachable!(),
+        };
+        assert_eq!(hostnames(0), ["*.apps.example.com", "apps.example.com"]);
+        assert_eq!(hostnames(1), ["2001:db8::1", "::ffff:10.0.0.1"]);
+        let all: String = rotation
+            .broken
+            .iter()
+            .map(|b| format!("{}: {}\n", b.item, b.reason))
+            .collect();
+        for expected in [
+            "targets[2]: hostname \"a*.example.com\"",
+            "targets[3]: hostname \"api.*.example.com\"",
+            "targets[4]: hostname \"-bad.example\"",
+        ] {
+            assert!(all.contains(expected), "missing {expected:?} in\n{all}");
+        }
+        assert_eq!(rotation.broken.len(), 3, "{all}");
     }
 
     #[test]

@@ -206,7 +206,7 @@ pub fn target(
     }
     // A certificate nothing trusts is as good as expired, in either mode. The rotation
     // operator keeps old CAs in the bundle until they expire, so this never fights it.
-    if let Err(why) = crate::pki::verify_chain(pair, roots, &config.identity, now) {
+    if let Err(why) = crate::pki::verify::verify_chain(pair, roots, &config.identity, now) {
         return Some(Reason::ChainBroken(why));
     }
     if mode == Mode::ExpiredOnly {
@@ -237,6 +237,8 @@ pub fn bundle(existing: &[Cert], signers: &[&Cert], in_use: &[&Cert], now: i64) 
     let mut certs: Vec<Cert> = existing
         .iter()
         .chain(signers.iter().copied())
+        // A leaf is no trust anchor: a bundle holds CAs only.
+        .filter(|c| c.is_ca)
         .filter(|c| {
             !c.is_expired_at(now) || in_use.iter().any(|leaf| crate::pki::issued_by(leaf, c))
         })

@@ -19,7 +19,7 @@
 
 use std::time::Duration;
 
-use rcgen::{Issuer, KeyPair};
+use rcgen::Issuer;
 
 use super::config::Intermediate;
 use super::decide::{self, Found, Mode, Reason};
@@ -143,11 +143,30 @@ pub fn publish_at(source: &Cert, delay: Duration, backdate: Duration) -> i64 {
 pub fn union(sources: &[&[Cert]], now: i64) -> Vec<Cert> {
     let mut certs: Vec<Cert> = Vec::new();
     for cert in sources.iter().flat_map(|s| s.iter()) {
-        if !cert.is_expired_at(now) && !certs.iter().any(|c| c.der == cert.der) {
+        // Only CAs: a leaf in a source bundle is no trust anchor anyone meant to share.
+        if cert.is_ca && !cert.is_expired_at(now) && !certs.iter().any(|c| c.der == cert.der) {
             certs.push(cert.clone());
         }
     }
     certs
+}
+
+/// What an intermediate's bundle collects from its `tls.crt`: the CA itself and, when the next
+/// certificate is a CA that verifiably issued it, that issuer — never anything else the chain
+/// holds (library-go appends every certificate of `tls.crt`; a stray leaf or unrelated CA put
+/// there would become trusted for every client certificate).
+pub fn collected(pair: &KeyPairPem) -> Vec<&Cert> {
+    let mut out: Vec<&Cert> = Vec::new();
+    if let Some(ca) = pair.chain.first().filter(|c| c.is_ca) {
+        out.push(ca);
+        if let Some(issuer) = pair.chain.get(1)
+            && issuer.is_ca
+            && pki::issued_by(ca, issuer)
+        {
+            out.push(issuer);
+        }
+    }
+    out
 }
 
 /// A new intermediate CA with a `key_type` key, signed by `signer`, CN `<name>_@<now>`, valid
@@ -161,7 +180,7 @@ pub fn generate(
     backdate: Duration,
     validity: Duration,
 ) -> Result<KeyPairPem, String> {
-    let ca_key = KeyPair::from_pem(&signer.key_pem).map_err(|e| format!("signer key: {e}"))?;
+    let ca_key = pki::signing_key(&signer.key_pem)?;
     let issuer = Issuer::from_ca_cert_der(&signer.cert().der, ca_key)
         .map_err(|e| format!("signer certificate: {e}"))?;
     let key = key_type.generate()?;
@@ -252,7 +271,7 @@ mod tests {
         )
         .unwrap();
         leaf.chain.push(cert.clone());
-        pki::verify_chain(&leaf, &[signer.cert().clone()], &identity, NOW + 1).unwrap();
+        pki::verify::verify_chain(&leaf, &[signer.cert().clone()], &identity, NOW + 1).unwrap();
         // Never outlives its signer.
         let late = intermediate(&signer, NOW + 50 * DAY);
         assert_eq!(late.cert().not_after, signer.cert().not_after);

@@ -111,12 +111,22 @@ impl Pass<'_> {
                         None
                     }
                     Some(pair) => {
-                        let chain: Vec<&Cert> = pair.chain.iter().collect();
+                        let chain = intermediate::collected(pair);
+                        // Every unexpired CA it held, plus the current one; written without
+                        // the `ca-bundle` label, as `ManageCSRIntermediateCABundle` creates it.
+                        let desired = |certs: &[Cert]| decide::bundle(certs, &chain, &[], self.now);
                         let outcome = match self.read_bundle(bundle).await {
                             Err(err) => Err(err),
                             Ok((map, certs)) => {
-                                self.ensure_bundle(bundle, map, certs, &chain, &[], report)
-                                    .await
+                                self.converge_bundle(
+                                    bundle,
+                                    map,
+                                    certs,
+                                    BundleKind::Collected,
+                                    desired,
+                                    report,
+                                )
+                                .await
                             }
                         };
                         match outcome {
@@ -139,7 +149,7 @@ impl Pass<'_> {
         // 2. Unions, from the contents this pass stored.
         let mut unions: Vec<(ObjectRef, bool)> = Vec::new();
         for config in &rotation.unions {
-            let mut sources: Vec<&[Cert]> = Vec::new();
+            let mut sources: Vec<Vec<Cert>> = Vec::new();
             let mut unavailable = Vec::new();
             for source in &config.sources {
                 let content = rotation
@@ -155,8 +165,14 @@ impl Pass<'_> {
                             .map(|(_, content)| content)
                     });
                 match content {
-                    Some(Some(certs)) => sources.push(certs),
-                    _ => unavailable.push(source.to_string()),
+                    Some(Some(certs)) => sources.push(certs.clone()),
+                    Some(None) => unavailable.push(source.to_string()),
+                    // Another component's bundle, read only: a missing one adds nothing; an
+                    // unreadable one fails the union rather than drop its CAs.
+                    None => match self.read_bundle(source).await {
+                        Ok((_, certs)) => sources.push(certs),
+                        Err(err) => unavailable.push(format!("{source} ({err})")),
+                    },
                 }
             }
             if !unavailable.is_empty() {
@@ -168,7 +184,17 @@ impl Pass<'_> {
                 unions.push((config.object.clone(), false));
                 continue;
             }
+            let sources: Vec<&[Cert]> = sources.iter().map(Vec::as_slice).collect();
             let desired = intermediate::union(&sources, self.now);
+            if desired.is_empty() {
+                // Never an empty client CA bundle: that would lock every client out.
+                report.failures.push(format!(
+                    "configmap {}: skipped, its sources hold no unexpired CA",
+                    config.object
+                ));
+                unions.push((config.object.clone(), false));
+                continue;
+            }
             match self.ensure_union(&config.object, desired, report).await {
                 Ok(certs) => {
                     self.note_bundle(&config.object, &certs, report);
@@ -203,8 +229,18 @@ impl Pass<'_> {
                 ));
                 continue;
             }
+            // The source's annotations (its dates, issuer, refresh period, component), as
+            // OpenShift's `ManageCSRSigner` copies them since 4.15.
+            let annotations = if publish.copy_annotations {
+                match self.read_secret(&config.object).await {
+                    Ok((Some(secret), _)) => secret.metadata.annotations.unwrap_or_default(),
+                    _ => BTreeMap::new(),
+                }
+            } else {
+                BTreeMap::new()
+            };
             if let Err(err) = self
-                .ensure_published(&publish.object, pair, publish.delay, report)
+                .ensure_published(&publish.object, pair, publish.delay, &annotations, report)
                 .await
             {
                 report
@@ -361,6 +397,7 @@ impl Pass<'_> {
         object: &ObjectRef,
         source: &KeyPairPem,
         delay: std::time::Duration,
+        annotations: &BTreeMap<String, String>,
         report: &mut Report,
     ) -> Result<(), String> {
         let api: Api<Secret> = Api::namespaced(self.client.clone(), &object.namespace);
@@ -389,6 +426,12 @@ impl Pass<'_> {
                 }
                 Publication::Now { label, reason } => (label, reason),
             };
+            if self
+                .held("published", "secret", object, label, &reason, report)
+                .await
+            {
+                return Ok(());
+            }
             let data = BTreeMap::from([
                 (
                     "tls.crt".to_owned(),
@@ -399,7 +442,7 @@ impl Pass<'_> {
                     ByteString(source.key_pem.clone().into_bytes()),
                 ),
             ]);
-            let secret = match existing.clone() {
+            let mut secret = match existing.clone() {
                 Some(mut secret) => {
                     secret.data = Some(data);
                     secret
@@ -415,6 +458,16 @@ impl Pass<'_> {
                     ..Secret::default()
                 },
             };
+            // Every annotation the source has, with the source's value (library-go's
+            // `ApplySecret` merge): none of the previous CA's dates stays behind.
+            if !annotations.is_empty() {
+                secret
+                    .metadata
+                    .annotations
+                    .get_or_insert_with(BTreeMap::new)
+                    .extend(annotations.clone());
+            }
+            self.may_write(object)?;
             let result = match &existing {
                 None => api.create(&PostParams::default(), &secret).await,
                 Some(_) => {

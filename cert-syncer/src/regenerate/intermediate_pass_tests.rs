@@ -46,6 +46,8 @@ async fn pass(api: &FakeApi, rotation: &Rotation, mode: Mode, now: i64) -> Repor
         apiserver_now: None,
         events: &events,
         reads: Reads::Live,
+        brake: None,
+        lease_lost: None,
     }
     .run()
     .await
@@ -262,6 +264,20 @@ bundles:
         again.written.is_empty() && again.failures.is_empty(),
         "{again:?}"
     );
+    // Exact (issue 28, F5): a CA that left the included bundle leaves this one on the next
+    // pass; the bundle's own signer's CA stays.
+    api.put(
+        "/api/v1/namespaces/managed/configmaps/csr-controller-ca",
+        serde_json::json!({
+            "metadata": { "name": "csr-controller-ca", "namespace": "managed" },
+            "data": { "ca-bundle.crt": "" }
+        }),
+    );
+    let report = pass(&api, &rotation, Mode::ExpiredOnly, now + 3).await;
+    assert_eq!(written(&report), ["bundle kas/client-ca ca-removed"]);
+    let client_ca = bundle(&api, "kas", "client-ca");
+    assert_eq!(client_ca.len(), 1);
+    assert!(!has(&client_ca, csr.cert()));
     // An include that is not namespace/name is a broken item.
     let broken = config::parse(
         "namespace: kas\nsigners: [{ name: s, validity: 1d, refresh: 12h }]\nbundles: [{ name: b, signers: [s], include: [nowhere] }]\n",
@@ -271,5 +287,221 @@ bundles:
         broken.broken[0].reason.contains("namespace/name"),
         "{:?}",
         broken.broken
+    );
+}
+
+#[tokio::test]
+async fn an_intermediates_bundle_collects_the_ca_and_its_verified_issuer_only() {
+    // Issue 28, F5: csr-signer-ca took every certificate of csr-signer's tls.crt, so an
+    // unrelated CA (or a leaf) put there became trusted for every client certificate.
+    let api = FakeApi::new();
+    let rotation = config::parse(CONFIG).unwrap();
+    let now = crate::time::unix_now();
+    let report = pass(&api, &rotation, Mode::ExpiredOnly, now).await;
+    assert!(report.failures.is_empty(), "{:?}", report.failures);
+    let ca = pair(&api, "op", "csr-signer");
+    let issuer = pair(&api, "op", "csr-signer-signer");
+    let day = std::time::Duration::from_secs(86_400);
+    let stranger = pki::new_signer("stranger", now, Default::default(), day).unwrap();
+    let leaf = pki::new_leaf(
+        &stranger,
+        &pki::Identity::Client {
+            user: "someone".into(),
+            groups: vec![],
+        },
+        now,
+        Default::default(),
+        day,
+    )
+    .unwrap();
+    // The same CA and key, its tls.crt now with a stranger CA and a leaf after the issuer.
+    let mut secret = secret(&api, "op", "csr-signer");
+    let chain = pki::bundle_pem(&[
+        ca.cert().clone(),
+        issuer.cert().clone(),
+        stranger.cert().clone(),
+        leaf.cert().clone(),
+    ]);
+    secret.data.as_mut().unwrap().insert(
+        "tls.crt".into(),
+        k8s_openapi::ByteString(chain.into_bytes()),
+    );
+    api.put(
+        "/api/v1/namespaces/op/secrets/csr-signer",
+        serde_json::to_value(&secret).unwrap(),
+    );
+    let report = pass(&api, &rotation, Mode::ExpiredOnly, now + 1).await;
+    assert!(report.failures.is_empty(), "{:?}", report.failures);
+    for (ns, name) in [("op", "csr-signer-ca"), ("op", "csr-controller-ca")] {
+        let held = bundle(&api, ns, name);
+        assert!(
+            has(&held, ca.cert()) && has(&held, issuer.cert()),
+            "{ns}/{name}"
+        );
+        assert!(
+            !has(&held, stranger.cert()),
+            "{ns}/{name} trusts the stranger CA"
+        );
+        assert!(!has(&held, leaf.cert()), "{ns}/{name} holds a leaf");
+    }
+}
+
+/// Two copies of objects nothing here writes: a CA bundle and a client certificate.
+const COPIES: &str = r#"
+namespace: op
+copies:
+  - { configmap: ca, namespace: src, to: { namespace: dst } }
+  - { secret: client, namespace: src, to: { namespace: dst } }
+"#;
+
+fn put_secret(api: &FakeApi, ns: &str, name: &str, cert: &[u8], key: &[u8]) {
+    let data = [("tls.crt", cert), ("tls.key", key)]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), k8s_openapi::ByteString(v.to_vec())))
+        .collect();
+    let secret = Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(ns.into()),
+            ..Default::default()
+        },
+        type_: Some("kubernetes.io/tls".into()),
+        data: Some(data),
+        ..Default::default()
+    };
+    api.put(
+        &format!("/api/v1/namespaces/{ns}/secrets/{name}"),
+        serde_json::to_value(secret).unwrap(),
+    );
+}
+
+fn put_bundle(api: &FakeApi, ns: &str, name: &str, pem: &str) {
+    let map = ConfigMap {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(ns.into()),
+            ..Default::default()
+        },
+        data: Some([("ca-bundle.crt".to_owned(), pem.to_owned())].into()),
+        ..Default::default()
+    };
+    api.put(
+        &format!("/api/v1/namespaces/{ns}/configmaps/{name}"),
+        serde_json::to_value(map).unwrap(),
+    );
+}
+
+fn config_map(api: &FakeApi, ns: &str, name: &str) -> ConfigMap {
+    serde_json::from_value(
+        api.get(&format!("/api/v1/namespaces/{ns}/configmaps/{name}"))
+            .unwrap(),
+    )
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_copy_is_never_replaced_by_an_emptied_truncated_expired_or_garbage_source() {
+    let api = FakeApi::new();
+    let rotation = config::parse(COPIES).unwrap();
+    assert!(rotation.broken.is_empty(), "{:?}", rotation.broken);
+    let now = crate::time::unix_now();
+    let day = std::time::Duration::from_secs(86_400);
+    let good = pki::new_signer("good", now, Default::default(), day).unwrap();
+    let expired = pki::new_signer("old", now - 10 * 86_400, Default::default(), day).unwrap();
+    put_secret(
+        &api,
+        "src",
+        "client",
+        good.cert_pem().as_bytes(),
+        good.key_pem.as_bytes(),
+    );
+    put_bundle(&api, "src", "ca", &good.cert_pem());
+    let client = api.client();
+    let events = EventRecorder::new(client.clone(), "op", Some("regenerate-pod"));
+    let run = || Pass {
+        client: &client,
+        rotation: &rotation,
+        mode: Mode::ExpiredOnly,
+        now,
+        apiserver_now: None,
+        events: &events,
+        reads: Reads::Live,
+        lease_lost: None,
+        brake: None,
+    };
+    let report = run().run().await;
+    assert!(report.failures.is_empty(), "{:?}", report.failures);
+    assert_eq!(
+        written(&report),
+        ["copy dst/ca missing", "copy dst/client missing"]
+    );
+    let (copied_secret, copied_map) = (
+        secret(&api, "dst", "client").data,
+        config_map(&api, "dst", "ca").data,
+    );
+
+    let cert = good.cert_pem();
+    let truncated = &cert[..cert.len() / 2];
+    let expired_cert = expired.cert_pem();
+    let bad: [(&str, &[u8], &[u8]); 4] = [
+        ("emptied", b"", b""),
+        ("truncated", truncated.as_bytes(), good.key_pem.as_bytes()),
+        (
+            "expired",
+            expired_cert.as_bytes(),
+            expired.key_pem.as_bytes(),
+        ),
+        ("garbage", b"not a certificate", b"not a key"),
+    ];
+    for (what, cert, key) in bad {
+        put_secret(&api, "src", "client", cert, key);
+        put_bundle(&api, "src", "ca", std::str::from_utf8(cert).unwrap());
+        let report = run().run().await;
+        assert!(report.written.is_empty(), "{what}: {:?}", report.written);
+        assert_eq!(secret(&api, "dst", "client").data, copied_secret, "{what}");
+        assert_eq!(config_map(&api, "dst", "ca").data, copied_map, "{what}");
+        assert_eq!(report.failures.len(), 2, "{what}: {:?}", report.failures);
+        for failure in &report.failures {
+            assert!(
+                failure.contains("not copied from src/"),
+                "{what}: {failure}"
+            );
+        }
+    }
+    // Each refusal said so in an Event on the pod, naming the source and the copy.
+    let refused: Vec<String> = api
+        .objects_under("/api/v1/namespaces/op/events/")
+        .into_iter()
+        .filter(|e| e["reason"] == "CopyRefused")
+        .map(|e| e["message"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert!(
+        refused
+            .iter()
+            .any(|m| m.contains("dst/client") && m.contains("src/client")),
+        "{refused:?}"
+    );
+    assert!(
+        refused
+            .iter()
+            .any(|m| m.contains("dst/ca") && m.contains("src/ca")),
+        "{refused:?}"
+    );
+
+    // A renewed source is copied again.
+    let renewed = pki::new_signer("renewed", now, Default::default(), day).unwrap();
+    put_secret(
+        &api,
+        "src",
+        "client",
+        renewed.cert_pem().as_bytes(),
+        renewed.key_pem.as_bytes(),
+    );
+    put_bundle(&api, "src", "ca", &renewed.cert_pem());
+    let report = run().run().await;
+    assert!(report.failures.is_empty(), "{:?}", report.failures);
+    assert_eq!(
+        written(&report),
+        ["copy dst/ca changed", "copy dst/client changed"]
     );
 }

@@ -8,6 +8,8 @@
 //! | `cert_regenerate_certificate_not_after_timestamp_seconds` | `kind`, `object` | notAfter of every managed certificate (bundles: the earliest CA) |
 //! | `cert_regenerate_last_pass_timestamp_seconds` | | end of the last pass |
 //! | `cert_regenerate_broken_config_items` | | config items skipped as invalid |
+//! | `cert_regenerate_writes_held_total` | `kind`, `object` | writes the per-object write budget withheld (a write loop: see `brake`) |
+//! | `cert_regenerate_held_objects` | | objects the last pass did not write because their write budget was spent |
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -39,6 +41,8 @@ pub struct Metrics {
     pub not_after: Family<CertLabels, Gauge>,
     pub last_pass: Gauge,
     pub broken: Gauge,
+    pub held: Family<CertLabels, Counter>,
+    pub held_objects: Gauge,
 }
 
 impl Metrics {
@@ -74,6 +78,16 @@ impl Metrics {
             "Config items skipped as invalid",
             metrics.broken.clone(),
         );
+        registry.register(
+            "cert_regenerate_writes_held",
+            "Writes withheld because the object was written too often within the window (a write loop)",
+            metrics.held.clone(),
+        );
+        registry.register(
+            "cert_regenerate_held_objects",
+            "Objects the last pass did not write because their write budget was spent",
+            metrics.held_objects.clone(),
+        );
         metrics
     }
 
@@ -88,6 +102,15 @@ impl Metrics {
                 })
                 .inc();
         }
+        for held in &report.held {
+            self.held
+                .get_or_create(&CertLabels {
+                    kind: held.kind,
+                    object: held.object.to_string(),
+                })
+                .inc();
+        }
+        self.held_objects.set(report.held.len() as i64);
         self.failures.inc_by(report.failures.len() as u64);
         self.conflicts.inc_by(report.conflicts);
         let mut earliest: std::collections::BTreeMap<(&'static str, String), i64> =

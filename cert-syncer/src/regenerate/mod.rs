@@ -16,7 +16,10 @@
 //!   read there, not with a GET per object);
 //! - this module: the loop. A pass runs once every watched namespace has been listed, whenever
 //!   a declared object changes, and when the next expiry (or rotation point) is reached: a timer
-//!   aligned to the data, not a polling period. Failed passes are retried with backoff.
+//!   aligned to the data, not a polling period. Failed passes are retried with backoff;
+//! - `brake`: each object's write budget, so a rule that does not settle or another controller
+//!   that disagrees cannot make an endless write loop (Event `RegenerationLoop`, a metric,
+//!   `/readyz`); `settle_tests` checks the rules settle over generated configs and states.
 //!
 //! Clock skew: each pass also reads the apiserver's clock (the `Date` of a `GET /version`) and decides at
 //! `min(local, apiserver)` (`clocks`), so a local clock that jumped ahead expires, prunes and
@@ -27,6 +30,7 @@
 //! was ahead and are regenerated (`decide::not_yet_valid`) rather than blocking every pass.
 
 mod annotations;
+mod brake;
 mod cache;
 pub mod config;
 mod copies;
@@ -36,12 +40,17 @@ mod intermediate_pass;
 #[cfg(test)]
 mod intermediate_pass_tests;
 mod keys;
+#[cfg(test)]
+mod loop_tests;
 mod metrics;
 mod pass;
 #[cfg(test)]
 mod pass_tests;
 mod profile;
+pub mod release;
 mod settings;
+#[cfg(test)]
+mod settle_tests;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -49,6 +58,7 @@ use std::time::Duration;
 use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 
+pub(crate) use cache::watch_plan;
 pub use decide::Mode;
 pub use keys::KeyType;
 pub use profile::Profile;
@@ -93,6 +103,29 @@ impl PassTimer {
             .min(MAX_SLEEP)
     }
 
+    /// The sleep after `report`'s pass (made at `pass_now`): after a failure the backoff,
+    /// else until the next deadline; a pass that wrote without failures is followed by another
+    /// at once (a write can change the decision for an item earlier in the order: a bundle
+    /// prunes an expired CA once the leaves it issued are re-issued; the cache already holds our
+    /// writes, so their watch events wake nothing). Never longer than until a write the brake
+    /// held may be made. What bounds the passes a write loop makes is the brake (each object's
+    /// write budget): a pass that only holds writes writes nothing, and the loop sleeps.
+    fn after_pass(&mut self, report: &pass::Report, pass_now: i64) -> Duration {
+        let sleep = if !report.failures.is_empty() {
+            self.after_failure()
+        } else if !report.written.is_empty() {
+            self.retry = Duration::from_secs(1);
+            Duration::ZERO
+        } else {
+            self.after_success(report.next_deadline, pass_now)
+        };
+        report
+            .held
+            .iter()
+            .map(|held| held.release_in)
+            .fold(sleep, Duration::min)
+    }
+
     /// The sleep after a pass with failures.
     fn after_failure(&mut self) -> Duration {
         let sleep = self.retry;
@@ -127,6 +160,8 @@ pub(crate) async fn run(args: Settings) -> anyhow::Result<()> {
             now,
             apiserver_now,
             events: &events,
+            brake: None,
+            lease_lost: None,
         }
         .run()
         .await;
@@ -215,10 +250,11 @@ pub(crate) async fn run(args: Settings) -> anyhow::Result<()> {
         }));
     }
 
-    // One list+watch per namespace and kind; any change of a declared object wakes the loop.
-    let cache = Arc::new(Cache::new(&rotation));
+    // One list+watch per declared object, or per namespace and kind above
+    // --namespace-watch-threshold; any change of a declared object wakes the loop.
+    let cache = Arc::new(Cache::new(&rotation, args.namespace_watch_threshold));
     let watches = cache.spawn_watches(&client, connection.watch_timeout_seconds);
-    tracing::info!(mode = ?args.mode, signers = rotation.signers.len(), bundles = rotation.bundles.len(), targets = rotation.targets.len(), watches = ?cache.watched().map(|(kind, ns)| format!("{}s in {ns}", kind.label())).collect::<Vec<_>>(), "regeneration controller started");
+    tracing::info!(mode = ?args.mode, signers = rotation.signers.len(), bundles = rotation.bundles.len(), targets = rotation.targets.len(), watches = ?cache.watched().map(ToString::to_string).collect::<Vec<_>>(), "regeneration controller started");
     let stop = |watches: Vec<tokio::task::JoinHandle<()>>| {
         for watch in watches {
             watch.abort();
@@ -227,7 +263,7 @@ pub(crate) async fn run(args: Settings) -> anyhow::Result<()> {
     // The first pass waits for every namespace's list: a pass on a partial cache would take
     // objects not listed yet for failures.
     tokio::select! {
-        () = cache.ready() => tracing::debug!("every watched namespace listed"),
+        () = cache.ready() => tracing::debug!("every watch listed"),
         () = shutdown.cancelled() => {
             stop(watches);
             if let Some(holder) = holder {
@@ -244,6 +280,7 @@ pub(crate) async fn run(args: Settings) -> anyhow::Result<()> {
     let mut changes = cache.subscribe();
 
     let mut timer = PassTimer::default();
+    let brake = brake::Brake::default();
     let mut sleep_for = Duration::ZERO;
     loop {
         tokio::select! {
@@ -268,27 +305,40 @@ pub(crate) async fn run(args: Settings) -> anyhow::Result<()> {
             now: pass_now,
             apiserver_now,
             events: &events,
+            brake: Some(&brake),
+            lease_lost: Some(&lost),
         }
         .run()
         .await;
+        for write in &report.written {
+            brake.record(write.kind, &write.object);
+        }
         metrics.record(&report);
         log_report(&report);
+        if lost.is_cancelled() {
+            // The pass stopped writing when the Lease was lost.
+            let reason = lost_reason
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone();
+            stop(watches);
+            return Err(anyhow::anyhow!(
+                "lost leadership during a pass: {reason}; exiting so the kubelet restarts us as a candidate"
+            ));
+        }
         record_failures(&events, &report).await;
         if report.failures.is_empty() {
             readiness.clear("pass");
-            sleep_for = timer.after_success(report.next_deadline, pass_now);
-            tracing::debug!(next = ?sleep_for, "pass complete");
         } else {
             readiness.block("pass", report.failures.join("; "));
-            sleep_for = timer.after_failure();
         }
-        // A pass that wrote is followed by another at once: a write can change the decision
-        // for an item earlier in the order (a bundle prunes an expired CA once the leaves it
-        // issued are re-issued). The cache already holds our writes, so their watch events wake
-        // nothing; this is the pass they used to wake.
-        if !report.written.is_empty() {
-            sleep_for = Duration::ZERO;
+        if report.held.is_empty() {
+            readiness.clear("loop");
+        } else {
+            readiness.block("loop", held_summary(&report.held));
         }
+        sleep_for = timer.after_pass(&report, pass_now);
+        tracing::debug!(next = ?sleep_for, "pass complete");
     }
     stop(watches);
     if let Some(holder) = holder {
@@ -305,11 +355,16 @@ pub(crate) async fn run(args: Settings) -> anyhow::Result<()> {
 /// Never for the built-in profiles (their tests parse them).
 pub fn profile_objects(chosen: Profile) -> Result<config::Rotation, ConfigError> {
     let placeholders = profile::Flags {
-        service_network_ip: Some(std::net::Ipv4Addr::LOCALHOST.into()),
+        service_network_ips: vec![std::net::Ipv4Addr::LOCALHOST.into()],
         api_hostname: Some("api.invalid".into()),
         api_int_hostname: Some("api-int.invalid".into()),
     };
-    profile::build(chosen, &profile::ClusterValues::default(), &placeholders)
+    profile::build(
+        chosen,
+        release::find(release::DEFAULT)?,
+        &profile::ClusterValues::default(),
+        &placeholders,
+    )
 }
 
 /// The config file, or the built-in profile with the cluster's hostnames; `--key-type` applied.
@@ -332,11 +387,13 @@ async fn load_rotation(
                 profile::ClusterValues::default()
             };
             let flags = profile::Flags {
-                service_network_ip: args.service_network_ip,
+                service_network_ips: args.service_network_ip.clone(),
                 api_hostname: args.api_hostname.clone(),
                 api_int_hostname: args.api_int_hostname.clone(),
             };
-            profile::build(chosen, &cluster, &flags)?
+            let release = release::find(&args.openshift_version)?;
+            tracing::info!(openshift_version = %release.version, kube_apiserver = %release.kube_apiserver, "the release the profile models");
+            profile::build(chosen, release, &cluster, &flags)?
         }
         (None, None) => return Err(ConfigError("--config or --profile is required".into())),
     };
@@ -368,6 +425,28 @@ async fn clocks(
         );
     }
     (decide::trusted_now(local, apiserver), apiserver)
+}
+
+/// What `/readyz` says while the brake holds writes.
+fn held_summary(held: &[brake::Held]) -> String {
+    let objects: Vec<String> = held
+        .iter()
+        .map(|h| {
+            format!(
+                "{} {} (until {}s from the pass)",
+                h.kind,
+                h.object,
+                h.release_in.as_secs()
+            )
+        })
+        .collect();
+    format!(
+        "write loop: {} object(s) written {} times within {}s and held (Event RegenerationLoop): {}",
+        held.len(),
+        brake::BUDGET,
+        brake::WINDOW.as_secs(),
+        objects.join(", ")
+    )
 }
 
 /// One Warning Event per failed item (rate-limited per item by the recorder).

@@ -15,8 +15,10 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::Api;
 use kube::api::{ObjectMeta, PostParams};
+use tokio_util::sync::CancellationToken;
 
 use super::annotations;
+use super::brake::{Brake, Held};
 use super::cache::{Cache, Cached};
 use super::config::{Identity, ObjectRef, Rotation};
 use super::decide::{self, Found, Mode, Reason};
@@ -65,6 +67,8 @@ pub struct Report {
     pub next_deadline: Option<i64>,
     /// Writes refused with 409 (read again and decided again).
     pub conflicts: u64,
+    /// Writes the brake withheld (see `brake`).
+    pub held: Vec<Held>,
 }
 
 /// One write.
@@ -97,6 +101,11 @@ pub struct Pass<'a> {
     /// The apiserver's clock at the start of the pass ([`apiserver_time`]), if it answered.
     pub apiserver_now: Option<i64>,
     pub events: &'a EventRecorder,
+    /// The per-object write budget of the controller's loop (`None`: `--once`, one pass).
+    pub brake: Option<&'a Brake>,
+    /// With `--leader-elect`: cancelled when the Lease is lost. Checked before every write, so
+    /// a pass running when the Lease is lost writes nothing more (a standby may be leading).
+    pub lease_lost: Option<&'a CancellationToken>,
 }
 
 impl Pass<'_> {
@@ -118,29 +127,24 @@ impl Pass<'_> {
         for bundle in &rotation.bundles {
             bundles.push(self.read_bundle(&bundle.object).await);
         }
+        // A signer or target counts for the clock only when a regenerate (or library-go) wrote
+        // it (its not-before annotation matches the certificate): our own fresh certificate in
+        // the future means our clock is behind. Anything else with a future notBefore (written
+        // by someone else, a foreign CA in a bundle) is no evidence about our clock: such a
+        // signer or target is skipped on its own below, and bundle CAs do not count at all, so
+        // one stray cannot stop every regeneration when the apiserver's `Date` is missing.
         let mut seen: Vec<(String, &Cert)> = Vec::new();
-        for (config, read) in rotation.signers.iter().zip(&signers) {
-            if let Ok((_, Some(Ok(pair)))) = read {
-                seen.push((format!("secret {}", config.object), pair.cert()));
-            }
-        }
-        // A target counts for the clock when a regenerate wrote it (its not-before annotation
-        // matches the certificate): our own fresh leaf in the future means our clock is behind.
-        // Any other target with a future notBefore (written by someone else) is skipped on its
-        // own below: one stray must not stop every regeneration. Either way nothing is written
-        // to it, so the annotation only chooses between two refusals.
-        for (config, read) in rotation.targets.iter().zip(&targets) {
+        for (config, read) in rotation
+            .signers
+            .iter()
+            .map(|s| &s.object)
+            .zip(&signers)
+            .chain(rotation.targets.iter().map(|t| &t.object).zip(&targets))
+        {
             if let Ok((Some(secret), Some(Ok(pair)))) = read
                 && written_by_us(secret, pair.cert())
             {
-                seen.push((format!("secret {}", config.object), pair.cert()));
-            }
-        }
-        for (config, read) in rotation.bundles.iter().zip(&bundles) {
-            if let Ok((_, certs)) = read {
-                for cert in certs {
-                    seen.push((format!("configmap {}", config.object), cert));
-                }
+                seen.push((format!("secret {config}"), pair.cert()));
             }
         }
         if let Err(reason) = decide::clock_check(
@@ -164,6 +168,26 @@ impl Pass<'_> {
         for (config, read) in rotation.signers.iter().zip(signers) {
             let outcome = match read {
                 Err(err) => Err(err),
+                // Someone else's signer from the future by our clock (and the apiserver's, if
+                // it told us) is left alone and reported, as a target is below.
+                Ok((Some(secret), Some(Ok(pair))))
+                    if !written_by_us(&secret, pair.cert())
+                        && decide::clock_check(
+                            [(format!("secret {}", config.object).as_str(), pair.cert())],
+                            rotation.backdate,
+                            self.now,
+                            self.apiserver_now,
+                        )
+                        .is_err() =>
+                {
+                    Err(format!(
+                        "skipped: its certificate starts at {}, later than now ({}) by more \
+                         than the {}s margin, and it was not written by a regenerate",
+                        rfc3339(pair.cert().not_before),
+                        rfc3339(self.now),
+                        rotation.backdate.as_secs()
+                    ))
+                }
                 Ok((object, found)) => {
                     self.ensure_secret(
                         &config.object,
@@ -271,6 +295,22 @@ impl Pass<'_> {
                 .filter(|(signer, _)| config.signers.contains(signer))
                 .map(|(_, cert)| cert)
                 .collect();
+            // What the bundle already holds stays until it expires (the rotation overlap) —
+            // except, in a bundle that includes others, CAs of none of its own signers: those
+            // are exactly what its includes hold now, so a CA that left its source leaves.
+            let own: Vec<String> = config
+                .signers
+                .iter()
+                .filter_map(|i| current_signers[*i].as_ref())
+                .filter_map(|pair| pair.cert().common_name.as_deref().map(signer_cn_prefix))
+                .collect();
+            let keep = |cert: &Cert| {
+                config.include.is_empty()
+                    || cert
+                        .common_name
+                        .as_deref()
+                        .is_some_and(|cn| own.iter().any(|p| cn.starts_with(p.as_str())))
+            };
             let outcome = match read {
                 Err(err) => Err(err),
                 Ok((object, existing)) => {
@@ -280,6 +320,7 @@ impl Pass<'_> {
                         existing,
                         &signer_certs,
                         &leaves,
+                        &keep,
                         &mut report,
                     )
                     .await
@@ -516,12 +557,66 @@ impl Pass<'_> {
         cache.get::<K>(object)
     }
 
+    /// Whether this replica may still write `object`: not once the Lease is lost.
+    pub(super) fn may_write(&self, object: &ObjectRef) -> Result<(), String> {
+        match self.lease_lost {
+            Some(lost) if lost.is_cancelled() => Err(format!(
+                "not written: this replica lost the leader-election lease during the pass ({object} left as it is)"
+            )),
+            _ => Ok(()),
+        }
+    }
+
     /// Our own successful write, into the cache (see [`Cache::written`]).
     pub(super) fn remember<K: Cached>(&self, object: &ObjectRef, read: Option<&K>, written: &K) {
         if let Reads::Cached(cache) = self.reads {
             let based_on = read.and_then(|o| o.meta().resource_version.clone());
             cache.written(object, based_on.as_deref(), written);
         }
+    }
+
+    /// Whether the write budget withholds this write of `object` (see `brake`): if so it is
+    /// logged, reported and recorded as a `RegenerationLoop` Event, and the caller keeps the
+    /// object as it is. `resource` is the object's resource for the Event (`secret`).
+    pub(super) async fn held(
+        &self,
+        kind: &'static str,
+        resource: &str,
+        object: &ObjectRef,
+        reason_label: &str,
+        reason: &str,
+        report: &mut Report,
+    ) -> bool {
+        let Some(brake) = self.brake else {
+            return false;
+        };
+        let Some(release_in) = brake.holds(kind, object, reason_label) else {
+            return false;
+        };
+        let message = format!(
+            "{resource} {object} was written {} times within {}s and would be written again \
+             ({reason}): not before {}s from now. Its writes do not settle: another controller \
+             may disagree about it, or a rule rejects what it wrote",
+            brake.budget(),
+            brake.window().as_secs(),
+            release_in.as_secs().max(1)
+        );
+        tracing::warn!(kind, %object, %reason, release_in_seconds = release_in.as_secs(), "write withheld: the object's write budget is spent (RegenerationLoop)");
+        self.events
+            .record(
+                "RegenerationLoop",
+                &format!("{resource}/{object}"),
+                message,
+                true,
+            )
+            .await;
+        report.held.push(Held {
+            kind,
+            object: object.clone(),
+            reason: reason.to_owned(),
+            release_in,
+        });
+        true
     }
 
     pub(super) async fn read_secret(&self, object: &ObjectRef) -> ReadSecret {
@@ -587,6 +682,24 @@ impl Pass<'_> {
                     _ => Err("kept without a usable pair (a bug)".to_owned()),
                 };
             };
+            if self
+                .held(
+                    kind,
+                    "secret",
+                    object,
+                    reason.label(),
+                    &reason.to_string(),
+                    report,
+                )
+                .await
+            {
+                return match found {
+                    Some(Ok(pair)) => Ok(pair),
+                    _ => {
+                        Err("not rewritten: held by the write budget (RegenerationLoop)".to_owned())
+                    }
+                };
+            }
             let pair = generate(&found)?;
             let mut secret = secret_with(existing.clone(), object, kind, &pair);
             secret
@@ -599,6 +712,7 @@ impl Pass<'_> {
                 .annotations
                 .get_or_insert_with(BTreeMap::new)
                 .extend(self.declared_annotations(ObjectKind::Secret, object));
+            self.may_write(object)?;
             let result = match &existing {
                 None => api.create(&PostParams::default(), &secret).await,
                 Some(_) => {
@@ -649,7 +763,9 @@ impl Pass<'_> {
         Err(format!("still conflicting after {MAX_ATTEMPTS} attempts"))
     }
 
-    /// Brings one bundle to its desired content; returns the content now stored.
+    /// Brings one bundle to its desired content; returns the content now stored. Of what it
+    /// holds, only the certificates `keep` accepts can stay.
+    #[allow(clippy::too_many_arguments)]
     pub(super) async fn ensure_bundle(
         &self,
         object: &ObjectRef,
@@ -657,10 +773,12 @@ impl Pass<'_> {
         certs: Vec<Cert>,
         signers: &[&Cert],
         in_use: &[&Cert],
+        keep: &dyn Fn(&Cert) -> bool,
         report: &mut Report,
     ) -> Result<Vec<Cert>, String> {
         let desired = |certs: &[Cert]| {
-            let mut desired = decide::bundle(certs, signers, in_use, self.now);
+            let kept: Vec<Cert> = certs.iter().filter(|c| keep(c)).cloned().collect();
+            let mut desired = decide::bundle(&kept, signers, in_use, self.now);
             if signers.len() > 1 {
                 decide::order_by_signer(&mut desired, signers);
             }
@@ -710,6 +828,7 @@ impl Pass<'_> {
                 .await?
             {
                 BundleWrite::Written => return Ok(desired),
+                BundleWrite::Held => return Ok(certs),
                 BundleWrite::Conflict(now) => {
                     existing = now.map(|map| *map);
                     certs = bundle_certs(object, existing.as_ref());
@@ -743,7 +862,7 @@ impl Pass<'_> {
                         LABEL_TYPE.to_owned(),
                         "ca-bundle".to_owned(),
                     )])),
-                    BundleKind::Union => None,
+                    BundleKind::Union | BundleKind::Collected => None,
                 },
                 ..ObjectMeta::default()
             },
@@ -756,6 +875,29 @@ impl Pass<'_> {
             .annotations
             .get_or_insert_with(BTreeMap::new)
             .extend(self.declared_annotations(ObjectKind::ConfigMap, object));
+        let added = desired
+            .iter()
+            .filter(|c| !certs.iter().any(|o| o.der == c.der))
+            .count();
+        let removed = certs
+            .iter()
+            .filter(|c| !desired.iter().any(|d| d.der == c.der))
+            .count();
+        let reason_label = match (existing, added, removed) {
+            (None, _, _) => "missing",
+            (_, 0, 0) => "unparsable",
+            (_, _, 0) => "ca-added",
+            (_, 0, _) => "ca-removed",
+            _ => "ca-replaced",
+        };
+        let reason = format!("{added} added, {removed} removed");
+        if self
+            .held("bundle", "configmap", object, reason_label, &reason, report)
+            .await
+        {
+            return Ok(BundleWrite::Held);
+        }
+        self.may_write(object)?;
         let result = match existing {
             None => api.create(&PostParams::default(), &map).await,
             Some(_) => {
@@ -766,21 +908,6 @@ impl Pass<'_> {
         match result {
             Ok(written) => {
                 self.remember(object, existing, &written);
-                let added = desired
-                    .iter()
-                    .filter(|c| !certs.iter().any(|o| o.der == c.der))
-                    .count();
-                let removed = certs
-                    .iter()
-                    .filter(|c| !desired.iter().any(|d| d.der == c.der))
-                    .count();
-                let reason_label = match (existing, added, removed) {
-                    (None, _, _) => "missing",
-                    (_, 0, 0) => "unparsable",
-                    (_, _, 0) => "ca-added",
-                    (_, 0, _) => "ca-removed",
-                    _ => "ca-replaced",
-                };
                 tracing::info!(configmap = %object, cas = desired.len(), added, removed, reason = reason_label, "{what} updated");
                 self.events
                     .record(
@@ -796,7 +923,7 @@ impl Pass<'_> {
                 report.written.push(Written {
                     kind: "bundle",
                     object: object.clone(),
-                    reason: format!("{added} added, {removed} removed"),
+                    reason,
                     reason_label,
                 });
                 Ok(BundleWrite::Written)
@@ -815,26 +942,38 @@ impl Pass<'_> {
     }
 }
 
+/// The part of a signer CA's CN that every CA of that signer shares (`<namespace>_<name>@` as
+/// library-go and ours name them), or the whole CN.
+fn signer_cn_prefix(cn: &str) -> String {
+    match cn.rfind('@') {
+        Some(at) => cn[..=at].to_owned(),
+        None => cn.to_owned(),
+    }
+}
+
 /// What one [`Pass::write_bundle`] came to.
 enum BundleWrite {
     Written,
+    /// Withheld by the write budget: the bundle stays as it is.
+    Held,
     /// Refused with 409: the bundle as it is now (what won).
     Conflict(Option<Box<ConfigMap>>),
 }
 
 /// Which bundle [`Pass::write_bundle`] writes: one of signers (library-go's `ca-bundle` label on
-/// creation), or a union of other bundles (written as OpenShift's CSR controller writes it,
-/// without that label).
+/// creation), a union of other bundles, or the CAs an intermediate held (both written as
+/// OpenShift's controllers write them, without that label).
 #[derive(Clone, Copy)]
 pub(super) enum BundleKind {
     Signers,
     Union,
+    Collected,
 }
 
 impl BundleKind {
     fn name(self) -> &'static str {
         match self {
-            Self::Signers => "CA bundle",
+            Self::Signers | Self::Collected => "CA bundle",
             Self::Union => "union CA bundle",
         }
     }

@@ -21,9 +21,9 @@ use crate::kind::Kind;
 use crate::pki::{self, Cert, KeyPairPem};
 use crate::watch::Changes;
 
-const DAY: u64 = 86_400;
+pub(super) const DAY: u64 = 86_400;
 
-const CONFIG: &str = r#"
+pub(super) const CONFIG: &str = r#"
 namespace: ns
 signers:
   - { name: signer, validity: 100d, refresh: 50d }
@@ -33,15 +33,15 @@ targets:
   - { name: serving, signer: signer, serving: { hostnames: [localhost, 127.0.0.1] }, validity: 30d, refresh: 15d }
 "#;
 
-fn secret_path(name: &str) -> String {
+pub(super) fn secret_path(name: &str) -> String {
     format!("/api/v1/namespaces/ns/secrets/{name}")
 }
 
-fn config_map_path(name: &str) -> String {
+pub(super) fn config_map_path(name: &str) -> String {
     format!("/api/v1/namespaces/ns/configmaps/{name}")
 }
 
-async fn pass(api: &FakeApi, rotation: &Rotation, now: i64) -> Report {
+pub(super) async fn pass(api: &FakeApi, rotation: &Rotation, now: i64) -> Report {
     let client = api.client();
     let events = EventRecorder::new(client.clone(), "ns", None);
     Pass {
@@ -52,31 +52,33 @@ async fn pass(api: &FakeApi, rotation: &Rotation, now: i64) -> Report {
         now,
         apiserver_now: None,
         events: &events,
+        brake: None,
+        lease_lost: None,
     }
     .run()
     .await
 }
 
-fn now() -> i64 {
+pub(super) fn now() -> i64 {
     crate::time::unix_now()
 }
 
 /// The pair stored in a Secret.
-fn stored_pair(api: &FakeApi, name: &str) -> KeyPairPem {
+pub(super) fn stored_pair(api: &FakeApi, name: &str) -> KeyPairPem {
     let secret: Secret = serde_json::from_value(api.get(&secret_path(name)).unwrap()).unwrap();
     let data = secret.data.unwrap();
     KeyPairPem::parse(&data["tls.crt"].0, &data["tls.key"].0).unwrap()
 }
 
 /// The CAs stored in a bundle.
-fn stored_bundle(api: &FakeApi, name: &str) -> Vec<Cert> {
+pub(super) fn stored_bundle(api: &FakeApi, name: &str) -> Vec<Cert> {
     let map: ConfigMap = serde_json::from_value(api.get(&config_map_path(name)).unwrap()).unwrap();
     let (certs, problems) = pki::parse_bundle(map.data.unwrap()["ca-bundle.crt"].as_bytes());
     assert!(problems.is_empty(), "{problems:?}");
     certs
 }
 
-fn written(report: &Report) -> Vec<String> {
+pub(super) fn written(report: &Report) -> Vec<String> {
     report
         .written
         .iter()
@@ -84,7 +86,7 @@ fn written(report: &Report) -> Vec<String> {
         .collect()
 }
 
-fn writes(api: &FakeApi) -> usize {
+pub(super) fn writes(api: &FakeApi) -> usize {
     api.requests()
         .iter()
         .filter(|r| r.starts_with("PUT") || r.starts_with("POST"))
@@ -92,7 +94,7 @@ fn writes(api: &FakeApi) -> usize {
 }
 
 /// A Secret holding `pair`, as someone else (or an earlier pass) wrote it.
-fn tls_secret(name: &str, pair: &KeyPairPem, type_: &str) -> serde_json::Value {
+pub(super) fn tls_secret(name: &str, pair: &KeyPairPem, type_: &str) -> serde_json::Value {
     use k8s_openapi::ByteString;
     let secret = Secret {
         metadata: kube::api::ObjectMeta {
@@ -115,7 +117,7 @@ fn tls_secret(name: &str, pair: &KeyPairPem, type_: &str) -> serde_json::Value {
     serde_json::to_value(secret).unwrap()
 }
 
-fn signer_at(issued: i64, days: u64) -> KeyPairPem {
+pub(super) fn signer_at(issued: i64, days: u64) -> KeyPairPem {
     pki::new_signer(
         &format!("ns_signer@{issued}"),
         issued,
@@ -264,7 +266,7 @@ async fn targets_a_leaf_whose_hostnames_drifted_is_reissued_from_the_current_sig
 /// A cache that has listed namespace `ns` as the fake apiserver holds it now (what the
 /// watches' first lists bring).
 fn listed_cache(api: &FakeApi, rotation: &Rotation) -> Cache {
-    let cache = Cache::new(rotation);
+    let cache = Cache::new(rotation, 0);
     let mut secrets: Changes<Raw<Secret>> = Changes::default();
     let mut maps: Changes<Raw<ConfigMap>> = Changes::default();
     for (kind, object) in rotation.objects() {
@@ -308,6 +310,8 @@ async fn cached_pass(api: &FakeApi, cache: &Cache, rotation: &Rotation, now: i64
         now,
         apiserver_now: None,
         events: &events,
+        brake: None,
+        lease_lost: None,
     }
     .run()
     .await
@@ -427,4 +431,57 @@ async fn a_conflict_the_watch_never_explains_gives_the_item_up_until_the_next_pa
     // Never written over: their signer is still there, nothing depending on it was guessed.
     assert_eq!(stored_pair(&api, "signer").cert().der, theirs.cert().der);
     assert!(report.written.is_empty(), "{:?}", written(&report));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pass_writes_nothing_after_the_lease_is_lost() {
+    // Each write is answered a second after it arrives; the Lease is lost at 1.5 s, while the
+    // pass is between its second and third write (signer at 0 s, bundle at 1 s, target at 2 s
+    // if it were still leading).
+    let api = FakeApi::new();
+    api.set_write_latency(Duration::from_secs(1));
+    let rotation = config::parse(CONFIG).unwrap();
+    let lost = tokio_util::sync::CancellationToken::new();
+    let writes_at_loss = {
+        let (api, lost) = (api.clone(), lost.clone());
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+            lost.cancel();
+            writes(&api)
+        })
+    };
+    let client = api.client();
+    let events = EventRecorder::new(client.clone(), "ns", None);
+    let report = Pass {
+        client: &client,
+        reads: Reads::Live,
+        rotation: &rotation,
+        mode: Mode::ExpiredOnly,
+        now: now(),
+        apiserver_now: None,
+        events: &events,
+        lease_lost: Some(&lost),
+        brake: None,
+    }
+    .run()
+    .await;
+    let writes_at_loss = writes_at_loss.await.unwrap();
+    assert_eq!(
+        writes_at_loss, 2,
+        "signer and bundle were sent before the loss"
+    );
+    assert_eq!(writes(&api), writes_at_loss, "no write after the loss");
+    assert!(api.get(&secret_path("serving")).is_none());
+    assert_eq!(
+        written(&report),
+        ["signer ns/signer missing", "bundle ns/ca missing"]
+    );
+    assert!(
+        report
+            .failures
+            .iter()
+            .any(|f| f.contains("lost the leader-election lease")),
+        "{:?}",
+        report.failures
+    );
 }

@@ -2,8 +2,9 @@
 //! into the binary (`profiles/*.yaml`, validated by the same parser as a user's file).
 //!
 //! The cluster-specific hostnames come from the cluster's own configuration when it has it —
-//! `networks.config.openshift.io/cluster` (`status.serviceNetwork[0]`: its first address is the
-//! `kubernetes` Service's IP) and `infrastructures.config.openshift.io/cluster`
+//! `networks.config.openshift.io/cluster` (`status.serviceNetwork`: host 1 of every CIDR, the
+//! `kubernetes` Service's IP of each family, as OpenShift's operator puts them in
+//! `service-network-serving-certkey`) and `infrastructures.config.openshift.io/cluster`
 //! (`status.apiServerURL`, `status.apiServerInternalURI`: their hosts), read only — else from
 //! flags. A flag that disagrees with the cluster's object is refused: a serving certificate for
 //! the wrong name is an outage, and the two sources disagreeing means one of them is stale.
@@ -14,7 +15,9 @@ use kube::Api;
 use kube::api::{ApiResource, DynamicObject};
 
 use super::config::{self, Rotation};
+use super::release::Release;
 use crate::error::ConfigError;
+use crate::names::canonical_hostname;
 
 /// The built-in profiles.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,7 +68,8 @@ const PLACEHOLDERS: [&str; 3] = [
 /// Values given on the command line (each optional when the cluster has the object).
 #[derive(Debug, Clone, Default)]
 pub struct Flags {
-    pub service_network_ip: Option<IpAddr>,
+    /// `--service-network-ip`, once per family (empty: not given).
+    pub service_network_ips: Vec<IpAddr>,
     pub api_hostname: Option<String>,
     pub api_int_hostname: Option<String>,
 }
@@ -73,7 +77,8 @@ pub struct Flags {
 /// The values the cluster's config objects give (`None`: object or field absent).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ClusterValues {
-    pub service_network_ip: Option<IpAddr>,
+    /// Host 1 of each `status.serviceNetwork` CIDR, in its order.
+    pub service_network_ips: Option<Vec<IpAddr>>,
     pub api_hostname: Option<String>,
     pub api_int_hostname: Option<String>,
 }
@@ -107,14 +112,7 @@ pub async fn read_cluster(client: &kube::Client) -> Result<ClusterValues, Config
     };
     let mut values = ClusterValues::default();
     if let Some(network) = get("Network", "networks").await? {
-        let cidr = network.data["status"]["serviceNetwork"][0].as_str();
-        if let Some(cidr) = cidr {
-            values.service_network_ip = Some(first_ip(cidr).map_err(|err| {
-                ConfigError(format!(
-                    "networks.config.openshift.io/cluster: status.serviceNetwork[0] {cidr:?}: {err}"
-                ))
-            })?);
-        }
+        values.service_network_ips = service_network_ips(&network.data["status"])?;
     }
     if let Some(infra) = get("Infrastructure", "infrastructures").await? {
         let host = |field: &str| -> Result<Option<String>, ConfigError> {
@@ -138,6 +136,7 @@ pub async fn read_cluster(client: &kube::Client) -> Result<ClusterValues, Config
 /// The profile's rotation with the cluster's (or the flags') hostnames filled in.
 pub fn build(
     profile: Profile,
+    release: &Release,
     cluster: &ClusterValues,
     flags: &Flags,
 ) -> Result<Rotation, ConfigError> {
@@ -155,14 +154,26 @@ pub fn build(
             Ok(String::new())
         }
     };
-    let ip = pick(
-        "the service network's first IP",
-        "networks.config.openshift.io/cluster status.serviceNetwork[0]",
+    let join = |ips: &[IpAddr]| {
+        ips.iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let ips = pick(
+        "the service network's first IPs",
+        "networks.config.openshift.io/cluster status.serviceNetwork",
         "--service-network-ip",
-        cluster.service_network_ip.map(|ip| ip.to_string()),
-        flags.service_network_ip.map(|ip| ip.to_string()),
+        cluster.service_network_ips.as_deref().map(join),
+        (!flags.service_network_ips.is_empty()).then(|| join(&flags.service_network_ips)),
         "${SERVICE_NETWORK_IP}",
     )?;
+    // One hostname per address (dual-stack: both families).
+    let ips = ips
+        .split(", ")
+        .map(|ip| format!("\"{ip}\""))
+        .collect::<Vec<_>>()
+        .join(", ");
     let api = pick(
         "the external load balancer's hostname",
         "infrastructures.config.openshift.io/cluster status.apiServerURL",
@@ -180,10 +191,10 @@ pub fn build(
         "${API_INT_HOSTNAME}",
     )?;
     let text = text
-        .replace("${SERVICE_NETWORK_IP}", &ip)
+        .replace("\"${SERVICE_NETWORK_IP}\"", &ips)
         .replace("${API_HOSTNAME}", &api)
         .replace("${API_INT_HOSTNAME}", &api_int);
-    let rotation = config::parse(&text)
+    let mut rotation = config::parse(&text)
         .map_err(|err| ConfigError(format!("profile {}: {}", profile.name(), err.0)))?;
     if let Some(broken) = rotation.broken.first() {
         return Err(ConfigError(format!(
@@ -193,6 +204,7 @@ pub fn build(
             broken.reason
         )));
     }
+    super::release::apply(&mut rotation, release)?;
     Ok(rotation)
 }
 
@@ -203,18 +215,51 @@ fn pick(
     from_cluster: Option<String>,
     from_flag: Option<String>,
 ) -> Result<String, ConfigError> {
+    // Compared and used in the form certificates carry (`2001:0db8::1` is `2001:db8::1`).
+    let from_cluster = from_cluster.as_deref().map(canonical_hostname);
+    let from_flag = from_flag.as_deref().map(canonical_hostname);
     match (from_cluster, from_flag) {
-        (Some(cluster), Some(flag_value)) if !cluster.eq_ignore_ascii_case(&flag_value) => {
-            Err(ConfigError(format!(
-                "{what}: {flag} {flag_value} disagrees with {object} ({cluster}); refusing to \
+        (Some(cluster), Some(flag_value)) if cluster != flag_value => Err(ConfigError(format!(
+            "{what}: {flag} {flag_value} disagrees with {object} ({cluster}); refusing to \
                  issue certificates for either (drop the flag, or fix the object)"
-            )))
-        }
-        (Some(value), _) | (None, Some(value)) => Ok(value.to_ascii_lowercase()),
+        ))),
+        (Some(value), _) | (None, Some(value)) => Ok(value),
         (None, None) => Err(ConfigError(format!(
             "{what}: the cluster has no {object} and {flag} is not set"
         ))),
     }
+}
+
+/// Host 1 of every CIDR of a Network's `status.serviceNetwork` (`None`: the field is absent).
+/// An empty list is refused, as OpenShift's operator refuses it ("empty networkConfig
+/// ServiceNetwork, can't generate cert"): a serving certificate without the service IP would
+/// break every in-cluster client.
+fn service_network_ips(status: &serde_json::Value) -> Result<Option<Vec<IpAddr>>, ConfigError> {
+    let what = "networks.config.openshift.io/cluster: status.serviceNetwork";
+    let Some(list) = status.get("serviceNetwork").filter(|v| !v.is_null()) else {
+        return Ok(None);
+    };
+    let list = list
+        .as_array()
+        .ok_or_else(|| ConfigError(format!("{what} is not a list")))?;
+    if list.is_empty() {
+        return Err(ConfigError(format!(
+            "{what} is empty: no service IP to issue service-network-serving-certkey for \
+             (OpenShift's operator refuses this too); fix the object"
+        )));
+    }
+    let mut ips = Vec::new();
+    for (i, cidr) in list.iter().enumerate() {
+        let cidr = cidr
+            .as_str()
+            .ok_or_else(|| ConfigError(format!("{what}[{i}] is not a string")))?;
+        let ip =
+            first_ip(cidr).map_err(|err| ConfigError(format!("{what}[{i}] {cidr:?}: {err}")))?;
+        if !ips.contains(&ip) {
+            ips.push(ip);
+        }
+    }
+    Ok(Some(ips))
 }
 
 /// The first address of a CIDR (the network address plus one), as OpenShift gives the
@@ -240,7 +285,7 @@ fn first_ip(cidr: &str) -> Result<IpAddr, String> {
 fn url_host(url: &str) -> Option<String> {
     let uri: http::Uri = url.parse().ok()?;
     let host = uri.host()?.trim_start_matches('[').trim_end_matches(']');
-    (!host.is_empty()).then(|| host.to_ascii_lowercase())
+    (!host.is_empty()).then(|| canonical_hostname(host))
 }
 
 #[cfg(test)]
@@ -248,9 +293,13 @@ mod tests {
     use super::*;
     use crate::regenerate::config::Identity;
 
+    fn newest() -> &'static Release {
+        crate::regenerate::release::find(crate::regenerate::release::DEFAULT).unwrap()
+    }
+
     fn cluster() -> ClusterValues {
         ClusterValues {
-            service_network_ip: Some("172.30.0.1".parse().unwrap()),
+            service_network_ips: Some(vec!["172.30.0.1".parse().unwrap()]),
             api_hostname: Some("api.cluster.example.com".into()),
             api_int_hostname: Some("api-int.cluster.example.com".into()),
         }
@@ -260,12 +309,14 @@ mod tests {
     fn the_kube_apiserver_profile_is_the_observed_set() {
         let rotation = build(
             Profile::OpenshiftKubeApiserver,
+            newest(),
             &cluster(),
             &Flags::default(),
         )
         .unwrap();
         assert_eq!(rotation.signers.len(), 8);
-        assert_eq!(rotation.bundles.len(), 10);
+        assert_eq!(rotation.bundles.len(), 9);
+        assert_eq!(rotation.unions.len(), 1);
         assert_eq!(rotation.targets.len(), 12);
         let target = |name: &str| {
             rotation
@@ -302,12 +353,38 @@ mod tests {
             );
         }
         assert_eq!(rotation.key_type, crate::regenerate::keys::KeyType::Rsa2048);
-        // client-ca folds in the kube-controller-manager's CSR CAs, read only.
+        // client-ca is the exact union of OpenShift's seven sources, three of them read only.
+        let client_ca = &rotation.unions[0];
+        assert_eq!(
+            client_ca.object.to_string(),
+            "openshift-kube-apiserver/client-ca"
+        );
+        let sources: Vec<String> = client_ca.sources.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            sources,
+            [
+                "openshift-config/admin-kubeconfig-client-ca",
+                "openshift-config-managed/csr-controller-ca",
+                "openshift-kube-apiserver-operator/kube-apiserver-to-kubelet-client-ca",
+                "openshift-kube-apiserver-operator/kube-control-plane-signer-ca",
+                "openshift-kube-apiserver/user-client-ca",
+                "openshift-config-managed/kubelet-bootstrap-kubeconfig",
+                "openshift-kube-apiserver-operator/node-system-admin-ca",
+            ]
+        );
         let read_only: Vec<String> = rotation
             .read_only()
             .map(|(_, object)| object.to_string())
             .collect();
-        assert_eq!(read_only, ["openshift-config-managed/csr-controller-ca"]);
+        assert_eq!(
+            read_only,
+            [
+                "openshift-config/admin-kubeconfig-client-ca",
+                "openshift-config-managed/csr-controller-ca",
+                "openshift-kube-apiserver/user-client-ca",
+                "openshift-config-managed/kubelet-bootstrap-kubeconfig",
+            ]
+        );
     }
 
     #[test]
@@ -316,7 +393,13 @@ mod tests {
         assert!(!profile.needs_cluster_values());
         assert!(Profile::OpenshiftKubeApiserver.needs_cluster_values());
         // No hostnames from anywhere: still builds.
-        let rotation = build(profile, &ClusterValues::default(), &Flags::default()).unwrap();
+        let rotation = build(
+            profile,
+            newest(),
+            &ClusterValues::default(),
+            &Flags::default(),
+        )
+        .unwrap();
         assert_eq!(rotation.signers.len(), 1);
         assert_eq!(rotation.bundles.len(), 1);
         assert_eq!(rotation.targets.len(), 0);
@@ -379,30 +462,80 @@ mod tests {
     #[test]
     fn flags_fill_in_and_a_disagreement_is_refused() {
         let flags = Flags {
-            service_network_ip: Some("10.0.0.1".parse().unwrap()),
+            service_network_ips: vec!["10.0.0.1".parse().unwrap()],
             api_hostname: Some("api.example".into()),
             api_int_hostname: Some("api-int.example".into()),
         };
         assert!(
             build(
                 Profile::OpenshiftKubeApiserver,
+                newest(),
                 &ClusterValues::default(),
                 &flags
             )
             .is_ok()
         );
-        let err = build(Profile::OpenshiftKubeApiserver, &cluster(), &flags).unwrap_err();
+        let err = build(
+            Profile::OpenshiftKubeApiserver,
+            newest(),
+            &cluster(),
+            &flags,
+        )
+        .unwrap_err();
         assert!(
             err.0.contains("disagrees") && err.0.contains("--service-network-ip"),
             "{err}"
         );
         let err = build(
             Profile::OpenshiftKubeApiserver,
+            newest(),
             &ClusterValues::default(),
             &Flags::default(),
         )
         .unwrap_err();
         assert!(err.0.contains("is not set"), "{err}");
+    }
+
+    #[test]
+    fn every_service_network_gives_its_first_ip_and_an_empty_list_is_refused() {
+        let status = serde_json::json!({ "serviceNetwork": ["172.30.0.0/16", "fd02::/112"] });
+        let ips = service_network_ips(&status).unwrap().unwrap();
+        assert_eq!(
+            ips,
+            [
+                "172.30.0.1".parse::<IpAddr>().unwrap(),
+                "fd02::1".parse().unwrap()
+            ]
+        );
+        let cluster = ClusterValues {
+            service_network_ips: Some(ips),
+            ..cluster()
+        };
+        let rotation = build(
+            Profile::OpenshiftKubeApiserver,
+            newest(),
+            &cluster,
+            &Flags::default(),
+        )
+        .unwrap();
+        let target = rotation
+            .targets
+            .iter()
+            .find(|t| t.object.name == "service-network-serving-certkey")
+            .unwrap();
+        let Identity::Serving { hostnames } = &target.identity else {
+            panic!()
+        };
+        assert!(
+            hostnames.contains(&"172.30.0.1".to_owned()),
+            "{hostnames:?}"
+        );
+        assert!(hostnames.contains(&"fd02::1".to_owned()), "{hostnames:?}");
+        assert_eq!(hostnames.len(), 10);
+        let err = service_network_ips(&serde_json::json!({ "serviceNetwork": [] })).unwrap_err();
+        assert!(err.0.contains("status.serviceNetwork is empty"), "{err}");
+        assert_eq!(service_network_ips(&serde_json::json!({})).unwrap(), None);
+        assert!(service_network_ips(&serde_json::json!({ "serviceNetwork": ["x"] })).is_err());
     }
 
     #[test]
@@ -417,5 +550,33 @@ mod tests {
             Some("api.cluster.example.com")
         );
         assert_eq!(url_host("not a url"), None);
+        assert_eq!(
+            url_host("https://[2001:0DB8::0001]:6443").as_deref(),
+            Some("2001:db8::1")
+        );
+    }
+
+    #[test]
+    fn ip_literals_from_the_cluster_and_the_flags_are_canonical_before_they_are_compared() {
+        let cluster = ClusterValues {
+            api_hostname: url_host("https://[2001:0db8::1]:6443"),
+            ..cluster()
+        };
+        let flags = Flags {
+            api_hostname: Some("2001:DB8:0:0:0:0:0:1".into()),
+            ..Flags::default()
+        };
+        let rotation = build(Profile::OpenshiftKubeApiserver, newest(), &cluster, &flags).unwrap();
+        let names: Vec<String> = rotation
+            .targets
+            .iter()
+            .filter_map(|t| match &t.identity {
+                Identity::Serving { hostnames } => Some(hostnames.clone()),
+                Identity::Client { .. } => None,
+            })
+            .flatten()
+            .collect();
+        assert!(names.contains(&"2001:db8::1".to_owned()), "{names:?}");
+        assert!(!names.iter().any(|n| n.contains("0db8")), "{names:?}");
     }
 }

@@ -17,7 +17,9 @@ pub(crate) struct Settings {
     /// The type of new keys, over the config's or profile's.
     pub key_type: Option<super::KeyType>,
     /// The profile's hostnames when the cluster's config objects do not give them.
-    pub service_network_ip: Option<std::net::IpAddr>,
+    pub service_network_ip: Vec<std::net::IpAddr>,
+    /// The OpenShift release the profile models (`release`).
+    pub openshift_version: String,
     pub api_hostname: Option<String>,
     pub api_int_hostname: Option<String>,
     pub mode: Mode,
@@ -34,6 +36,8 @@ pub(crate) struct Settings {
     pub leader_elect_lease_duration: Duration,
     pub leader_elect_renew_deadline: Duration,
     pub leader_elect_retry_period: Duration,
+    /// A kind of a namespace with more declared objects than this is watched namespace-wide.
+    pub namespace_watch_threshold: usize,
     /// Evaluate as if the time were this (Unix seconds): drills and tests only.
     pub now: Option<i64>,
 }

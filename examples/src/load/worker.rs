@@ -107,6 +107,12 @@ async fn attempt(settings: &Settings) -> Result<Seen, String> {
     tls.write_all(&settings.request)
         .await
         .map_err(|err| reason("http: write", &err))?;
+    // tokio-rustls may report the write done while rustls still holds the bytes (the socket
+    // write was refused): without a flush the request can sit there while we wait for the
+    // answer.
+    tls.flush()
+        .await
+        .map_err(|err| reason("http: write", &err))?;
     let mut response = Vec::new();
     if let Err(err) = tls.read_to_end(&mut response).await {
         // Many servers close without close_notify; with `Connection: close` the EOF ends the

@@ -16,6 +16,7 @@ use rustls::sign::{CertifiedKey, SigningKey};
 use rustls_pki_types::pem::{PemObject, SectionKind};
 use rustls_pki_types::{CertificateDer, CertificateRevocationListDer, PrivateKeyDer};
 use sha2::{Digest as _, Sha256};
+use x509_parser::num_bigint::BigUint;
 use zeroize::Zeroizing;
 
 use crate::error::{Error, InvalidMaterial, Result};
@@ -194,8 +195,27 @@ pub(crate) struct CrlInfo {
     pub(crate) index: usize,
     pub(crate) issuer: String,
     pub(crate) issuer_raw: Vec<u8>,
+    /// thisUpdate, seconds since the Unix epoch: when the issuer made it.
+    pub(crate) this_update: i64,
     /// nextUpdate, seconds since the Unix epoch (`None`: the CRL has none).
     pub(crate) next_update: Option<i64>,
+    /// The cRLNumber extension (RFC 5280 5.2.3: increases with every CRL of an issuer), if any.
+    pub(crate) number: Option<BigUint>,
+    /// The subjectPublicKeyInfo of the bundle CA whose key verified the signature; set by
+    /// [`policy::crls_issued_by_bundle`](crate::policy::crls_issued_by_bundle), `None` before.
+    /// With the issuer name it says which CA's series of CRLs this one belongs to (a CA re-keyed
+    /// under the same name starts a new series).
+    pub(crate) signer_spki: Option<Vec<u8>>,
+}
+
+impl CrlInfo {
+    /// The CRL's place in its issuer's series, for messages: its cRLNumber, else its thisUpdate.
+    pub(crate) fn position(&self) -> String {
+        match &self.number {
+            Some(number) => format!("cRLNumber {number}"),
+            None => format!("thisUpdate {}", rfc3339(self.this_update)),
+        }
+    }
 }
 
 impl ParsedBundle {
@@ -248,7 +268,10 @@ impl ParsedBundle {
                     index,
                     issuer: parsed.issuer().to_string(),
                     issuer_raw: parsed.issuer().as_raw().to_vec(),
+                    this_update: parsed.last_update().timestamp(),
                     next_update: parsed.next_update().map(|t| t.timestamp()),
+                    number: parsed.crl_number().cloned(),
+                    signer_spki: None,
                 },
                 _ => return Err(Error::invalid(path, InvalidMaterial::BadCrl { index })),
             };

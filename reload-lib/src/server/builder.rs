@@ -238,9 +238,12 @@ impl ServingSetBuilder {
     /// # Security
     /// Fails closed: the file must hold at least one CRL (an empty file, an HTML error page or a
     /// certificate is rejected, at start-up too), every CRL must parse and be issued and signed
-    /// by a CA of the bundle (put an intermediate in the bundle to use its CRL), and a CRL past
-    /// its nextUpdate never replaces fresh ones. Otherwise the bundle and its CRLs are rejected
-    /// together and the last good ones stay in force. A client whose certificate is revoked is
+    /// by a CA of the bundle (put an intermediate in the bundle to use its CRL), a CRL past its
+    /// nextUpdate never replaces fresh ones, a CA's CRL is never replaced by an older one of the
+    /// same CA (a lower cRLNumber, or without numbers an earlier thisUpdate), and a CA's CRL never
+    /// disappears while the CA stays in the bundle (remove the CA, or restart, to stop checking
+    /// it). Otherwise the bundle and its CRLs are rejected together, the rejection is reported
+    /// (naming the file) and counted like any failed reload, and the last good ones stay in force. A client whose certificate is revoked is
     /// refused; a change of CRLs replaces the session cache and invalidates tickets (see
     /// [`client_ca`](Self::client_ca)).
     pub fn client_crl(mut self, path: impl Into<PathBuf>) -> Self {

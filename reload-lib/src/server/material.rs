@@ -362,7 +362,7 @@ impl ServingMaterial {
         for (path, pem) in config.crls.iter().zip(&crl_pems) {
             bundle.add_crls(path, pem)?;
         }
-        policy::crls_issued_by_bundle(&bundle)?;
+        policy::crls_issued_by_bundle(&mut bundle)?;
         policy::may_replace_crls(&bundle, source.current.as_ref().map(|ca| &ca.bundle), now)?;
         let roots = Arc::new(bundle.root_store(&config.path)?);
         let mut verifier =

@@ -46,7 +46,12 @@ pub async fn handshake(
         .map(|leaf| reload_lib::CertInfo::from_der(leaf).unwrap().serial)
         .unwrap_or_default();
     // Drive the connection once so TLS 1.3 tickets and server-side client-auth failures arrive.
+    // `write_all` may leave the record in rustls' buffer (tokio-rustls returns `Ok` once rustls
+    // took the bytes, even when the socket write was refused, e.g. by tokio's cooperative budget);
+    // only `flush` puts it on the wire. Without it the server never sees the ping and both sides
+    // wait for each other (issue 28 item 17: the "hangs: 1" of stress_hostile).
     stream.write_all(b"ping").await?;
+    stream.flush().await?;
     let mut buf = [0u8; 4];
     stream.read_exact(&mut buf).await?;
     Ok(Seen {
@@ -72,7 +77,8 @@ pub async fn echo_server(acceptor: reload_lib::Acceptor) -> std::net::SocketAddr
                 };
                 let mut buf = [0u8; 4];
                 while tls.read_exact(&mut buf).await.is_ok() {
-                    if tls.write_all(&buf).await.is_err() {
+                    // Flushed for the same reason as the client's ping in `handshake`.
+                    if tls.write_all(&buf).await.is_err() || tls.flush().await.is_err() {
                         return;
                     }
                 }

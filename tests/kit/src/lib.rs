@@ -3,7 +3,8 @@
 //!
 //! - [`pki`]: throwaway CAs, intermediates, server and client leaves with chosen names, validity
 //!   (expired, not yet valid), serials and key types (ECDSA P-256, RSA 2048), CRLs; PEM out,
-//!   and [`pki::TempPki`] to write them to files (keys 0600).
+//!   and [`pki::TempPki`] to write them to files (keys 0600); odd but legal CAs (a
+//!   subjectUniqueID, over 64 KiB), built from rcgen's DER in `der`.
 //! - [`files`]: the ways a rotation reaches the disk: rename over, in-place write, and the
 //!   kubelet's `..data` symlink swap.
 //! - [`http`]: raw HTTP/1.1 responses of hand-written requests.
@@ -18,6 +19,7 @@
 //! dev-dependency (the kit depends on reload-lib, so reload-lib must never depend on it
 //! normally).
 
+mod der;
 pub mod envtest;
 pub mod files;
 pub mod http;

@@ -353,6 +353,48 @@ impl Ca {
         }
     }
 
+    /// A root CA whose certificate carries a subjectUniqueID (X.509 v2's field, still legal in
+    /// v3): OpenSSL and Go take it as a CA, webpki refuses it as a trust anchor. The DER is
+    /// built from rcgen's and signed again with the CA's key; the CA issues as any other.
+    ///
+    /// # Panics
+    /// When the key cannot be generated or the certificate signed.
+    pub fn with_subject_unique_id(name: &str) -> Ca {
+        let now = OffsetDateTime::now_utc();
+        let key = KeyKind::EcdsaP256.generate();
+        let params = ca_params(name, now - Duration::hours(1), now + Duration::days(365));
+        let cert = params.self_signed(&key).expect("self-signing");
+        let der = crate::der::with_subject_unique_id(cert.der(), &key);
+        Ca {
+            cert_pem: crate::der::pem_of(&der),
+            issuer: Issuer::new(params, key),
+        }
+    }
+
+    /// A root CA whose certificate is over 64 KiB (a large private extension): legal, but more
+    /// than webpki reads.
+    ///
+    /// # Panics
+    /// When the key cannot be generated or the certificate signed.
+    pub fn oversized(name: &str) -> Ca {
+        let now = OffsetDateTime::now_utc();
+        let key = KeyKind::EcdsaP256.generate();
+        let mut params = ca_params(name, now - Duration::hours(1), now + Duration::days(365));
+        // An OCTET STRING of 70,000 bytes under a private-arc OID, not critical.
+        let padding = crate::der::tlv(0x04, &vec![0x5a; 70_000]);
+        params
+            .custom_extensions
+            .push(rcgen::CustomExtension::from_oid_content(
+                &[1, 3, 6, 1, 4, 1, 55555, 1],
+                padding,
+            ));
+        let cert_pem = params.self_signed(&key).expect("self-signing").pem();
+        Ca {
+            cert_pem,
+            issuer: Issuer::new(params, key),
+        }
+    }
+
     /// The CA's private key, PEM (for tests that store the CA in a Secret as a signer).
     pub fn key_pem(&self) -> String {
         self.issuer.key().serialize_pem()
