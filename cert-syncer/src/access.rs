@@ -39,11 +39,16 @@ use crate::{inspect, regenerate, sync};
 pub const CORE: &str = "";
 /// The Lease API group.
 pub const COORDINATION: &str = "coordination.k8s.io";
+/// OpenShift's cluster configuration API group (`networks`, `infrastructures`).
+pub const CONFIG_OPENSHIFT: &str = "config.openshift.io";
+/// The namespace of a cluster-scoped rule (it belongs in a `ClusterRole`).
+pub const CLUSTER_SCOPED: &str = "";
 
 /// One permission: verbs on a resource in a namespace, for some names or for all.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Access {
-    /// The namespace (the rule belongs in a `Role` there).
+    /// The namespace (the rule belongs in a `Role` there); [`CLUSTER_SCOPED`] (`""`) for a
+    /// cluster-scoped resource (the rule belongs in a `ClusterRole`).
     pub namespace: String,
     /// API group (`""` for core).
     pub api_group: &'static str,
@@ -234,6 +239,24 @@ fn regenerate_access(args: &regenerate::Settings, rotation: &Rotation) -> Vec<Ac
                 }
                 None => rules.any(&watch.namespace, CORE, resource, &["list", "watch"]),
             }
+        }
+    }
+    // A built-in profile that names cluster-specific hostnames reads them from the cluster's
+    // `networks` and `infrastructures` objects named `cluster` (cluster-scoped, a GET each,
+    // `regenerate::profile::read_cluster`) before its first pass; a `--config` file never does.
+    if args.config.is_none()
+        && args
+            .profile
+            .is_some_and(crate::regenerate::Profile::needs_cluster_values)
+    {
+        for resource in ["networks", "infrastructures"] {
+            rules.named(
+                CLUSTER_SCOPED,
+                CONFIG_OPENSHIFT,
+                resource,
+                &["get"],
+                "cluster",
+            );
         }
     }
     if args.pod_name.is_some() {

@@ -19,7 +19,7 @@ use e2e::manifests::{
     node_file,
 };
 use k8s_openapi::api::core::v1::{Namespace, Pod, Secret, ServiceAccount};
-use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding};
 use kube::config::Kubeconfig;
 
 /// A static pod of `manifests/` and the names of its containers.
@@ -91,6 +91,8 @@ fn every_object_parses_as_its_kubernetes_type_without_losing_a_field() {
                 "Secret" => drop(manifests::typed::<Secret>(doc, &what)),
                 "Role" => drop(manifests::typed::<Role>(doc, &what)),
                 "RoleBinding" => drop(manifests::typed::<RoleBinding>(doc, &what)),
+                "ClusterRole" => drop(manifests::typed::<ClusterRole>(doc, &what)),
+                "ClusterRoleBinding" => drop(manifests::typed::<ClusterRoleBinding>(doc, &what)),
                 other => panic!("{what}: unexpected kind {other:?}"),
             }
             *kinds.entry(kind).or_default() += 1;

@@ -357,32 +357,6 @@ impl ControlPlane {
             "kubectl apply -k manifests/",
         );
 
-        // Gap in manifests/rbac (found here): the regeneration sidecar runs `--profile
-        // openshift-kube-apiserver` without `--service-network-ip`/`--api-hostname`, so it must
-        // read the cluster's networks/infrastructures objects, which no Role grants; it exits
-        // at start. Granted here until the manifests grant it (or pass the flags).
-        run(
-            &mut kubectl(&[
-                "create",
-                "clusterrole",
-                "cert-regeneration-controller-cluster-config",
-                "--verb=get",
-                "--resource=networks.config.openshift.io,infrastructures.config.openshift.io",
-                "--resource-name=cluster",
-            ]),
-            "the cluster-config read Role",
-        );
-        run(
-            &mut kubectl(&[
-                "create",
-                "clusterrolebinding",
-                "cert-regeneration-controller-cluster-config",
-                "--clusterrole=cert-regeneration-controller-cluster-config",
-                &format!("--serviceaccount={KS}:cert-regeneration-controller"),
-            ]),
-            "the cluster-config read binding",
-        );
-
         // The admin, and the sidecars' tokens (their kubeconfigs name the files).
         let accounts: Api<ServiceAccount> = Api::namespaced(admin.clone(), KS);
         let pp = PostParams::default();
