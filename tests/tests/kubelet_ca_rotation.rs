@@ -50,8 +50,17 @@ struct Call {
 async fn kubelet_ca_rotation_keeps_kubectl_logs_working_without_a_restart() {
     e2e::require_node!();
     install_crypto_provider();
+    // kube-apiserver reaches the kubelet by the Node's InternalIP: a routable address.
+    let node_ip = match e2e::node::routable_host_ip() {
+        Ok(ip) => ip,
+        Err(reason) => {
+            println!("SKIP: {reason}");
+            return;
+        }
+    };
     let mut woken = Woken::start(WakeOptions {
         kubelet_client_ca_sources: vec![KUBELET_CA_SOURCE.to_owned()],
+        node_ip: Some(node_ip),
     })
     .await;
     woken.apiserver_running().await;

@@ -119,6 +119,9 @@ pub struct ControlPlane {
     pub pod: Pod,
     /// The CSR signer (`csr-controller-ca`), for more node client certificates.
     pub csr_signer: Ca,
+    /// `kube-apiserver-to-kubelet-client-ca` as it was when the node went to sleep (expired):
+    /// what a kubelet's client CA file held then.
+    pub kubelet_ca_when_slept: String,
 }
 
 impl std::fmt::Debug for ControlPlane {
@@ -585,6 +588,13 @@ impl ControlPlane {
         let long_ago =
             (time::OffsetDateTime::now_utc().unix_timestamp() - 11 * 365 * 86_400).to_string();
         regenerate(&["--now", &long_ago]);
+        let kubelet_ca_when_slept = config_maps(OP)
+            .get("kube-apiserver-to-kubelet-client-ca")
+            .await
+            .expect("the slept kube-apiserver-to-kubelet-client-ca")
+            .data
+            .and_then(|mut data| data.remove("ca-bundle.crt"))
+            .expect("its ca-bundle.crt");
         for mut secret in kept {
             let (ns, name) = (
                 secret.metadata.namespace.clone().unwrap(),
@@ -710,6 +720,7 @@ impl ControlPlane {
             kubelet_kubeconfig,
             pod,
             csr_signer,
+            kubelet_ca_when_slept,
         }
     }
 

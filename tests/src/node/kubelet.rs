@@ -19,6 +19,13 @@ pub struct KubeletOptions {
     /// `authentication.x509.clientCAFile`: the CA bundle its API (`:10250`) authenticates
     /// client certificates with (kube-apiserver's `kubelet-client`, for `kubectl logs`).
     pub client_ca_file: Option<PathBuf>,
+    /// The node's routable address ([`super::routable_host_ip`]): `--node-ip` and the address
+    /// the kubelet's API (`:10250`) listens on, so kube-apiserver reaches it by the Node's
+    /// `InternalIP` (`--kubelet-preferred-address-types`) for `kubectl logs`. `None`: 127.0.0.1,
+    /// which the 1.20 kubelet refuses in its status ("nodeIP can't be loopback address"), so the
+    /// Node has no address at all and kube-apiserver cannot reach the kubelet ("no preferred
+    /// addresses found; known addresses: []"); enough for static pods and the mirror pods.
+    pub node_ip: Option<std::net::IpAddr>,
 }
 
 /// A running kubelet (SIGTERM then SIGKILL on drop).
@@ -123,11 +130,14 @@ impl Node {
             .as_ref()
             .map(|ca| format!(", x509: {{clientCAFile: {}}}", ca.display()))
             .unwrap_or_default();
+        let node_ip = options
+            .node_ip
+            .unwrap_or(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST));
         let config = format!(
             "apiVersion: kubelet.config.k8s.io/v1beta1\n\
              kind: KubeletConfiguration\n\
              staticPodPath: {manifests}\n\
-             address: 127.0.0.1\n\
+             address: {node_ip}\n\
              port: {KUBELET_PORT}\n\
              healthzBindAddress: 127.0.0.1\n\
              healthzPort: {KUBELET_HEALTHZ_PORT}\n\
@@ -162,7 +172,7 @@ impl Node {
             .arg("--root-dir")
             .arg(self.dir.join("kubelet"))
             .args(["--hostname-override", &self.name])
-            .args(["--node-ip", "127.0.0.1"])
+            .args(["--node-ip", &node_ip.to_string()])
             .args(["--v", "2"]);
         if let Some(kubeconfig) = &options.kubeconfig {
             command.arg("--kubeconfig").arg(kubeconfig);
@@ -171,7 +181,7 @@ impl Node {
         let process = ChildProcess::spawn_logged(
             command,
             &self.dir.join("kubelet.log"),
-            SocketAddr::from(([127, 0, 0, 1], KUBELET_PORT)),
+            SocketAddr::from((node_ip, KUBELET_PORT)),
         )
         .unwrap_or_else(|err| panic!("{err}"));
         let mut kubelet = Kubelet {

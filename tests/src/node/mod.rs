@@ -31,8 +31,8 @@ use std::sync::OnceLock;
 pub use containerd::Containerd;
 pub use kubelet::{Kubelet, KubeletOptions, Node};
 
-/// The kubelet's API port (fixed: the kube-apiserver in the pod reaches it through the node's
-/// address, 127.0.0.1).
+/// The kubelet's API port (fixed: the kube-apiserver in the pod reaches it through the Node's
+/// `InternalIP`, see [`KubeletOptions::node_ip`]).
 pub const KUBELET_PORT: u16 = 10250;
 /// The kubelet's healthz port.
 pub const KUBELET_HEALTHZ_PORT: u16 = 10248;
@@ -46,6 +46,34 @@ pub const APISERVER_PORT: u16 = 6443;
 /// The programs the node tier runs from `PATH` (Debian's packages `containerd`, `runc`,
 /// `podman`; `ctr` comes with containerd; `kubectl` renders the pod with kustomize).
 pub const HOST_PROGRAMS: [&str; 5] = ["containerd", "runc", "ctr", "podman", "kubectl"];
+
+/// This machine's address on its default route (the source address the kernel picks for a
+/// datagram to a TEST-NET address; nothing is sent): the node IP of a kubelet that
+/// kube-apiserver must reach (the 1.20 kubelet refuses a loopback node IP).
+///
+/// # Errors
+/// When the machine has no route off the loopback, or only a loopback or link-local address.
+pub fn routable_host_ip() -> Result<std::net::IpAddr, String> {
+    let socket = std::net::UdpSocket::bind(("0.0.0.0", 0))
+        .map_err(|err| format!("cannot open a UDP socket: {err}"))?;
+    socket
+        .connect(("192.0.2.1", 9))
+        .map_err(|err| format!("no route off the loopback: {err}"))?;
+    let ip = socket
+        .local_addr()
+        .map_err(|err| format!("no source address: {err}"))?
+        .ip();
+    match ip {
+        std::net::IpAddr::V4(v4)
+            if !v4.is_loopback() && !v4.is_link_local() && !v4.is_unspecified() =>
+        {
+            Ok(ip)
+        }
+        other => Err(format!(
+            "no routable address (the default route's source is {other})"
+        )),
+    }
+}
 
 /// The directory with `kubelet` and `pause`: `E2E_NODE_ASSETS`, else what
 /// `<repo root>/../shared/node/setup` prints (run once per process).

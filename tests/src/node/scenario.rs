@@ -59,6 +59,8 @@ pub struct WakeOptions {
     /// Sources (`KIND/NAMESPACE/NAME/KEY`) of the kubelet's `authentication.x509.clientCAFile`,
     /// kept by `cert-syncer node` (started with the recovery); none: no client CA file.
     pub kubelet_client_ca_sources: Vec<String>,
+    /// The kubelet's `--node-ip` ([`KubeletOptions::node_ip`]); `None`: 127.0.0.1.
+    pub node_ip: Option<std::net::IpAddr>,
 }
 
 /// A node woken on the slept control plane. Dropped: node mode, the node (kubelet, containers,
@@ -100,18 +102,19 @@ impl Woken {
         let kubelet_client_ca = (!options.kubelet_client_ca_sources.is_empty())
             .then(|| root.join("etc/kubernetes/kubelet-ca.crt"));
         if let Some(file) = &kubelet_client_ca {
-            // The CA bundle the node had when it went to sleep (expired, but the kubelet needs
-            // a file to start).
-            let bundle =
-                std::fs::read_to_string(plane.cert_file("configmaps/client-ca/ca-bundle.crt"))
-                    .expect("client-ca synced");
-            testkit::rename::rename_into(file, bundle.as_bytes());
+            // The file as the node had it when it went to sleep: the expired
+            // `kube-apiserver-to-kubelet-client-ca` bundle (the kubelet needs a file to start;
+            // node mode replaces a file that holds nothing unexpired). Not `client-ca`: it
+            // holds unexpired CAs (the installer's admin CA) that the rotated bundle lacks, and
+            // node mode rightly refuses to drop every unexpired certificate of a file.
+            testkit::rename::rename_into(file, plane.kubelet_ca_when_slept.as_bytes());
         }
         node.place_manifest("kube-apiserver-pod.yaml", &plane.pod_manifest());
         let started = tokio::task::block_in_place(|| {
             node.start_kubelet(&KubeletOptions {
                 kubeconfig: Some(plane.kubelet_kubeconfig.clone()),
                 client_ca_file: kubelet_client_ca.clone(),
+                node_ip: options.node_ip,
             })
             .started
         });
