@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use e2e::install_crypto_provider;
-use e2e::node::cluster::{KS, OP, POD};
+use e2e::node::profile_objects::{KS, OP, POD};
 use e2e::node::scenario::{WakeOptions, Woken, first_der};
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::api::{Api, Patch, PatchParams};
@@ -170,6 +170,39 @@ async fn kubelet_ca_rotation_keeps_kubectl_logs_working_without_a_restart() {
     let new_ca =
         first_der(&String::from_utf8(new_signer.data.unwrap()["tls.crt"].0.clone()).unwrap());
     assert_ne!(new_ca, old_ca, "the signer rotated");
+    // The pod's regeneration sidecar watches the signer and acts on the trigger too, usually
+    // before the operator's run: it then regenerates the signer in its own mode, which (like
+    // library-go's normal rotation) leaves `kubelet-client` on the previous signer until its
+    // refresh, and the rotate run finds no trigger left. The same documented trigger on the
+    // target then re-issues it from the new signer.
+    let targets: Api<Secret> = Api::namespaced(admin.clone(), KS);
+    let client_pem =
+        |secret: Secret| String::from_utf8(secret.data.unwrap()["tls.crt"].0.clone()).unwrap();
+    if issued_by(
+        &first_der(&client_pem(targets.get("kubelet-client").await.unwrap())),
+        &new_ca,
+    ) {
+        eprintln!("rotation: the rotate run re-issued kubelet-client from the new signer");
+    } else {
+        eprintln!(
+            "rotation: the pod's sidecar rotated the signer first; kubelet-client re-issued by \
+             removing its own certificate-not-after annotation"
+        );
+        targets
+            .patch(
+                "kubelet-client",
+                &PatchParams::default(),
+                &Patch::Json::<()>(
+                    serde_json::from_value(serde_json::json!([{
+                        "op": "remove",
+                        "path": "/metadata/annotations/auth.openshift.io~1certificate-not-after"
+                    }]))
+                    .unwrap(),
+                ),
+            )
+            .await
+            .expect("the kubelet-client annotation removed");
+    }
 
     let synced = woken
         .wait(

@@ -11,7 +11,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use e2e::install_crypto_provider;
-use e2e::node::cluster::{KS, POD};
+use e2e::node::profile_objects::{KS, POD};
 use e2e::node::scenario::{WakeOptions, Woken, not_after, now};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;

@@ -16,7 +16,7 @@
 use std::time::Duration;
 
 use e2e::install_crypto_provider;
-use e2e::node::cluster;
+use e2e::node::profile_objects;
 use e2e::node::scenario::{WakeOptions, Woken, first_der, not_after, now};
 use e2e::tls::p50_p99;
 use k8s_openapi::api::core::v1::Secret;
@@ -65,7 +65,7 @@ async fn recover_once() -> Milestones {
     // Every signer and target of the profile is valid again in the API.
     let admin = woken.plane.admin();
     let mut expired = Vec::new();
-    for (ns, name) in cluster::profile_secrets() {
+    for (ns, name) in profile_objects::profile_secrets() {
         let secret = Api::<Secret>::namespaced(admin.clone(), ns)
             .get(name)
             .await

@@ -32,71 +32,13 @@ use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
 use testkit::pki::{Ca, CertSpec};
 
 use super::etcd::Etcd;
+use super::inputs::openshift_dir;
+use super::kubeconfig::kubeconfig;
+use super::pod::{host_path, pin_host_ip, raw_argv, render_pod, rewrite_host_paths};
+use super::profile_objects::{ADMIN_ACCOUNT, BUNDLES, CM, KS, OP, profile_secrets};
 use super::seed::SeedApiServer;
 use crate::manifests::{self, SERVER_CONTAINER, SYNC_CONTAINER};
 use crate::process::{ChildProcess, bin_path};
-
-/// The kube-apiserver's namespace.
-pub const KS: &str = "openshift-kube-apiserver";
-/// The operator's namespace (the signers).
-pub const OP: &str = "openshift-kube-apiserver-operator";
-/// `openshift-config-managed`.
-pub const CM: &str = "openshift-config-managed";
-/// The static pod's name (the mirror pod is `kube-apiserver-NODE`).
-pub const POD: &str = "kube-apiserver";
-/// Where the pod's kube-apiserver listens.
-pub const URL: &str = "https://127.0.0.1:6443";
-/// The admin service account the tests use (cluster-admin), in [`KS`].
-pub const ADMIN_ACCOUNT: &str = "e2e-admin";
-
-/// The profile's signers (all in [`OP`]).
-pub const SIGNERS: [&str; 8] = [
-    "aggregator-client-signer",
-    "kube-apiserver-to-kubelet-signer",
-    "kube-control-plane-signer",
-    "node-system-admin-signer",
-    "localhost-serving-signer",
-    "service-network-serving-signer",
-    "loadbalancer-serving-signer",
-    "localhost-recovery-serving-signer",
-];
-/// The profile's CA bundles.
-pub const BUNDLES: [(&str, &str); 10] = [
-    (CM, "kube-apiserver-aggregator-client-ca"),
-    (OP, "kube-apiserver-to-kubelet-client-ca"),
-    (OP, "kube-control-plane-signer-ca"),
-    (OP, "node-system-admin-ca"),
-    (OP, "localhost-serving-ca"),
-    (OP, "service-network-serving-ca"),
-    (OP, "loadbalancer-serving-ca"),
-    (OP, "localhost-recovery-serving-ca"),
-    (KS, "client-ca"),
-    (KS, "aggregator-client-ca"),
-];
-/// The profile's targets.
-pub const TARGETS: [(&str, &str); 12] = [
-    (KS, "aggregator-client"),
-    (KS, "kubelet-client"),
-    (KS, "check-endpoints-client-cert-key"),
-    (KS, "control-plane-node-admin-client-cert-key"),
-    (CM, "kube-controller-manager-client-cert-key"),
-    (CM, "kube-scheduler-client-cert-key"),
-    (OP, "node-system-admin-client"),
-    (KS, "localhost-serving-cert-certkey"),
-    (KS, "service-network-serving-certkey"),
-    (KS, "external-loadbalancer-serving-certkey"),
-    (KS, "internal-loadbalancer-serving-certkey"),
-    (KS, "localhost-recovery-serving-certkey"),
-];
-
-/// Every certificate Secret of the profile (signers and targets), (namespace, name).
-pub fn profile_secrets() -> Vec<(&'static str, &'static str)> {
-    SIGNERS
-        .iter()
-        .map(|name| (OP, *name))
-        .chain(TARGETS.iter().copied())
-        .collect()
-}
 
 /// The slept control plane's files and etcd (see the module docs).
 pub struct ControlPlane {
@@ -132,108 +74,6 @@ impl std::fmt::Debug for ControlPlane {
     }
 }
 
-/// OpenShift's CRDs and cluster objects (`crds.yaml`, `cluster-objects.sh`):
-/// `E2E_OPENSHIFT_DIR`, else `<repo root>/../shared/openshift`.
-///
-/// # Errors
-/// When neither holds them (the node tier then skips).
-pub fn openshift_dir() -> Result<PathBuf, String> {
-    let dir = std::env::var_os("E2E_OPENSHIFT_DIR")
-        .filter(|d| !d.is_empty())
-        .map_or_else(
-            || crate::envtest::repo_root().join("../shared/openshift"),
-            PathBuf::from,
-        );
-    for file in ["crds.yaml", "cluster-objects.sh"] {
-        if !dir.join(file).is_file() {
-            return Err(format!(
-                "no OpenShift cluster objects: {} has no {file} (set E2E_OPENSHIFT_DIR)",
-                dir.display()
-            ));
-        }
-    }
-    Ok(dir)
-}
-
-/// `kubectl kustomize manifests/static-pod`: the real pod as a user renders it.
-///
-/// # Panics
-/// When kubectl fails or the output is not one Pod.
-pub fn render_pod() -> Pod {
-    let out = Command::new("kubectl")
-        .arg("kustomize")
-        .arg(manifests::dir().join("static-pod"))
-        .output()
-        .expect("kubectl runs");
-    assert!(
-        out.status.success(),
-        "kubectl kustomize manifests/static-pod: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_norway::from_slice(&out.stdout).expect("manifests/static-pod renders to one Pod")
-}
-
-/// The pod with every `hostPath` moved under `root` (`/etc/kubernetes/x` → `ROOT/etc/kubernetes/x`),
-/// the directories created; the containers' paths stay.
-pub fn rewrite_host_paths(mut pod: Pod, root: &Path) -> Pod {
-    for volume in pod
-        .spec
-        .as_mut()
-        .and_then(|s| s.volumes.as_mut())
-        .into_iter()
-        .flatten()
-    {
-        if let Some(host) = volume.host_path.as_mut() {
-            let moved = root.join(host.path.trim_start_matches('/'));
-            std::fs::create_dir_all(&moved).expect("a hostPath directory");
-            host.path = moved.display().to_string();
-        }
-    }
-    pod
-}
-
-/// The pod with every `status.hostIP` environment variable given the node's address,
-/// 127.0.0.1, as a literal: the 1.20 kubelet refuses a loopback node IP in its status ("nodeIP
-/// can't be loopback address"), so with `--node-ip 127.0.0.1` it knows no host IP and would not
-/// create the container (`CreateContainerConfigError: host IP unknown`). On a node with a
-/// routable address the manifest's `fieldRef` works as written.
-pub fn pin_host_ip(mut pod: Pod) -> Pod {
-    for container in pod
-        .spec
-        .as_mut()
-        .map(|s| s.containers.iter_mut())
-        .into_iter()
-        .flatten()
-    {
-        for var in container.env.iter_mut().flatten() {
-            let is_host_ip = var
-                .value_from
-                .as_ref()
-                .and_then(|f| f.field_ref.as_ref())
-                .is_some_and(|f| f.field_path == "status.hostIP");
-            if is_host_ip {
-                var.value_from = None;
-                var.value = Some("127.0.0.1".to_owned());
-            }
-        }
-    }
-    pod
-}
-
-/// The host directory of the pod's volume `name`.
-///
-/// # Panics
-/// When the pod has no such hostPath volume.
-pub fn host_path(pod: &Pod, name: &str) -> PathBuf {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.volumes.as_ref())
-        .and_then(|v| v.iter().find(|v| v.name == name))
-        .and_then(|v| v.host_path.as_ref())
-        .map(|h| PathBuf::from(&h.path))
-        .unwrap_or_else(|| panic!("the pod has no hostPath volume {name}"))
-}
-
 fn meta(namespace: &str, name: &str) -> ObjectMeta {
     ObjectMeta {
         name: Some(name.to_owned()),
@@ -244,28 +84,6 @@ fn meta(namespace: &str, name: &str) -> ObjectMeta {
 
 fn bytes(text: &str) -> ByteString {
     ByteString(text.as_bytes().to_vec())
-}
-
-/// A kubeconfig: `server`, SNI `server_name`, CA file `ca`, and a token or a client pair.
-pub fn kubeconfig(
-    server: &str,
-    server_name: Option<&str>,
-    ca: &Path,
-    user: &BTreeMap<&str, String>,
-) -> String {
-    let sni = server_name
-        .map(|n| format!("    tls-server-name: {n}\n"))
-        .unwrap_or_default();
-    let user: String = user
-        .iter()
-        .map(|(k, v)| format!("    {k}: {v}\n"))
-        .collect();
-    format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {server}\n{sni}    \
-         certificate-authority: {}\nusers:\n- name: u\n  user:\n{user}contexts:\n- name: x\n  \
-         context: {{cluster: c, user: u}}\ncurrent-context: x\n",
-        ca.display()
-    )
 }
 
 fn run(command: &mut Command, what: &str) -> String {
@@ -723,111 +541,6 @@ impl ControlPlane {
             kubelet_ca_when_slept,
         }
     }
-
-    /// The pod as the kubelet reads it (JSON, which is YAML).
-    pub fn pod_manifest(&self) -> String {
-        serde_json::to_string_pretty(&self.pod).expect("the pod serialises")
-    }
-
-    /// An admin client of the pod's kube-apiserver through `localhost-recovery`.
-    pub fn admin(&self) -> kube::Client {
-        let mut config = crate::apiserver::recovery_config(URL, &self.recovery_ca);
-        config.auth_info.token = Some(self.admin_token.clone().into());
-        config.read_timeout = Some(Duration::from_secs(10));
-        kube::Client::try_from(config).expect("a kube client")
-    }
-
-    /// A kubeconfig for kubectl as the admin: `https://localhost:6443` (SNI `localhost`),
-    /// trusting only `ca`; written to `path`.
-    pub fn admin_kubeconfig(&self, path: &Path, ca: &Path) -> PathBuf {
-        std::fs::write(
-            path,
-            kubeconfig(
-                "https://localhost:6443",
-                None,
-                ca,
-                &BTreeMap::from([("token", self.admin_token.clone())]),
-            ),
-        )
-        .unwrap();
-        path.to_owned()
-    }
-
-    /// `cert-syncer regenerate --profile openshift-kube-apiserver EXTRA` as a host process on
-    /// the pod's kube-apiserver (`localhost-recovery`, the admin token): an operator's manual
-    /// run.
-    pub fn regenerate_command(&self, extra: &[&str]) -> Command {
-        let mut command = Command::new(bin_path("cert-syncer"));
-        command
-            .arg("regenerate")
-            .args(["--server", URL])
-            .args(["--tls-server-name-override", "localhost-recovery"])
-            .arg("--ca-file")
-            .arg(
-                self.resources
-                    .join("configmaps/kube-apiserver-server-ca/ca-bundle.crt"),
-            )
-            .arg("--token-file")
-            .arg(self.admin_token_file())
-            .args(["--profile", "openshift-kube-apiserver"])
-            .args(extra)
-            .env("RUST_LOG", "info");
-        command
-    }
-
-    /// The admin token in a 0600 file (`ROOT/admin.token`).
-    pub fn admin_token_file(&self) -> PathBuf {
-        let token = self.root.join("admin.token");
-        testkit::rename::rename_into_with_mode(&token, self.admin_token.as_bytes(), 0o600);
-        token
-    }
-
-    /// `cert-syncer node` as a host process keeping `file` from `sources`
-    /// (`KIND/NAMESPACE/NAME/KEY`), connected like the sidecars (`localhost-recovery`, the
-    /// recovery CA of the resource dir) with the admin token.
-    pub fn node_mode_command(&self, file: &Path, sources: &[&str], extra: &[&str]) -> Command {
-        let token = self.admin_token_file();
-        let mut command = Command::new(bin_path("cert-syncer"));
-        command
-            .arg("node")
-            .args(["--server", URL])
-            .args(["--tls-server-name-override", "localhost-recovery"])
-            .arg("--ca-file")
-            .arg(
-                self.resources
-                    .join("configmaps/kube-apiserver-server-ca/ca-bundle.crt"),
-            )
-            .arg("--token-file")
-            .arg(token)
-            .args(["--metrics-listen", "127.0.0.1:0"])
-            .arg("--file")
-            .arg(file)
-            .args(sources.iter().flat_map(|s| ["--source", s]))
-            .args(extra)
-            .env(
-                "RUST_LOG",
-                std::env::var("RUST_LOG").unwrap_or("info".into()),
-            );
-        command
-    }
-
-    /// The cert dir file `kind/name/key` (`secrets/localhost-serving-cert-certkey/tls.crt`).
-    pub fn cert_file(&self, relative: &str) -> PathBuf {
-        self.certs.join(relative)
-    }
-}
-
-/// `command` + `args` of the container `name`, unexpanded (`$(VAR)` stays: the flags read
-/// here name none).
-pub fn raw_argv(pod: &Pod, name: &str) -> Vec<String> {
-    let container = manifests::container(pod, name);
-    container
-        .command
-        .iter()
-        .flatten()
-        .chain(container.args.iter().flatten())
-        .cloned()
-        .collect()
 }
 
 /// Copies the files of `from` into `to` (directories created; existing files replaced).

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use testkit::pki::{Ca, CertSpec, Issued};
 
-use super::{ETCD_PEER_PORT, ETCD_PORT};
+use super::ports::{ETCD_PEER_PORT, ETCD_PORT};
 use crate::process::ChildProcess;
 
 /// A running etcd with TLS (killed on drop).

@@ -64,7 +64,7 @@ pub fn build_and_import(containerd: &Containerd) {
         )
         .env(
             "NODE_ASSETS",
-            super::assets().unwrap_or_else(|reason| panic!("{reason}")),
+            super::inputs::assets().unwrap_or_else(|reason| panic!("{reason}")),
         )
         .output()
         .expect("scripts/build-images runs");
@@ -100,7 +100,7 @@ pub fn build_and_import(containerd: &Containerd) {
 /// # Panics
 /// When podman fails.
 pub fn pause_archive(dir: &Path) -> PathBuf {
-    let assets = super::assets().unwrap_or_else(|reason| panic!("{reason}"));
+    let assets = super::inputs::assets().unwrap_or_else(|reason| panic!("{reason}"));
     let context = dir.join("pause-image");
     std::fs::create_dir_all(&context).expect("the pause build context");
     std::fs::copy(assets.join("pause"), context.join("pause")).expect("copy pause");

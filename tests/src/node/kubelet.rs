@@ -7,7 +7,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use super::containerd::Containerd;
-use super::{KUBELET_HEALTHZ_PORT, KUBELET_PORT};
+use super::ports::{KUBELET_HEALTHZ_PORT, KUBELET_PORT};
 use crate::process::ChildProcess;
 
 /// How the kubelet is started.
@@ -19,7 +19,7 @@ pub struct KubeletOptions {
     /// `authentication.x509.clientCAFile`: the CA bundle its API (`:10250`) authenticates
     /// client certificates with (kube-apiserver's `kubelet-client`, for `kubectl logs`).
     pub client_ca_file: Option<PathBuf>,
-    /// The node's routable address ([`super::routable_host_ip`]): `--node-ip` and the address
+    /// The node's routable address ([`super::inputs::routable_host_ip`]): `--node-ip` and the address
     /// the kubelet's API (`:10250`) listens on, so kube-apiserver reaches it by the Node's
     /// `InternalIP` (`--kubelet-preferred-address-types`) for `kubectl logs`. `None`: 127.0.0.1,
     /// which the 1.20 kubelet refuses in its status ("nodeIP can't be loopback address"), so the
@@ -124,7 +124,7 @@ impl Node {
     /// # Panics
     /// When it cannot start or its healthz does not answer within 60 s.
     pub fn start_kubelet(&mut self, options: &KubeletOptions) -> &mut Kubelet {
-        let assets = super::assets().unwrap_or_else(|reason| panic!("{reason}"));
+        let assets = super::inputs::assets().unwrap_or_else(|reason| panic!("{reason}"));
         let x509 = options
             .client_ca_file
             .as_ref()

@@ -10,8 +10,10 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::{Node as KubeNode, Pod};
 use kube::api::Api;
 
-use super::cluster::{ControlPlane, KS, POD};
-use super::{KubeletOptions, Node, images};
+use super::cluster::ControlPlane;
+use super::images;
+use super::kubelet::{KubeletOptions, Node};
+use super::profile_objects::{KS, POD};
 use crate::process::ChildProcess;
 use crate::tls::handshake_leaf;
 
