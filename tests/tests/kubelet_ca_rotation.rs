@@ -4,7 +4,9 @@
 //! (a host process, as the machine-config daemon is on OpenShift) from
 //! `kube-apiserver-to-kubelet-client-ca`. `kube-apiserver-to-kubelet-signer` is rotated the
 //! documented way (its `auth.openshift.io/certificate-not-after` annotation removed) with
-//! `cert-syncer regenerate --mode rotate --once`; the new `kubelet-client` is synced into the
+//! `cert-syncer regenerate --mode rotate --once` (the pod's sidecar watches the signer and
+//! usually acts on the trigger first, in its own mode, leaving `kubelet-client` on the old
+//! signer: the same trigger on `kubelet-client` then re-issues it); the new `kubelet-client` is synced into the
 //! cert dir by the sidecar, kube-apiserver uses it, node mode rewrites the kubelet's CA file,
 //! the kubelet reloads it. `kubectl logs` of the pod on the node runs every 200 ms throughout:
 //! the test prints how many calls failed and the longest gap between two successful ones, and
