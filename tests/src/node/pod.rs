@@ -49,7 +49,9 @@ pub fn rewrite_host_paths(mut pod: Pod, root: &Path) -> Pod {
 /// 127.0.0.1, as a literal: the 1.20 kubelet refuses a loopback node IP in its status ("nodeIP
 /// can't be loopback address"), so with `--node-ip 127.0.0.1` it knows no host IP and would not
 /// create the container (`CreateContainerConfigError: host IP unknown`). On a node with a
-/// routable address the manifest's `fieldRef` works as written.
+/// routable address the manifest's `fieldRef` works as written; the control plane is prepared
+/// before the node's address is chosen, so the pod is pinned for every node (kube-apiserver then
+/// advertises 127.0.0.1, which it only warns about).
 pub fn pin_host_ip(mut pod: Pod) -> Pod {
     for container in pod
         .spec
