@@ -41,6 +41,8 @@ pub const CORE: &str = "";
 pub const COORDINATION: &str = "coordination.k8s.io";
 /// The CertificateSigningRequest API group.
 pub const CERTIFICATES: &str = "certificates.k8s.io";
+/// OpenShift's cluster configuration API group (`networks`, `infrastructures`).
+pub const CONFIG_OPENSHIFT: &str = "config.openshift.io";
 /// The `namespace` of a cluster-scoped rule (it belongs in a `ClusterRole`).
 pub const CLUSTER: &str = "";
 
@@ -268,6 +270,18 @@ fn regenerate_access(args: &regenerate::Settings, rotation: &Rotation) -> Vec<Ac
                 }
                 None => rules.any(&watch.namespace, CORE, resource, &["list", "watch"]),
             }
+        }
+    }
+    // A built-in profile that names cluster-specific hostnames reads them from the cluster's
+    // `networks` and `infrastructures` objects named `cluster` (cluster-scoped, a GET each,
+    // `regenerate::profile::read_cluster`) before its first pass; a `--config` file never does.
+    if args.config.is_none()
+        && args
+            .profile
+            .is_some_and(crate::regenerate::Profile::needs_cluster_values)
+    {
+        for resource in ["networks", "infrastructures"] {
+            rules.named(CLUSTER, CONFIG_OPENSHIFT, resource, &["get"], "cluster");
         }
     }
     if args.pod_name.is_some() {

@@ -445,7 +445,8 @@ fn wait_ready(
     ))
 }
 
-fn log_tail(dir: &Path, name: &str) -> String {
+/// The last 40 lines of the log `dir/name` (empty when absent).
+pub fn log_tail(dir: &Path, name: &str) -> String {
     let text = std::fs::read_to_string(dir.join(name)).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(40)..].join("\n")

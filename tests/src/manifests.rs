@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::{Container, Pod, Secret};
-use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding};
 
 /// The static pod's file, relative to `manifests/`.
 pub const POD: &str = "static-pod/kube-apiserver-pod.yaml";
@@ -369,7 +369,9 @@ pub fn service_account_of_token_file(token_file: &str) -> (String, String) {
 }
 
 /// The rules a service account is granted, by namespace: every Role bound to it by a
-/// RoleBinding of the Role's namespace.
+/// RoleBinding of the Role's namespace, and every ClusterRole bound to it by a
+/// ClusterRoleBinding, under namespace `""` (cluster-scoped resources:
+/// `cert_syncer::access::CLUSTER`; no ClusterRole here grants namespaced resources).
 pub fn granted_rules(namespace: &str, account: &str) -> Vec<(String, PolicyRule)> {
     let roles: Vec<Role> = of_kind("Role");
     let bindings: Vec<RoleBinding> = of_kind("RoleBinding");
@@ -403,6 +405,30 @@ pub fn granted_rules(namespace: &str, account: &str) -> Vec<(String, PolicyRule)
             });
         for rule in role.rules.iter().flatten() {
             out.push((ns.clone(), rule.clone()));
+        }
+    }
+    let cluster_roles: Vec<ClusterRole> = of_kind("ClusterRole");
+    for binding in of_kind::<ClusterRoleBinding>("ClusterRoleBinding") {
+        let binds_account = binding.subjects.iter().flatten().any(|s| {
+            s.kind == "ServiceAccount"
+                && s.name == account
+                && s.namespace.as_deref() == Some(namespace)
+        });
+        if !binds_account {
+            continue;
+        }
+        assert_eq!(binding.role_ref.kind, "ClusterRole");
+        let role = cluster_roles
+            .iter()
+            .find(|r| r.metadata.name.as_deref() == Some(binding.role_ref.name.as_str()))
+            .unwrap_or_else(|| {
+                panic!(
+                    "ClusterRoleBinding {:?} refers to a missing ClusterRole",
+                    binding.metadata.name
+                )
+            });
+        for rule in role.rules.iter().flatten() {
+            out.push((String::new(), rule.clone()));
         }
     }
     out

@@ -5,10 +5,13 @@
 use std::collections::BTreeMap;
 
 use cert_syncer::access::Access;
-use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
+use k8s_openapi::api::rbac::v1::{
+    ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
+};
 use kube::api::{Api, ObjectMeta, PostParams};
 
-/// Creates every Role and RoleBinding of `manifests/` (and their namespaces) with `admin`.
+/// Creates every Role and RoleBinding of `manifests/` (and their namespaces), and every
+/// ClusterRole and ClusterRoleBinding, with `admin`.
 ///
 /// # Panics
 /// When the API refuses one.
@@ -42,6 +45,22 @@ pub async fn apply_manifest_rbac(admin: &kube::Client) -> usize {
             });
         count += 1;
     }
+    for mut role in crate::manifests::of_kind::<ClusterRole>("ClusterRole") {
+        role.metadata.resource_version = None;
+        Api::<ClusterRole>::all(admin.clone())
+            .create(&PostParams::default(), &role)
+            .await
+            .unwrap_or_else(|err| panic!("ClusterRole {:?}: {err}", role.metadata.name));
+        count += 1;
+    }
+    for mut binding in crate::manifests::of_kind::<ClusterRoleBinding>("ClusterRoleBinding") {
+        binding.metadata.resource_version = None;
+        Api::<ClusterRoleBinding>::all(admin.clone())
+            .create(&PostParams::default(), &binding)
+            .await
+            .unwrap_or_else(|err| panic!("ClusterRoleBinding {:?}: {err}", binding.metadata.name));
+        count += 1;
+    }
     count
 }
 
@@ -65,6 +84,10 @@ pub async fn grant(admin: &kube::Client, user: &str, name: &str, list: &[Access]
             });
     }
     for (namespace, rules) in by_namespace {
+        if namespace == cert_syncer::access::CLUSTER {
+            grant_cluster_scoped(admin, user, name, rules).await;
+            continue;
+        }
         crate::envtest::create_namespace(admin, namespace).await;
         let meta = ObjectMeta {
             name: Some(name.to_owned()),
@@ -98,4 +121,44 @@ pub async fn grant(admin: &kube::Client, user: &str, name: &str, list: &[Access]
             .await
             .unwrap_or_else(|err| panic!("RoleBinding {namespace}/{name}: {err}"));
     }
+}
+
+/// The cluster-scoped part of [`grant`]: one ClusterRole `name` and its ClusterRoleBinding.
+async fn grant_cluster_scoped(
+    admin: &kube::Client,
+    user: &str,
+    name: &str,
+    rules: Vec<PolicyRule>,
+) {
+    let meta = ObjectMeta {
+        name: Some(name.to_owned()),
+        ..ObjectMeta::default()
+    };
+    let role = ClusterRole {
+        metadata: meta.clone(),
+        rules: Some(rules),
+        ..ClusterRole::default()
+    };
+    Api::<ClusterRole>::all(admin.clone())
+        .create(&PostParams::default(), &role)
+        .await
+        .unwrap_or_else(|err| panic!("ClusterRole {name}: {err}"));
+    let binding = ClusterRoleBinding {
+        metadata: meta,
+        role_ref: RoleRef {
+            api_group: "rbac.authorization.k8s.io".to_owned(),
+            kind: "ClusterRole".to_owned(),
+            name: name.to_owned(),
+        },
+        subjects: Some(vec![Subject {
+            api_group: Some("rbac.authorization.k8s.io".to_owned()),
+            kind: "User".to_owned(),
+            name: user.to_owned(),
+            namespace: None,
+        }]),
+    };
+    Api::<ClusterRoleBinding>::all(admin.clone())
+        .create(&PostParams::default(), &binding)
+        .await
+        .unwrap_or_else(|err| panic!("ClusterRoleBinding {name}: {err}"));
 }

@@ -108,6 +108,24 @@ pub struct ApiserverFiles {
     pub service_account: (PathBuf, PathBuf),
 }
 
+/// How kube-apiserver reaches etcd.
+#[derive(Debug, Clone)]
+pub enum EtcdConnection {
+    /// `http://127.0.0.1:PORT` ([`etcd_command`]).
+    Plain(u16),
+    /// An etcd with TLS and client-certificate authentication (a control-plane node's).
+    Tls {
+        /// `--etcd-servers`.
+        url: String,
+        /// `--etcd-cafile`.
+        ca: PathBuf,
+        /// `--etcd-certfile`.
+        cert: PathBuf,
+        /// `--etcd-keyfile`.
+        key: PathBuf,
+    },
+}
+
 /// kube-apiserver on `127.0.0.1:port` over the etcd at `etcd_port`, RBAC, with `files`.
 pub fn kube_apiserver_command(
     assets: &Path,
@@ -115,10 +133,31 @@ pub fn kube_apiserver_command(
     etcd_port: u16,
     port: u16,
 ) -> Command {
+    kube_apiserver_command_with(assets, files, &EtcdConnection::Plain(etcd_port), port)
+}
+
+/// [`kube_apiserver_command`] over any [`EtcdConnection`].
+pub fn kube_apiserver_command_with(
+    assets: &Path,
+    files: &ApiserverFiles,
+    etcd: &EtcdConnection,
+    port: u16,
+) -> Command {
     let path = |p: &Path| p.display().to_string();
     let mut command = Command::new(assets.join("kube-apiserver"));
+    match etcd {
+        EtcdConnection::Plain(etcd_port) => {
+            command.args(["--etcd-servers", &format!("http://127.0.0.1:{etcd_port}")]);
+        }
+        EtcdConnection::Tls { url, ca, cert, key } => {
+            command
+                .args(["--etcd-servers", url])
+                .args(["--etcd-cafile", &path(ca)])
+                .args(["--etcd-certfile", &path(cert)])
+                .args(["--etcd-keyfile", &path(key)]);
+        }
+    }
     command
-        .args(["--etcd-servers", &format!("http://127.0.0.1:{etcd_port}")])
         .args([
             "--bind-address",
             "127.0.0.1",

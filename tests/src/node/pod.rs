@@ -1,0 +1,103 @@
+//! The real static pod as the node tier runs it: rendered from `manifests/static-pod` as a user
+//! renders it, its host paths moved under a test's root, its flags read back.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use k8s_openapi::api::core::v1::Pod;
+
+use crate::manifests;
+
+/// `kubectl kustomize manifests/static-pod`: the real pod as a user renders it.
+///
+/// # Panics
+/// When kubectl fails or the output is not one Pod.
+pub fn render_pod() -> Pod {
+    let out = Command::new("kubectl")
+        .arg("kustomize")
+        .arg(manifests::dir().join("static-pod"))
+        .output()
+        .expect("kubectl runs");
+    assert!(
+        out.status.success(),
+        "kubectl kustomize manifests/static-pod: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_norway::from_slice(&out.stdout).expect("manifests/static-pod renders to one Pod")
+}
+
+/// The pod with every `hostPath` moved under `root` (`/etc/kubernetes/x` → `ROOT/etc/kubernetes/x`),
+/// the directories created; the containers' paths stay.
+pub fn rewrite_host_paths(mut pod: Pod, root: &Path) -> Pod {
+    for volume in pod
+        .spec
+        .as_mut()
+        .and_then(|s| s.volumes.as_mut())
+        .into_iter()
+        .flatten()
+    {
+        if let Some(host) = volume.host_path.as_mut() {
+            let moved = root.join(host.path.trim_start_matches('/'));
+            std::fs::create_dir_all(&moved).expect("a hostPath directory");
+            host.path = moved.display().to_string();
+        }
+    }
+    pod
+}
+
+/// The pod with every `status.hostIP` environment variable given the node's address,
+/// 127.0.0.1, as a literal: the 1.20 kubelet refuses a loopback node IP in its status ("nodeIP
+/// can't be loopback address"), so with `--node-ip 127.0.0.1` it knows no host IP and would not
+/// create the container (`CreateContainerConfigError: host IP unknown`). On a node with a
+/// routable address the manifest's `fieldRef` works as written; the control plane is prepared
+/// before the node's address is chosen, so the pod is pinned for every node (kube-apiserver then
+/// advertises 127.0.0.1, which it only warns about).
+pub fn pin_host_ip(mut pod: Pod) -> Pod {
+    for container in pod
+        .spec
+        .as_mut()
+        .map(|s| s.containers.iter_mut())
+        .into_iter()
+        .flatten()
+    {
+        for var in container.env.iter_mut().flatten() {
+            let is_host_ip = var
+                .value_from
+                .as_ref()
+                .and_then(|f| f.field_ref.as_ref())
+                .is_some_and(|f| f.field_path == "status.hostIP");
+            if is_host_ip {
+                var.value_from = None;
+                var.value = Some("127.0.0.1".to_owned());
+            }
+        }
+    }
+    pod
+}
+
+/// The host directory of the pod's volume `name`.
+///
+/// # Panics
+/// When the pod has no such hostPath volume.
+pub fn host_path(pod: &Pod, name: &str) -> PathBuf {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.volumes.as_ref())
+        .and_then(|v| v.iter().find(|v| v.name == name))
+        .and_then(|v| v.host_path.as_ref())
+        .map(|h| PathBuf::from(&h.path))
+        .unwrap_or_else(|| panic!("the pod has no hostPath volume {name}"))
+}
+
+/// `command` + `args` of the container `name`, unexpanded (`$(VAR)` stays: the flags read
+/// here name none).
+pub fn raw_argv(pod: &Pod, name: &str) -> Vec<String> {
+    let container = manifests::container(pod, name);
+    container
+        .command
+        .iter()
+        .flatten()
+        .chain(container.args.iter().flatten())
+        .cloned()
+        .collect()
+}
