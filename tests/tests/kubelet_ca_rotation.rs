@@ -52,9 +52,10 @@ struct Call {
 async fn kubelet_ca_rotation_keeps_kubectl_logs_working_without_a_restart() {
     e2e::require_node!();
     install_crypto_provider();
-    // kube-apiserver reaches the kubelet by the Node's InternalIP: a routable address.
-    let node_ip = match e2e::node::routable_host_ip() {
-        Ok(ip) => ip,
+    // kube-apiserver reaches the kubelet by the Node's InternalIP: an address the kubelet
+    // accepts, on the loopback interface (held until the test ends).
+    let node_address = match e2e::node::loopback_node_ip() {
+        Ok(address) => address,
         Err(reason) => {
             println!("SKIP: {reason}");
             return;
@@ -62,7 +63,7 @@ async fn kubelet_ca_rotation_keeps_kubectl_logs_working_without_a_restart() {
     };
     let mut woken = Woken::start(WakeOptions {
         kubelet_client_ca_sources: vec![KUBELET_CA_SOURCE.to_owned()],
-        node_ip: Some(node_ip),
+        node_ip: Some(node_address.ip),
     })
     .await;
     woken.apiserver_running().await;

@@ -34,7 +34,9 @@ use testkit::pki::{Ca, CertSpec};
 use super::etcd::Etcd;
 use super::inputs::openshift_dir;
 use super::kubeconfig::kubeconfig;
-use super::pod::{host_path, pin_host_ip, raw_argv, render_pod, rewrite_host_paths};
+use super::pod::{
+    bind_apiserver_to_loopback, host_path, pin_host_ip, raw_argv, render_pod, rewrite_host_paths,
+};
 use super::profile_objects::{ADMIN_ACCOUNT, BUNDLES, CM, KS, OP, profile_secrets};
 use super::seed::SeedApiServer;
 use crate::manifests::{self, SERVER_CONTAINER, SYNC_CONTAINER};
@@ -107,7 +109,7 @@ impl ControlPlane {
     /// # Panics
     /// When any step fails, naming it.
     pub async fn prepare(root: &Path, node: &str) -> ControlPlane {
-        let pod = pin_host_ip(rewrite_host_paths(render_pod(), root));
+        let pod = bind_apiserver_to_loopback(pin_host_ip(rewrite_host_paths(render_pod(), root)));
         let resources = host_path(&pod, "resource-dir");
         let certs = host_path(&pod, "cert-dir");
         let server_argv = raw_argv(&pod, SERVER_CONTAINER);

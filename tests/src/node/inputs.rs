@@ -1,5 +1,5 @@
 //! What the node tier needs from this machine, and whether it has it: root, the host programs,
-//! the kubelet's assets, OpenShift's cluster objects, a routable address.
+//! the kubelet's assets, OpenShift's cluster objects, a node address on the loopback.
 
 use std::path::PathBuf;
 use std::sync::OnceLock;
@@ -8,31 +8,55 @@ use std::sync::OnceLock;
 /// `podman`; `ctr` comes with containerd; `kubectl` renders the pod with kustomize).
 pub const HOST_PROGRAMS: [&str; 5] = ["containerd", "runc", "ctr", "podman", "kubectl"];
 
-/// This machine's address on its default route (the source address the kernel picks for a
-/// datagram to a TEST-NET address; nothing is sent): the node IP of a kubelet that
-/// kube-apiserver must reach (the 1.20 kubelet refuses a loopback node IP).
+/// An address on the loopback interface for a node that kube-apiserver must reach by its
+/// `InternalIP` (the 1.20 kubelet refuses a loopback node IP, "nodeIP can't be loopback
+/// address", and then reports no address at all): `198.51.100.7/32` (TEST-NET-2, never routed),
+/// added to `lo` for as long as the returned guard lives. Traffic to it never leaves the
+/// machine, like 127.0.0.1's; the machine's own network address is never used.
 ///
 /// # Errors
-/// When the machine has no route off the loopback, or only a loopback or link-local address.
-pub fn routable_host_ip() -> Result<std::net::IpAddr, String> {
-    let socket = std::net::UdpSocket::bind(("0.0.0.0", 0))
-        .map_err(|err| format!("cannot open a UDP socket: {err}"))?;
-    socket
-        .connect(("192.0.2.1", 9))
-        .map_err(|err| format!("no route off the loopback: {err}"))?;
-    let ip = socket
-        .local_addr()
-        .map_err(|err| format!("no source address: {err}"))?
-        .ip();
-    match ip {
-        std::net::IpAddr::V4(v4)
-            if !v4.is_loopback() && !v4.is_link_local() && !v4.is_unspecified() =>
-        {
-            Ok(ip)
+/// When the address cannot be added (not root, no `ip`).
+pub fn loopback_node_ip() -> Result<LoopbackAddress, String> {
+    let ip = std::net::Ipv4Addr::new(198, 51, 100, 7);
+    let cidr = format!("{ip}/32");
+    let shown = std::process::Command::new("ip")
+        .args(["-4", "-o", "addr", "show", "dev", "lo"])
+        .output()
+        .map_err(|err| format!("cannot run `ip addr show dev lo`: {err}"))?;
+    let present = String::from_utf8_lossy(&shown.stdout).contains(&cidr);
+    if !present {
+        let added = std::process::Command::new("ip")
+            .args(["addr", "add", &cidr, "dev", "lo"])
+            .output()
+            .map_err(|err| format!("cannot run `ip addr add {cidr} dev lo`: {err}"))?;
+        if !added.status.success() {
+            return Err(format!(
+                "`ip addr add {cidr} dev lo` failed: {}",
+                String::from_utf8_lossy(&added.stderr).trim()
+            ));
         }
-        other => Err(format!(
-            "no routable address (the default route's source is {other})"
-        )),
+    }
+    Ok(LoopbackAddress {
+        ip: std::net::IpAddr::V4(ip),
+        added: !present,
+    })
+}
+
+/// An address on `lo` from [`loopback_node_ip`], removed on drop if this process added it.
+#[derive(Debug)]
+pub struct LoopbackAddress {
+    /// The address.
+    pub ip: std::net::IpAddr,
+    added: bool,
+}
+
+impl Drop for LoopbackAddress {
+    fn drop(&mut self) {
+        if self.added {
+            let _ = std::process::Command::new("ip")
+                .args(["addr", "del", &format!("{}/32", self.ip), "dev", "lo"])
+                .output();
+        }
     }
 }
 

@@ -19,7 +19,7 @@ pub struct KubeletOptions {
     /// `authentication.x509.clientCAFile`: the CA bundle its API (`:10250`) authenticates
     /// client certificates with (kube-apiserver's `kubelet-client`, for `kubectl logs`).
     pub client_ca_file: Option<PathBuf>,
-    /// The node's routable address ([`super::inputs::routable_host_ip`]): `--node-ip` and the address
+    /// The node's address ([`super::inputs::loopback_node_ip`]): `--node-ip` and the address
     /// the kubelet's API (`:10250`) listens on, so kube-apiserver reaches it by the Node's
     /// `InternalIP` (`--kubelet-preferred-address-types`) for `kubectl logs`. `None`: 127.0.0.1,
     /// which the 1.20 kubelet refuses in its status ("nodeIP can't be loopback address"), so the

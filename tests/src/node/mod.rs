@@ -32,7 +32,9 @@ pub mod scenario;
 pub mod seed;
 
 pub use containerd::Containerd;
-pub use inputs::{HOST_PROGRAMS, assets, on_path, openshift_dir, routable_host_ip, skip_reason};
+pub use inputs::{
+    HOST_PROGRAMS, LoopbackAddress, assets, loopback_node_ip, on_path, openshift_dir, skip_reason,
+};
 pub use kubelet::{Kubelet, KubeletOptions, Node};
 pub use ports::{APISERVER_PORT, ETCD_PEER_PORT, ETCD_PORT, KUBELET_HEALTHZ_PORT, KUBELET_PORT};
 

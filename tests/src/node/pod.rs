@@ -75,6 +75,25 @@ pub fn pin_host_ip(mut pod: Pod) -> Pod {
     pod
 }
 
+/// The pod with its kube-apiserver listening on 127.0.0.1 only (`--bind-address`; the manifest
+/// says `0.0.0.0`, as a control-plane node needs): servers in tests listen
+/// on the loopback. Its clients here (the kubelet, the sidecars, the tests) all use localhost.
+pub fn bind_apiserver_to_loopback(mut pod: Pod) -> Pod {
+    for container in pod
+        .spec
+        .as_mut()
+        .map(|s| s.containers.iter_mut())
+        .into_iter()
+        .flatten()
+        .filter(|c| c.name == "kube-apiserver")
+    {
+        let args = container.args.get_or_insert_with(Vec::new);
+        args.retain(|arg| !arg.starts_with("--bind-address"));
+        args.push("--bind-address=127.0.0.1".to_owned());
+    }
+    pod
+}
+
 /// The host directory of the pod's volume `name`.
 ///
 /// # Panics
