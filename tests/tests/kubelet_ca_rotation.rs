@@ -101,7 +101,26 @@ async fn kubelet_ca_rotation_keeps_kubectl_logs_working_without_a_restart() {
             .map(|s| (s.name, s.restart_count, s.container_id))
             .collect::<Vec<_>>()
     };
-    let restarts_before = restarts().await;
+    // The baseline once the mirror pod reports every container (its status can lag the
+    // containers: an empty list here once made the comparison below fail with nothing restarted).
+    let containers = woken
+        .plane
+        .pod
+        .spec
+        .as_ref()
+        .map_or(0, |s| s.containers.len());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let restarts_before = loop {
+        let now = restarts().await;
+        if now.len() == containers && now.iter().all(|(_, _, id)| id.is_some()) {
+            break now;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the mirror pod reports its {containers} containers within 60 s: {now:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
     let kubelet_ca = woken.kubelet_client_ca.clone().unwrap();
     let kubelet_client = woken.plane.cert_file("secrets/kubelet-client/tls.crt");
     let old_client = first_der(&std::fs::read_to_string(&kubelet_client).unwrap());
