@@ -4,7 +4,13 @@
 //! `localhost-recovery` SNI name) into a resource directory with atomic directory swaps.
 //!
 //! `regenerate` is the regeneration controller: it regenerates signers, CA bundles and
-//! certificates declared in a config file, by default only when they are expired or missing.
+//! certificates declared in a config file or a built-in profile, by default only when they are
+//! expired or missing.
+//!
+//! `node` keeps one host CA bundle (the kubelet's `kubelet-ca.crt`) assembled from API objects on
+//! every node; `inspect` lists certificates on disk or in a namespace and what is wrong with them;
+//! `approve-kubelet-csr` (opt-in) approves this node's kubelet client CSR while its certificate
+//! on disk is expired or absent.
 //!
 //! The work lives in the library (`src/lib.rs`); `main` parses flags, installs logging and maps the outcome to an exit code: 0 after a clean
 //! shutdown, 1 on a fatal runtime error, 2 on bad flags or configuration.
