@@ -78,52 +78,12 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
 
-const KS: &str = "openshift-kube-apiserver";
-const OP: &str = "openshift-kube-apiserver-operator";
-const CM: &str = "openshift-config-managed";
+// The profile's namespaces and objects, written once for this file and the node tier.
+use e2e::node::profile_objects::{BUNDLES, CM, KS, OP, SIGNERS, TARGETS};
+
 const OURS_TOKEN: &str = "ours-regen-token";
 const THEIRS_TOKEN: &str = "theirs-regen-token";
 const LEASE: &str = "cert-regeneration-controller-lock";
-
-/// The profile's signers (all in the operator's namespace).
-const SIGNERS: [&str; 8] = [
-    "aggregator-client-signer",
-    "kube-apiserver-to-kubelet-signer",
-    "kube-control-plane-signer",
-    "node-system-admin-signer",
-    "localhost-serving-signer",
-    "service-network-serving-signer",
-    "loadbalancer-serving-signer",
-    "localhost-recovery-serving-signer",
-];
-/// The profile's CA bundles.
-const BUNDLES: [(&str, &str); 10] = [
-    (CM, "kube-apiserver-aggregator-client-ca"),
-    (OP, "kube-apiserver-to-kubelet-client-ca"),
-    (OP, "kube-control-plane-signer-ca"),
-    (OP, "node-system-admin-ca"),
-    (OP, "localhost-serving-ca"),
-    (OP, "service-network-serving-ca"),
-    (OP, "loadbalancer-serving-ca"),
-    (OP, "localhost-recovery-serving-ca"),
-    (KS, "client-ca"),
-    (KS, "aggregator-client-ca"),
-];
-/// The profile's targets.
-const TARGETS: [(&str, &str); 12] = [
-    (KS, "aggregator-client"),
-    (KS, "kubelet-client"),
-    (KS, "check-endpoints-client-cert-key"),
-    (KS, "control-plane-node-admin-client-cert-key"),
-    (CM, "kube-controller-manager-client-cert-key"),
-    (CM, "kube-scheduler-client-cert-key"),
-    (OP, "node-system-admin-client"),
-    (KS, "localhost-serving-cert-certkey"),
-    (KS, "service-network-serving-certkey"),
-    (KS, "external-loadbalancer-serving-certkey"),
-    (KS, "internal-loadbalancer-serving-certkey"),
-    (KS, "localhost-recovery-serving-certkey"),
-];
 
 fn secrets() -> Vec<(&'static str, &'static str)> {
     SIGNERS
