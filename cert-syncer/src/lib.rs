@@ -20,30 +20,19 @@
 //! that it can be fuzzed and checked by tests) and [`access`] (the API access each subcommand
 //! needs for given flags: what RBAC must grant). Everything else is internal.
 
-pub mod access;
-mod approve;
-pub mod cli;
-mod connection;
-mod decode;
-pub mod error;
-mod events;
-#[cfg(test)]
-mod fake_api;
-mod fetched;
-mod health;
-mod input_file;
-mod inspect;
-pub mod kind;
-mod leader;
-mod metrics;
-mod names;
-mod node;
+mod app;
+mod base;
+mod kube;
 mod pki;
+
+mod approve;
+mod inspect;
+mod node;
 pub mod regenerate;
-mod shutdown;
 mod sync;
-mod time;
-mod watch;
+
+pub use app::{access, cli};
+pub use base::{error, kind};
 
 /// Runs one subcommand until it finishes or is shut down (SIGTERM/SIGINT).
 ///

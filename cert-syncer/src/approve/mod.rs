@@ -39,14 +39,14 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 
-use crate::health::Readiness;
+use crate::base::readiness::Readiness;
 pub use disk::KubeletCert;
 pub use rules::{Decision, Policy, REASON, SIGNER};
 
-/// What `approve-kubelet-csr` is asked to do (from [`crate::cli::ApproveKubeletCsrArgs`]).
+/// What `approve-kubelet-csr` is asked to do (from [`crate::app::cli::ApproveKubeletCsrArgs`]).
 #[derive(Debug, Clone)]
 pub struct Settings {
-    pub connection: crate::connection::Settings,
+    pub connection: crate::kube::connection::Settings,
     pub policy: Policy,
     /// The kubelet's client certificate (`kubelet-client-current.pem`).
     pub kubelet_client_cert: PathBuf,
@@ -61,8 +61,8 @@ struct ResultLabels {
 
 /// Runs until SIGTERM/SIGINT.
 pub async fn run(settings: Settings) -> anyhow::Result<()> {
-    let connection = crate::connection::connect(&settings.connection).await?;
-    let shutdown = crate::shutdown::on_signal()?;
+    let connection = crate::kube::connection::connect(&settings.connection).await?;
+    let shutdown = crate::app::shutdown::on_signal()?;
     let mut registry = Registry::default();
     let decisions: Family<ResultLabels, Counter> = Family::default();
     registry.register(
@@ -76,13 +76,13 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         let registry = Arc::new(registry);
         let (readiness, shutdown) = (readiness.clone(), shutdown.clone());
         tokio::spawn(async move {
-            if let Err(err) = crate::health::serve(addr, registry, readiness, shutdown).await {
+            if let Err(err) = crate::app::health::serve(addr, registry, readiness, shutdown).await {
                 tracing::error!(error = %err, "metrics server stopped");
             }
         });
     }
     let api: Api<CertificateSigningRequest> = Api::all(connection.client.clone());
-    let config = crate::watch::config(connection.watch_timeout_seconds)
+    let config = crate::kube::watch::config(connection.watch_timeout_seconds)
         .fields(&format!("spec.signerName={SIGNER}"));
     let stream = kube::runtime::watcher::watcher(api.clone(), config).default_backoff();
     futures::pin_mut!(stream);
@@ -165,7 +165,10 @@ impl Approver {
     /// The kubelet's certificate file, read afresh for each event and recheck: it expires, or
     /// the kubelet writes a new one, with no CSR event.
     fn disk(&self) -> KubeletCert {
-        KubeletCert::read(&self.settings.kubelet_client_cert, crate::time::unix_now())
+        KubeletCert::read(
+            &self.settings.kubelet_client_cert,
+            crate::base::time::unix_now(),
+        )
     }
 
     async fn decide(&mut self, name: &str, disk: &KubeletCert) {

@@ -8,10 +8,10 @@ use kube::Api;
 use kube::api::ListParams;
 
 use super::source::{Entry, Group, Origin};
-use crate::connection::{self, Target, connect};
-use crate::decode::Raw;
-use crate::fetched::ToFetched;
-use crate::kind::Kind;
+use crate::base::kind::Kind;
+use crate::kube::connection::{self, Target, connect};
+use crate::kube::decode::Raw;
+use crate::kube::fetched::ToFetched;
 
 /// Every Secret, then every ConfigMap of `namespace`, each in name order.
 ///

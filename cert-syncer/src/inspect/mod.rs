@@ -21,14 +21,14 @@ use std::io::Write;
 
 use anyhow::Context;
 
-use crate::error::ConfigError;
-use crate::time::unix_now;
+use crate::base::error::ConfigError;
+use crate::base::time::unix_now;
 
 /// What `inspect` looks at and how it reports.
 #[derive(Debug)]
 pub(crate) struct Settings {
     /// Used with `namespace`.
-    pub connection: crate::connection::Settings,
+    pub connection: crate::kube::connection::Settings,
     /// Directories to read, recursively.
     pub dirs: Vec<std::path::PathBuf>,
     /// A namespace whose Secrets and ConfigMaps are read through the API.

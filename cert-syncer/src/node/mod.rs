@@ -30,10 +30,7 @@ mod settings;
 mod sources;
 mod target;
 
-pub use settings::{
-    ObjectRef, PostWrite, Preset, Settings, SignalTarget, Source, parse_mode, parse_owner,
-    parse_signal,
-};
+pub use settings::{ObjectRef, PostWrite, Preset, Settings, SignalTarget, Source};
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -42,9 +39,9 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use prometheus_client::registry::Registry;
 use tokio::sync::mpsc;
 
-use crate::events::EventRecorder;
-use crate::health::Readiness;
-use crate::kind::Kind;
+use crate::base::kind::Kind;
+use crate::base::readiness::Readiness;
+use crate::kube::events::EventRecorder;
 use bundle::Certificate;
 use metrics::{ForeignLabels, Metrics, PathLabels, RefusalLabels, ResultLabels, SourceLabels};
 use sources::Seen;
@@ -59,15 +56,15 @@ const WRITE_RETRY: Duration = Duration::from_secs(5);
 pub async fn run(settings: Settings) -> anyhow::Result<()> {
     let dir = settings.file.parent().unwrap_or(std::path::Path::new("/"));
     if !dir.is_dir() {
-        return Err(crate::error::ConfigError(format!(
+        return Err(crate::base::error::ConfigError(format!(
             "--file {}: its directory does not exist (mount the host directory)",
             settings.file.display()
         ))
         .into());
     }
-    let connection = crate::connection::connect(&settings.connection).await?;
+    let connection = crate::kube::connection::connect(&settings.connection).await?;
     let client = connection.client.clone();
-    let shutdown = crate::shutdown::on_signal()?;
+    let shutdown = crate::app::shutdown::on_signal()?;
     let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry);
     let readiness = Readiness::default();
@@ -84,7 +81,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         let registry = Arc::new(registry);
         let (readiness, shutdown) = (readiness.clone(), shutdown.clone());
         tokio::spawn(async move {
-            if let Err(err) = crate::health::serve(addr, registry, readiness, shutdown).await {
+            if let Err(err) = crate::app::health::serve(addr, registry, readiness, shutdown).await {
                 tracing::error!(error = %err, "metrics server stopped");
             }
         });
@@ -363,7 +360,7 @@ impl Node {
         }
         let outcome = tokio::task::block_in_place(|| {
             self.target
-                .reconcile(&bundle, Instant::now(), crate::time::unix_now())
+                .reconcile(&bundle, Instant::now(), crate::base::time::unix_now())
         });
         let path = self.target.path().display().to_string();
         match outcome {
@@ -378,7 +375,7 @@ impl Node {
                 self.metrics
                     .last_write
                     .get_or_create(&labels)
-                    .set(crate::time::unix_now());
+                    .set(crate::base::time::unix_now());
                 let fingerprint = bundle::fingerprint(&bundle.pem);
                 tracing::info!(file = %path, certificates = bundle.certificates.len(), duplicates = bundle.duplicates, sha256 = %fingerprint, "host file written");
                 if let Some(theirs) = &replaced {

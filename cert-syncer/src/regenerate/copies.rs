@@ -20,10 +20,10 @@ use super::cache::Cached;
 use super::config::{ObjectCopy, ObjectRef};
 use super::intermediate_pass::{MAX_ATTEMPTS, refuse_foreign_type};
 use super::pass::{Pass, Report, Written};
-use crate::error::{chain, is_conflict};
-use crate::kind::Kind as ObjectKind;
+use crate::base::error::{chain, is_conflict};
+use crate::base::kind::Kind as ObjectKind;
+use crate::base::time::rfc3339;
 use crate::pki::{self, KeyPairPem};
-use crate::time::rfc3339;
 
 impl Pass<'_> {
     /// Copies the source's data (and, for a Secret, its type) onto the copy when they differ;

@@ -22,8 +22,8 @@ use super::config::ObjectRef;
 use super::decide::{self, Found};
 use super::intermediate::{self, Publication};
 use super::pass::{BundleKind, Pass, Report, Written};
-use crate::error::{chain, is_conflict};
-use crate::kind::Kind as ObjectKind;
+use crate::base::error::{chain, is_conflict};
+use crate::base::kind::Kind as ObjectKind;
 use crate::pki::{Cert, KeyPairPem};
 
 /// Attempts per object when writes conflict (as `pass`).
@@ -420,7 +420,7 @@ impl Pass<'_> {
             ) {
                 Publication::Current => return Ok(()),
                 Publication::Wait { until } => {
-                    tracing::info!(secret = %object, publish_at = %crate::time::rfc3339(until), "a new CA waits for its trust to propagate before it is published");
+                    tracing::info!(secret = %object, publish_at = %crate::base::time::rfc3339(until), "a new CA waits for its trust to propagate before it is published");
                     report.deadlines.push(until);
                     return Ok(());
                 }

@@ -6,7 +6,6 @@
 //!   hostnames for them;
 //! - `annotations`: OpenShift's labels and annotations, and the manual rotation trigger;
 //! - `decide`: pure decisions from parsed certificates and the time;
-//! - `keys`: the type of new keys (RSA-2048 by default, ECDSA P-256);
 //! - `crate::pki` (shared with `inspect`): parsing and generation (rcgen);
 //! - `pass`: one pass in dependency order with optimistic concurrency;
 //! - `intermediate`, `intermediate_pass`: intermediate CAs (the kube-controller-manager's
@@ -39,7 +38,6 @@ mod intermediate;
 mod intermediate_pass;
 #[cfg(test)]
 mod intermediate_pass_tests;
-mod keys;
 #[cfg(test)]
 mod loop_tests;
 mod metrics;
@@ -60,15 +58,14 @@ use tokio_util::sync::CancellationToken;
 
 pub(crate) use cache::watch_plan;
 pub use decide::Mode;
-pub use keys::KeyType;
 pub use profile::Profile;
 pub(crate) use settings::Settings;
 
-use crate::error::ConfigError;
-use crate::events::EventRecorder;
-use crate::health::Readiness;
-use crate::leader::{self, Elector};
-use crate::time::{rfc3339, unix_now};
+use crate::base::error::ConfigError;
+use crate::base::readiness::Readiness;
+use crate::base::time::{rfc3339, unix_now};
+use crate::kube::events::EventRecorder;
+use crate::kube::leader::{self, Elector};
 use cache::Cache;
 use metrics::Metrics;
 use pass::{Pass, Reads};
@@ -137,7 +134,7 @@ impl PassTimer {
 /// Runs the controller (or one pass with `--once`).
 pub(crate) async fn run(args: Settings) -> anyhow::Result<()> {
     let fixed_now = args.now;
-    let connection = crate::connection::connect(&args.connection).await?;
+    let connection = crate::kube::connection::connect(&args.connection).await?;
     let client = connection.client.clone();
     let rotation = load_rotation(&args, &client).await?;
     let events = EventRecorder::new(
@@ -186,7 +183,7 @@ pub(crate) async fn run(args: Settings) -> anyhow::Result<()> {
         };
     }
 
-    let shutdown = crate::shutdown::on_signal()?;
+    let shutdown = crate::app::shutdown::on_signal()?;
     let readiness = Readiness::default();
     // A standby (--leader-elect, waiting for the Lease) is Ready while it can read the Lease:
     // it acts the moment it takes over, and a NotReady sidecar would make the static pod
@@ -206,7 +203,7 @@ pub(crate) async fn run(args: Settings) -> anyhow::Result<()> {
         let registry = Arc::new(registry);
         let (readiness, shutdown) = (readiness.clone(), shutdown.clone());
         tokio::spawn(async move {
-            if let Err(err) = crate::health::serve(addr, registry, readiness, shutdown).await {
+            if let Err(err) = crate::app::health::serve(addr, registry, readiness, shutdown).await {
                 tracing::error!(error = %format!("{err:#}"), "metrics server stopped");
             }
         });

@@ -22,12 +22,12 @@ use super::brake::{Brake, Held};
 use super::cache::{Cache, Cached};
 use super::config::{Identity, ObjectRef, Rotation};
 use super::decide::{self, Found, Mode, Reason};
-use crate::decode::Raw;
-use crate::error::{chain, is_conflict};
-use crate::events::EventRecorder;
-use crate::kind::Kind as ObjectKind;
+use crate::base::error::{chain, is_conflict};
+use crate::base::kind::Kind as ObjectKind;
+use crate::base::time::rfc3339;
+use crate::kube::decode::Raw;
+use crate::kube::events::EventRecorder;
 use crate::pki::{self, Cert, KeyPairPem};
-use crate::time::rfc3339;
 
 /// Secret types regenerate writes `tls.crt`/`tls.key` into. Any other type (a pull secret, a
 /// service-account token) belongs to someone else: adding a private key to it is refused.

@@ -13,11 +13,11 @@ use reload_lib::fs::{AtomicDirWriter, WriteOutcome};
 
 use super::files::{self, FileMapping};
 use super::settings::{ObjectSpec, Settings};
-use crate::decode::DecodeError;
-use crate::events::EventRecorder;
-use crate::fetched::Fetched;
-use crate::health::Readiness;
-use crate::metrics::{KeyLabels, Metrics, ObjectLabels, RepairLabels, ResultLabels};
+use crate::base::readiness::Readiness;
+use crate::kube::decode::DecodeError;
+use crate::kube::events::EventRecorder;
+use crate::kube::fetched::Fetched;
+use crate::sync::metrics::{KeyLabels, Metrics, ObjectLabels, RepairLabels, ResultLabels};
 
 /// What a named object should become on disk.
 #[derive(Debug)]
@@ -49,7 +49,7 @@ impl Applier {
     }
 
     /// An object that does not decode: its files are kept (never the response body in a log:
-    /// see [`crate::decode`]). Settled: a fix arrives as a watch event.
+    /// see [`crate::kube::decode`]). Settled: a fix arrives as a watch event.
     fn undecodable(&self, object: &ObjectSpec, err: &DecodeError) -> bool {
         let label = object.label();
         tracing::error!(object = %label, field = %err.field, reason = %err.reason, "cannot decode the object; previous files kept");
@@ -88,7 +88,7 @@ impl Applier {
                 true
             }
             Ok(Err(err)) => {
-                tracing::error!(object = %label, error = %crate::error::chain(&err), "cannot write; previous files kept");
+                tracing::error!(object = %label, error = %crate::base::error::chain(&err), "cannot write; previous files kept");
                 self.count(object, "error");
                 self.event(
                     "CertificateUpdateFailed",
@@ -100,7 +100,7 @@ impl Applier {
                 return matches!(err, reload_lib::fs::Error::InvalidKey { .. });
             }
             Err(err) => {
-                tracing::error!(object = %label, error = %crate::error::chain(&err), "write task failed; previous files kept");
+                tracing::error!(object = %label, error = %crate::base::error::chain(&err), "write task failed; previous files kept");
                 self.count(object, "error");
                 return false;
             }
@@ -154,11 +154,11 @@ impl Applier {
                 tracing::debug!(object = %label, "optional object absent; nothing on disk")
             }
             Ok(Err(err)) => {
-                tracing::error!(object = %label, error = %crate::error::chain(&err), "cannot remove the directory");
+                tracing::error!(object = %label, error = %crate::base::error::chain(&err), "cannot remove the directory");
                 return false;
             }
             Err(err) => {
-                tracing::error!(object = %label, error = %crate::error::chain(&err), "remove task failed");
+                tracing::error!(object = %label, error = %crate::base::error::chain(&err), "remove task failed");
                 return false;
             }
         }
@@ -250,11 +250,11 @@ impl Applier {
                         true
                     }
                     Ok(Err(err)) => {
-                        tracing::error!(object = %object.label(), error = %crate::error::chain(&err), "resync: cannot remove the directory of an absent object");
+                        tracing::error!(object = %object.label(), error = %crate::base::error::chain(&err), "resync: cannot remove the directory of an absent object");
                         false
                     }
                     Err(err) => {
-                        tracing::error!(object = %object.label(), error = %crate::error::chain(&err), "resync: remove task failed");
+                        tracing::error!(object = %object.label(), error = %crate::base::error::chain(&err), "resync: remove task failed");
                         false
                     }
                 }
@@ -287,11 +287,11 @@ impl Applier {
                 true
             }
             Ok(Err(err)) => {
-                tracing::error!(object = %object.label(), error = %crate::error::chain(&err), "resync: cannot rewrite the directory; retrying at the next resync");
+                tracing::error!(object = %object.label(), error = %crate::base::error::chain(&err), "resync: cannot rewrite the directory; retrying at the next resync");
                 false
             }
             Err(err) => {
-                tracing::error!(object = %object.label(), error = %crate::error::chain(&err), "resync: write task failed");
+                tracing::error!(object = %object.label(), error = %crate::base::error::chain(&err), "resync: write task failed");
                 false
             }
         }
@@ -382,7 +382,7 @@ impl Applier {
                 kind: object.kind.label(),
                 name: object.name.clone(),
             })
-            .set(crate::time::unix_now());
+            .set(crate::base::time::unix_now());
         for (key, bytes) in &fetched.data {
             use rustls_pki_types::pem::PemObject;
             let Some(Ok(first)) = rustls_pki_types::CertificateDer::pem_slice_iter(bytes).next()
@@ -413,10 +413,10 @@ async fn write_host_file(path: &Path, bytes: &[u8]) -> Result<bool, String> {
     .await
     {
         Ok(Ok(written)) => Ok(written),
-        Ok(Err(err)) => Err(crate::error::chain(&err).to_string()),
+        Ok(Err(err)) => Err(crate::base::error::chain(&err).to_string()),
         Err(err) => Err(format!(
             "host file task failed: {}",
-            crate::error::chain(&err)
+            crate::base::error::chain(&err)
         )),
     }
 }
@@ -436,13 +436,13 @@ fn drift(dir: &Path, keys: &[String]) -> Option<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kind::Kind;
+    use crate::base::kind::Kind;
     use std::collections::BTreeMap;
     use std::time::Duration;
 
     fn applier(destination: &Path, files: Vec<FileMapping>) -> Applier {
         let settings = Settings {
-            connection: crate::connection::Settings {
+            connection: crate::kube::connection::Settings {
                 kubeconfig: None,
                 context: None,
                 server: None,
@@ -464,7 +464,7 @@ mod tests {
             write_parallelism: 1,
             resync_interval: Duration::from_secs(600),
         };
-        let client = crate::fake_api::FakeApi::new().client();
+        let client = crate::kube::fake_api::FakeApi::new().client();
         Applier {
             settings: Arc::new(settings),
             metrics: Metrics::default(),

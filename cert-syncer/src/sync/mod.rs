@@ -19,11 +19,12 @@
 //! - [`follow`]: per-object watch, confirm, retry, resync, and what following shares;
 //! - [`namespace`]: the namespace-wide watcher and its per-object workers;
 //! - [`apply`]: a state onto the disk;
-//! - [`files`]: `--file` mappings (an object's keys and bytes: `crate::fetched`).
+//! - [`files`]: `--file` mappings (an object's keys and bytes: `crate::kube::fetched`).
 
 mod apply;
 mod files;
 mod follow;
+mod metrics;
 mod namespace;
 mod settings;
 
@@ -34,19 +35,19 @@ use prometheus_client::registry::Registry;
 
 pub(crate) use settings::{Followed, Named, Settings, followed_objects};
 
-use crate::events::EventRecorder;
-use crate::health::Readiness;
-use crate::kind::Kind;
-use crate::metrics::Metrics;
+use crate::base::kind::Kind;
+use crate::base::readiness::Readiness;
+use crate::kube::events::EventRecorder;
+use crate::sync::metrics::Metrics;
 use apply::Applier;
 use follow::Follower;
 use settings::ObjectSpec;
 
 /// Runs until SIGTERM/SIGINT (exit 0) or until authentication has failed for too long (error).
 pub(crate) async fn run(settings: Settings) -> anyhow::Result<()> {
-    let connection = crate::connection::connect(&settings.connection).await?;
+    let connection = crate::kube::connection::connect(&settings.connection).await?;
     let client = connection.client.clone();
-    let shutdown = crate::shutdown::on_signal()?;
+    let shutdown = crate::app::shutdown::on_signal()?;
     let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry);
     let readiness = Readiness::default();
@@ -57,7 +58,7 @@ pub(crate) async fn run(settings: Settings) -> anyhow::Result<()> {
         let registry = Arc::new(registry);
         let (readiness, shutdown) = (readiness.clone(), shutdown.clone());
         tokio::spawn(async move {
-            if let Err(err) = crate::health::serve(addr, registry, readiness, shutdown).await {
+            if let Err(err) = crate::app::health::serve(addr, registry, readiness, shutdown).await {
                 tracing::error!(error = %format!("{err:#}"), "metrics server stopped");
             }
         });

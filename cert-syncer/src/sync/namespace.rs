@@ -37,10 +37,10 @@ use tracing::Instrument;
 use super::apply::Desired;
 use super::follow::{Follower, Resync, Retry};
 use super::settings::ObjectSpec;
-use crate::decode::Raw;
-use crate::fetched::{ToFetched, TryFetched};
-use crate::metrics::WatchEventLabels;
-use crate::watch::NamedObjects;
+use crate::kube::decode::Raw;
+use crate::kube::fetched::{ToFetched, TryFetched};
+use crate::kube::watch::NamedObjects;
+use crate::sync::metrics::WatchEventLabels;
 
 /// Follows the named `objects` (all of one kind) with one namespace-wide watcher until shutdown.
 pub(super) async fn follow<K>(context: Arc<Follower>, objects: Vec<ObjectSpec>)
@@ -84,7 +84,7 @@ where
                 .inc_by(n);
         }
     };
-    let stream = crate::watch::namespace_wide(api, context.connection.watch_timeout_seconds);
+    let stream = crate::kube::watch::namespace_wide(api, context.connection.watch_timeout_seconds);
     futures::pin_mut!(stream);
     loop {
         let item = tokio::select! {

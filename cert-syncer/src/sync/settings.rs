@@ -6,9 +6,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::files::FileMapping;
-use crate::error::ConfigError;
-use crate::kind::Kind;
-use crate::names::is_dns_subdomain;
+use crate::base::error::ConfigError;
+use crate::base::kind::Kind;
+use crate::base::names::is_dns_subdomain;
 
 /// One object to mirror.
 #[derive(Debug, Clone)]
@@ -31,7 +31,7 @@ impl ObjectSpec {
 /// The settings of one `sync` run.
 #[derive(Debug)]
 pub(crate) struct Settings {
-    pub connection: crate::connection::Settings,
+    pub connection: crate::kube::connection::Settings,
     pub namespace: String,
     /// The resource directory: `<destination>/secrets/<name>/<key>`, ...
     pub destination: PathBuf,
@@ -148,7 +148,7 @@ impl Settings {
     }
 }
 
-/// The objects `sync` follows for some settings: what [`crate::access`] grants.
+/// The objects `sync` follows for some settings: what [`crate::app::access`] grants.
 pub(crate) struct Followed {
     /// Their namespace.
     pub namespace: String,

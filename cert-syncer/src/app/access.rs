@@ -30,8 +30,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::cli::{Command, Job};
-use crate::error::ConfigError;
+use crate::app::cli::{Command, Job};
+use crate::base::error::ConfigError;
 use crate::regenerate::config::Rotation;
 use crate::{inspect, regenerate, sync};
 
@@ -170,8 +170,8 @@ fn node_access(settings: &crate::node::Settings) -> Vec<Access> {
     let mut rules = Rules::default();
     for object in settings.objects() {
         let resource = match object.kind {
-            crate::kind::Kind::Secret => "secrets",
-            crate::kind::Kind::ConfigMap => "configmaps",
+            crate::base::kind::Kind::Secret => "secrets",
+            crate::base::kind::Kind::ConfigMap => "configmaps",
         };
         rules.named(
             &object.namespace,
@@ -468,7 +468,7 @@ pub const FLAGS_WITHOUT_ACCESS: &[(&str, &[&str])] = &[
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::Cli;
+    use crate::app::cli::Cli;
     use clap::Parser;
 
     #[test]

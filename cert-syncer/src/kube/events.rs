@@ -114,7 +114,7 @@ impl EventRecorder {
             ..Event::default()
         };
         if let Err(err) = self.api.create(&PostParams::default(), &event).await {
-            tracing::warn!(reason, object, error = %crate::error::chain(&err), "cannot publish event");
+            tracing::warn!(reason, object, error = %crate::base::error::chain(&err), "cannot publish event");
         }
     }
 }
