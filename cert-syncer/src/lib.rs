@@ -39,11 +39,5 @@ pub use base::{error, kind};
 /// Errors that come from bad flags or configuration are [`error::ConfigError`]s (exit code 2 in
 /// the binary); anything else is a runtime failure.
 pub async fn run(command: cli::Command) -> anyhow::Result<()> {
-    match command.job()? {
-        cli::Job::Sync(settings) => sync::run(settings).await,
-        cli::Job::Regenerate(settings) => regenerate::run(settings).await,
-        cli::Job::Inspect(settings) => inspect::run(settings).await,
-        cli::Job::Node(settings) => node::run(settings).await,
-        cli::Job::ApproveKubeletCsr(settings) => approve::run(settings).await,
-    }
+    app::run(command).await
 }

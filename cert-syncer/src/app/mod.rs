@@ -5,9 +5,56 @@
 //! - [`cli`]: the flags (clap), turned into each job's plain `Settings`;
 //! - [`access`]: the API access each subcommand needs for given flags;
 //! - `health`: `/healthz`, `/readyz`, `/metrics`;
+//! - `startup`: the one start-up of every long-running subcommand;
+//! - `health`: `/healthz`, `/readyz`, `/metrics`;
 //! - `shutdown`: SIGTERM/SIGINT to a cancellation token.
 
 pub mod access;
 pub mod cli;
 pub(crate) mod health;
 pub(crate) mod shutdown;
+pub(crate) mod startup;
+
+use crate::kube::events::EventsOn;
+use crate::{approve, inspect, node, regenerate, sync};
+use startup::Start;
+
+/// Runs one subcommand: its settings from the flags, the shared start-up, then its job.
+pub(crate) async fn run(command: cli::Command) -> anyhow::Result<()> {
+    match command.job()? {
+        cli::Job::Sync(settings) => sync::run(settings).await,
+        cli::Job::Regenerate(settings) => regenerate::run(settings).await,
+        cli::Job::Inspect(settings) => {
+            // A one-shot: no signals (the default SIGTERM ends it), no health server, no
+            // Events; the API only for `--namespace`.
+            let connection = match &settings.namespace {
+                Some(_) => Some(crate::kube::connection::connect(&settings.connection).await?),
+                None => None,
+            };
+            inspect::run(settings, connection).await
+        }
+        cli::Job::Node(settings) => {
+            let start = Start {
+                connection: &settings.connection,
+                metrics_listen: settings.metrics_listen,
+                events: EventsOn::Node {
+                    node_name: settings.node_name.as_deref(),
+                },
+            };
+            let (sidecar, metrics) = startup::start(start, |registry, readiness| {
+                node::register(&settings, registry, readiness)
+            })
+            .await?;
+            node::run(settings, sidecar, metrics).await
+        }
+        cli::Job::ApproveKubeletCsr(settings) => {
+            let start = Start {
+                connection: &settings.connection,
+                metrics_listen: settings.metrics_listen,
+                events: EventsOn::Nothing,
+            };
+            let (sidecar, metrics) = startup::start(start, approve::register).await?;
+            approve::run(settings, sidecar, metrics).await
+        }
+    }
+}

@@ -8,6 +8,7 @@
 //! - [`events`]: rate-limited Events;
 //! - [`decode`]: objects that may not decode, never logged;
 //! - [`fetched`]: a Secret or ConfigMap reduced to its keys and bytes;
+//! - [`sidecar`]: what the app shell's start-up hands a long-running job;
 //! - `fake_api` (tests only): an in-memory apiserver for tests on tokio's paused clock.
 
 pub(crate) mod connection;
@@ -17,4 +18,5 @@ pub(crate) mod events;
 pub(crate) mod fake_api;
 pub(crate) mod fetched;
 pub(crate) mod leader;
+pub(crate) mod sidecar;
 pub(crate) mod watch;

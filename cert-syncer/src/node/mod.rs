@@ -39,9 +39,11 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use prometheus_client::registry::Registry;
 use tokio::sync::mpsc;
 
+use crate::base::error::ConfigError;
 use crate::base::kind::Kind;
 use crate::base::readiness::Readiness;
 use crate::kube::events::EventRecorder;
+use crate::kube::sidecar::Sidecar;
 use bundle::Certificate;
 use metrics::{ForeignLabels, Metrics, PathLabels, RefusalLabels, ResultLabels, SourceLabels};
 use sources::Seen;
@@ -52,40 +54,45 @@ const POLL_WITHOUT_INOTIFY: Duration = Duration::from_secs(2);
 /// A failed write is retried after this long.
 const WRITE_RETRY: Duration = Duration::from_secs(5);
 
-/// Runs until SIGTERM/SIGINT.
-pub async fn run(settings: Settings) -> anyhow::Result<()> {
+/// Node mode's metrics, with every source invalid and the file and sources blocking readiness
+/// until seen.
+///
+/// # Errors
+/// The file's directory does not exist (the host directory is not mounted).
+pub(crate) fn register(
+    settings: &Settings,
+    registry: &mut Registry,
+    readiness: &Readiness,
+) -> Result<Metrics, ConfigError> {
     let dir = settings.file.parent().unwrap_or(std::path::Path::new("/"));
     if !dir.is_dir() {
-        return Err(crate::base::error::ConfigError(format!(
+        return Err(ConfigError(format!(
             "--file {}: its directory does not exist (mount the host directory)",
             settings.file.display()
-        ))
-        .into());
+        )));
     }
-    let connection = crate::kube::connection::connect(&settings.connection).await?;
-    let client = connection.client.clone();
-    let shutdown = crate::app::shutdown::on_signal()?;
-    let mut registry = Registry::default();
-    let metrics = Metrics::register(&mut registry);
-    let readiness = Readiness::default();
     readiness.block("file", "not written yet");
-    let path_label = settings.file.display().to_string();
     for source in &settings.sources {
         readiness.block(&source.to_string(), "not seen yet");
-        metrics
-            .source_valid
-            .get_or_create(&SourceLabels::new(&path_label, source))
-            .set(0);
     }
-    if let Some(addr) = settings.metrics_listen {
-        let registry = Arc::new(registry);
-        let (readiness, shutdown) = (readiness.clone(), shutdown.clone());
-        tokio::spawn(async move {
-            if let Err(err) = crate::app::health::serve(addr, registry, readiness, shutdown).await {
-                tracing::error!(error = %err, "metrics server stopped");
-            }
-        });
-    }
+    let file = settings.file.display().to_string();
+    Ok(Metrics::register_for(registry, &file, &settings.sources))
+}
+
+/// Runs until SIGTERM/SIGINT.
+pub(crate) async fn run(
+    settings: Settings,
+    sidecar: Sidecar,
+    metrics: Metrics,
+) -> anyhow::Result<()> {
+    let Sidecar {
+        connection,
+        shutdown,
+        readiness,
+        events,
+    } = sidecar;
+    let client = connection.client.clone();
+    let path_label = settings.file.display().to_string();
     let objects = settings.objects();
     let (tx, mut rx) = mpsc::unbounded_channel::<(usize, Seen)>();
     let mut tasks = Vec::new();
@@ -119,7 +126,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         "starting node mode"
     );
     let mut node = Node {
-        events: EventRecorder::for_node(client.clone(), settings.node_name.as_deref()),
+        events,
         target: Target::new(
             settings.file.clone(),
             settings.mode,
