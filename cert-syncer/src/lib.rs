@@ -4,7 +4,8 @@
 //! `localhost-recovery` SNI name) into a resource directory with atomic directory swaps.
 //!
 //! `regenerate` is the regeneration controller: it regenerates signers, CA bundles and
-//! certificates declared in a config file, by default only when they are expired or missing.
+//! certificates declared in a config file or a built-in profile, by default only when they are
+//! expired or missing.
 //!
 //! `node` keeps one host file (the kubelet's client-CA bundle, say) assembled from keys of
 //! ConfigMaps and Secrets, on every node.
@@ -15,10 +16,17 @@
 //! `inspect` lists the certificates of directories or of a namespace, with what is wrong
 //! with them.
 //!
+//! The modules are folders in layers, lowest first: `base` (small types), `pki` (parse, verify,
+//! issue), `kube` (the Kubernetes plumbing), the jobs (`sync`, `regenerate`, `node`, `approve`,
+//! `inspect`: one per subcommand, none using another) and `app` (the flags, the access each
+//! subcommand needs, the shared sidecar start-up). A module never uses a layer above its own
+//! (`scripts/check-module-cycles`).
+//!
 //! The public surface is small on purpose: [`cli`] (the flags, as data), [`run`] (one
 //! subcommand to completion), [`regenerate::config`] (the rotation config parser, public so
-//! that it can be fuzzed and checked by tests) and [`access`] (the API access each subcommand
-//! needs for given flags: what RBAC must grant). Everything else is internal.
+//! that it can be fuzzed and checked by tests), [`access`] (the API access each subcommand
+//! needs for given flags: what RBAC must grant), [`error`] and [`kind`]. Everything else is
+//! internal.
 
 mod app;
 mod base;

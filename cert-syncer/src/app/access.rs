@@ -510,7 +510,7 @@ mod tests {
                 assert!(
                     changes.iter().any(|f| f == long) != neutral.iter().any(|f| f == long),
                     "flag --{long} of `{name}` must be in exactly one of FLAGS_THAT_CHANGE_ACCESS \
-                     and FLAGS_WITHOUT_ACCESS (src/access.rs): if it changes which API requests \
+                     and FLAGS_WITHOUT_ACCESS (src/app/access.rs): if it changes which API requests \
                      `{name}` makes, make the {name} access function follow it"
                 );
             }
@@ -518,7 +518,7 @@ mod tests {
                 assert!(
                     sub.get_arguments()
                         .any(|a| a.get_long() == Some(flag.as_str())),
-                    "`{name}` has no flag --{flag} (listed in src/access.rs)"
+                    "`{name}` has no flag --{flag} (listed in src/app/access.rs)"
                 );
             }
         }

@@ -226,7 +226,7 @@ impl From<RegenerateProfile> for regenerate::Profile {
     }
 }
 
-/// `--key-type`: the algorithm of new keys (the job's [`crate::pki::KeyType`]).
+/// `--key-type`: the algorithm of new keys (`pki::KeyType`, which `regenerate` uses).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum KeyType {
     /// RSA 2048-bit with SHA-256 (library-go's choice; the default).

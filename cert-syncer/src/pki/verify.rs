@@ -14,7 +14,7 @@ use rustls_pki_types::{CertificateDer, ServerName, UnixTime};
 use super::parse::{Cert, KeyPairPem};
 
 /// What a leaf certificate is for: serving some hostnames, or a client's user and groups. The
-/// identity a leaf is issued for ([`super::issue`]) and verified for ([`verify_chain`]); each
+/// identity a leaf is issued for (`pki::issue`) and verified for (`verify_chain`); each
 /// target of the rotation config has one.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Identity {
