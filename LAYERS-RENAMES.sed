@@ -1,4 +1,11 @@
-# Old module path -> new (cert-syncer/src). Apply to job files: sed -i -E -f LAYERS-RENAMES.sed FILES
+# The layers rename map (branch `layers`), as sed over cert-syncer/src/**/*.rs:
+#   sed -i -E -f LAYERS-RENAMES.sed $(git ls-files 'cert-syncer/src/*.rs')
+# File moves (git mv): access.rs cli.rs cli/ health.rs shutdown.rs -> app/; error.rs kind.rs
+# names.rs time.rs input_file.rs -> base/ (Readiness out of health.rs into base/readiness.rs);
+# connection.rs connection/ watch.rs leader.rs events.rs decode.rs fetched.rs fake_api.rs ->
+# kube/; metrics.rs -> sync/metrics.rs; pki.rs -> pki/mod.rs split into pki/parse.rs,
+# pki/verify.rs, pki/issue.rs; pki/subject.rs -> pki/issue/subject.rs; regenerate/keys.rs ->
+# pki/issue/keys.rs; node's parse_mode/parse_owner/parse_signal -> app/cli/node.rs.
 s/crate::health::Readiness/crate::base::readiness::Readiness/g
 s/crate::health::serve/crate::app::health::serve/g
 s/crate::error\b/crate::base::error/g
