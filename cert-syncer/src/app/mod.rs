@@ -4,7 +4,6 @@
 //!
 //! - [`cli`]: the flags (clap), turned into each job's plain `Settings`;
 //! - [`access`]: the API access each subcommand needs for given flags;
-//! - `health`: `/healthz`, `/readyz`, `/metrics`;
 //! - `startup`: the one start-up of every long-running subcommand;
 //! - `health`: `/healthz`, `/readyz`, `/metrics`;
 //! - `shutdown`: SIGTERM/SIGINT to a cancellation token.
