@@ -8,6 +8,7 @@
 //! with library-go, never trusted: missing, corrupt or mismatched data counts as missing.
 
 use std::fmt;
+use std::time::Duration;
 
 use super::config::{Identity, Signer, Target};
 use crate::pki::{Cert, KeyPairPem};
@@ -154,18 +155,7 @@ pub fn signer(found: &Found, config: &Signer, mode: Mode, now: i64) -> Option<Re
         Ok(cert) => cert,
         Err(reason) => return Some(reason),
     };
-    if mode == Mode::ExpiredOnly {
-        return None;
-    }
-    let at = lifetime_fraction_point(cert);
-    if now > at {
-        return Some(Reason::PastLifetimeFraction { at });
-    }
-    let at = cert.not_before + config.refresh.as_secs() as i64;
-    if now > at {
-        return Some(Reason::PastRefresh { at });
-    }
-    None
+    rotation_due(cert, config.refresh, None, mode, now)
 }
 
 /// Whether the target must be regenerated. `roots` is the target's CA bundle as it will be
@@ -209,6 +199,21 @@ pub fn target(
     if let Err(why) = crate::pki::verify::verify_chain(pair, roots, &config.identity, now) {
         return Some(Reason::ChainBroken(why));
     }
+    rotation_due(cert, config.refresh, Some(signer), mode, now)
+}
+
+/// Rotate mode's rule, the one for every kind of certificate (signers, targets, intermediate
+/// CAs): past 80 % of its lifetime, or past its refresh time (`notBefore + refresh`). A
+/// certificate issued by a signer (`issuer`) waits past its refresh time until the current
+/// signer has been out a tenth of the refresh period ([`signer_settled_at`]), so clients have
+/// the new CA before servers present certificates from it. Expired-only mode: never.
+pub fn rotation_due(
+    cert: &Cert,
+    refresh: Duration,
+    issuer: Option<&Cert>,
+    mode: Mode,
+    now: i64,
+) -> Option<Reason> {
     if mode == Mode::ExpiredOnly {
         return None;
     }
@@ -216,14 +221,21 @@ pub fn target(
     if now > at {
         return Some(Reason::PastLifetimeFraction { at });
     }
-    // Past its refresh time, but only once the current signer has been published for a tenth
-    // of the refresh period, so clients have the new CA before servers present leaves from it.
-    let at = cert.not_before + config.refresh.as_secs() as i64;
-    let signer_settled = signer.not_before + (config.refresh.as_secs() / 10) as i64;
-    if now > at && now > signer_settled {
+    let at = refresh_point(cert, refresh);
+    if now > at && issuer.is_none_or(|signer| now > signer_settled_at(signer, refresh)) {
         return Some(Reason::PastRefresh { at });
     }
     None
+}
+
+/// The refresh time of a certificate: its notBefore plus the refresh period.
+fn refresh_point(cert: &Cert, refresh: Duration) -> i64 {
+    cert.not_before + refresh.as_secs() as i64
+}
+
+/// When a signer has been out a tenth of the refresh period of what it issues.
+fn signer_settled_at(signer: &Cert, refresh: Duration) -> i64 {
+    signer.not_before + (refresh.as_secs() / 10) as i64
 }
 
 /// The bundle's content after this pass: every CA already in it that has not expired, plus the
@@ -311,7 +323,7 @@ pub fn trusted_now(local: i64, apiserver: Option<i64>) -> i64 {
 /// Whether a certificate starts later than `now` plus the backdate margin: valid at neither
 /// clock (`now` is [`trusted_now`]). [`clock_check`] has already refused the pass if only the
 /// local clock thinks so, so what is left was written by a regenerate whose clock was ahead.
-pub fn not_yet_valid(found: &Found, margin: std::time::Duration, now: i64) -> Option<Reason> {
+pub fn not_yet_valid(found: &Found, margin: Duration, now: i64) -> Option<Reason> {
     match found {
         Some(Ok(pair)) if pair.cert().not_before > now + margin.as_secs() as i64 => {
             Some(Reason::NotYetValid {
@@ -333,7 +345,7 @@ pub fn not_yet_valid(found: &Found, margin: std::time::Duration, now: i64) -> Op
 /// apiserver time (`None`), any such certificate refuses, as before.
 pub fn clock_check<'a>(
     seen: impl IntoIterator<Item = (&'a str, &'a Cert)>,
-    margin: std::time::Duration,
+    margin: Duration,
     now: i64,
     apiserver: Option<i64>,
 ) -> Result<(), String> {
@@ -364,11 +376,15 @@ pub fn clock_check<'a>(
 /// The times at which a decision about `cert` can change by time alone: its expiry and, in
 /// rotate mode, its 80 % point and its refresh time (each plus one second, as the rules use
 /// "after").
-pub fn deadlines(cert: &Cert, refresh: std::time::Duration, mode: Mode) -> Vec<i64> {
+///
+/// `issuer`: the signer whose settling a refresh waits for (see [`rotation_due`]); its settle
+/// point is a deadline too.
+pub fn deadlines(cert: &Cert, refresh: Duration, issuer: Option<&Cert>, mode: Mode) -> Vec<i64> {
     let mut points = vec![cert.not_after];
     if mode == Mode::Rotate {
         points.push(lifetime_fraction_point(cert) + 1);
-        points.push(cert.not_before + refresh.as_secs() as i64 + 1);
+        points.push(refresh_point(cert, refresh) + 1);
+        points.extend(issuer.map(|signer| signer_settled_at(signer, refresh) + 1));
     }
     points
 }
@@ -628,11 +644,11 @@ mod tests {
         let cert = pair.cert();
         let refresh = Duration::from_secs(50 * DAY as u64);
         assert_eq!(
-            deadlines(cert, refresh, Mode::ExpiredOnly),
+            deadlines(cert, refresh, None, Mode::ExpiredOnly),
             vec![cert.not_after]
         );
         assert_eq!(
-            deadlines(cert, refresh, Mode::Rotate),
+            deadlines(cert, refresh, None, Mode::Rotate),
             vec![
                 cert.not_after,
                 lifetime_fraction_point(cert) + 1,

@@ -29,8 +29,8 @@ use crate::pki::{self, Cert, KeyPairPem};
 /// Whether the intermediate must be regenerated: missing or unusable, not a CA, expired, named
 /// for another signer name, or no longer chaining to its signer's bundle (`roots`, as it will
 /// be after this pass); in rotate mode also past 80 % of its lifetime, or past its refresh time
-/// once the current signer (`signer`) has been out a tenth of the refresh period — the rules
-/// of [`super::decide::target`], for a CA.
+/// once the current signer (`signer`) has been out a tenth of the refresh period
+/// ([`decide::rotation_due`], as for a target).
 pub fn decide(
     found: &Found,
     config: &Intermediate,
@@ -57,19 +57,7 @@ pub fn decide(
     if let Err(why) = pki::chains_to(std::slice::from_ref(cert), roots, now) {
         return Some(Reason::ChainBroken(why.to_string()));
     }
-    if mode == Mode::ExpiredOnly {
-        return None;
-    }
-    let at = cert.not_after - (cert.not_after - cert.not_before) / 5;
-    if now > at {
-        return Some(Reason::PastLifetimeFraction { at });
-    }
-    let at = cert.not_before + config.refresh.as_secs() as i64;
-    let signer_settled = signer.not_before + (config.refresh.as_secs() / 10) as i64;
-    if now > at && now > signer_settled {
-        return Some(Reason::PastRefresh { at });
-    }
-    None
+    decide::rotation_due(cert, config.refresh, Some(signer), mode, now)
 }
 
 /// What to do with the published copy of an intermediate.

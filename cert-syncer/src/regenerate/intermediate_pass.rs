@@ -89,9 +89,12 @@ impl Pass<'_> {
                     report
                         .not_after
                         .push(("target", config.object.clone(), cert.not_after));
-                    report
-                        .deadlines
-                        .extend(decide::deadlines(cert, config.refresh, self.mode));
+                    report.deadlines.extend(decide::deadlines(
+                        cert,
+                        config.refresh,
+                        None,
+                        self.mode,
+                    ));
                     Some(pair)
                 }
                 Err(err) => {

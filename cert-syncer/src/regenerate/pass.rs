@@ -40,12 +40,6 @@ const MAX_ATTEMPTS: usize = 5;
 /// newer version (normally milliseconds) before it gives the item up until the next pass.
 const CONFLICT_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
-pub const ANNOTATION_NOT_AFTER: &str = "auth.openshift.io/certificate-not-after";
-pub const ANNOTATION_NOT_BEFORE: &str = "auth.openshift.io/certificate-not-before";
-pub const ANNOTATION_ISSUER: &str = "auth.openshift.io/certificate-issuer";
-pub const ANNOTATION_HOSTNAMES: &str = "auth.openshift.io/certificate-hostnames";
-pub const LABEL_TYPE: &str = "auth.openshift.io/managed-certificate-type";
-
 /// A Secret as read (absent: `None`) with its parsed pair.
 type ReadSecret = Result<(Option<Secret>, Found), String>;
 /// A CA bundle ConfigMap as read, with its parsed certificates.
@@ -225,9 +219,12 @@ impl Pass<'_> {
                     report
                         .not_after
                         .push(("signer", config.object.clone(), cert.not_after));
-                    report
-                        .deadlines
-                        .extend(decide::deadlines(cert, config.refresh, self.mode));
+                    report.deadlines.extend(decide::deadlines(
+                        cert,
+                        config.refresh,
+                        None,
+                        self.mode,
+                    ));
                     current_signers.push(Some(pair));
                 }
                 Err(err) => {
@@ -445,14 +442,12 @@ impl Pass<'_> {
                     report
                         .not_after
                         .push(("target", config.object.clone(), cert.not_after));
-                    report
-                        .deadlines
-                        .extend(decide::deadlines(cert, config.refresh, self.mode));
-                    if self.mode == Mode::Rotate {
-                        report.deadlines.push(
-                            signer.cert().not_before + (config.refresh.as_secs() / 10) as i64 + 1,
-                        );
-                    }
+                    report.deadlines.extend(decide::deadlines(
+                        cert,
+                        config.refresh,
+                        Some(signer.cert()),
+                        self.mode,
+                    ));
                 }
                 Err(err) => report
                     .failures
@@ -706,7 +701,7 @@ impl Pass<'_> {
                 .metadata
                 .labels
                 .get_or_insert_with(BTreeMap::new)
-                .insert(LABEL_TYPE.to_owned(), kind.to_owned());
+                .insert(annotations::MANAGED_TYPE.to_owned(), kind.to_owned());
             secret
                 .metadata
                 .annotations
@@ -859,7 +854,7 @@ impl Pass<'_> {
                 namespace: Some(object.namespace.clone()),
                 labels: match kind {
                     BundleKind::Signers => Some(BTreeMap::from([(
-                        LABEL_TYPE.to_owned(),
+                        annotations::MANAGED_TYPE.to_owned(),
                         "ca-bundle".to_owned(),
                     )])),
                     BundleKind::Union | BundleKind::Collected => None,
@@ -1048,7 +1043,7 @@ pub(super) fn written_by_us(secret: &Secret, cert: &Cert) -> bool {
         .metadata
         .annotations
         .as_ref()
-        .and_then(|a| a.get(ANNOTATION_NOT_BEFORE))
+        .and_then(|a| a.get(annotations::NOT_BEFORE))
         .is_some_and(|at| *at == rfc3339(cert.not_before))
 }
 
@@ -1076,7 +1071,10 @@ fn secret_with(
         metadata: ObjectMeta {
             name: Some(object.name.clone()),
             namespace: Some(object.namespace.clone()),
-            labels: Some(BTreeMap::from([(LABEL_TYPE.to_owned(), kind.to_owned())])),
+            labels: Some(BTreeMap::from([(
+                annotations::MANAGED_TYPE.to_owned(),
+                kind.to_owned(),
+            )])),
             ..ObjectMeta::default()
         },
         type_: Some("kubernetes.io/tls".to_owned()),
@@ -1096,14 +1094,14 @@ fn secret_with(
         .metadata
         .annotations
         .get_or_insert_with(BTreeMap::new);
-    annotations.insert(ANNOTATION_NOT_AFTER.to_owned(), rfc3339(cert.not_after));
-    annotations.insert(ANNOTATION_NOT_BEFORE.to_owned(), rfc3339(cert.not_before));
+    annotations.insert(annotations::NOT_AFTER.to_owned(), rfc3339(cert.not_after));
+    annotations.insert(annotations::NOT_BEFORE.to_owned(), rfc3339(cert.not_before));
     annotations.insert(
-        ANNOTATION_ISSUER.to_owned(),
+        annotations::ISSUER.to_owned(),
         cert.issuer_common_name.clone().unwrap_or_default(),
     );
     if let Some(Identity::Serving { .. }) = identity_of(cert) {
-        annotations.insert(ANNOTATION_HOSTNAMES.to_owned(), cert.hostnames.join(","));
+        annotations.insert(annotations::HOSTNAMES.to_owned(), cert.hostnames.join(","));
     }
     secret
 }
