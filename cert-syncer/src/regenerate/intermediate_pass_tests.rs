@@ -37,7 +37,7 @@ copies:
 
 async fn pass(api: &FakeApi, rotation: &Rotation, mode: Mode, now: i64) -> Report {
     let client = api.client();
-    let events = EventRecorder::new(client.clone(), "op", None);
+    let events = std::sync::Arc::new(EventRecorder::new(client.clone(), "op", None));
     Pass {
         client: &client,
         rotation,
@@ -417,7 +417,11 @@ async fn a_copy_is_never_replaced_by_an_emptied_truncated_expired_or_garbage_sou
     );
     put_bundle(&api, "src", "ca", &good.cert_pem());
     let client = api.client();
-    let events = EventRecorder::new(client.clone(), "op", Some("regenerate-pod"));
+    let events = std::sync::Arc::new(EventRecorder::new(
+        client.clone(),
+        "op",
+        Some("regenerate-pod"),
+    ));
     let run = || Pass {
         client: &client,
         rotation: &rotation,
@@ -463,7 +467,7 @@ async fn a_copy_is_never_replaced_by_an_emptied_truncated_expired_or_garbage_sou
         assert_eq!(report.failures.len(), 2, "{what}: {:?}", report.failures);
         for failure in &report.failures {
             assert!(
-                failure.contains("not copied from src/"),
+                failure.reason.contains("not copied from src/"),
                 "{what}: {failure}"
             );
         }

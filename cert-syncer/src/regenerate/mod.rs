@@ -32,25 +32,29 @@
 mod annotations;
 mod brake;
 mod cache;
+mod clock;
 pub mod config;
-mod copies;
+mod ctx;
 mod decide;
 mod intermediate;
-mod intermediate_pass;
 #[cfg(test)]
 mod intermediate_pass_tests;
 mod keys;
 #[cfg(test)]
 mod loop_tests;
 mod metrics;
+mod objects;
 mod pass;
 #[cfg(test)]
 mod pass_tests;
+mod phases;
 mod profile;
 pub mod release;
+mod report;
 mod settings;
 #[cfg(test)]
 mod settle_tests;
+mod write;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -110,7 +114,7 @@ impl PassTimer {
     /// writes, so their watch events wake nothing). Never longer than until a write the brake
     /// held may be made. What bounds the passes a write loop makes is the brake (each object's
     /// write budget): a pass that only holds writes writes nothing, and the loop sleeps.
-    fn after_pass(&mut self, report: &pass::Report, pass_now: i64) -> Duration {
+    fn after_pass(&mut self, report: &report::Report, pass_now: i64) -> Duration {
         let sleep = if !report.failures.is_empty() {
             self.after_failure()
         } else if !report.written.is_empty() {
@@ -140,11 +144,11 @@ pub(crate) async fn run(args: Settings) -> anyhow::Result<()> {
     let connection = crate::connection::connect(&args.connection).await?;
     let client = connection.client.clone();
     let rotation = load_rotation(&args, &client).await?;
-    let events = EventRecorder::new(
+    let events = Arc::new(EventRecorder::new(
         client.clone(),
         args.events_namespace(),
         args.pod_name.as_deref(),
-    );
+    ));
     let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry);
     metrics.broken.set(rotation.broken.len() as i64);
@@ -168,7 +172,7 @@ pub(crate) async fn run(args: Settings) -> anyhow::Result<()> {
         metrics.record(&report);
         log_report(&report);
         record_failures(&events, &report).await;
-        let mut failures = report.failures;
+        let mut failures: Vec<String> = report.failures.iter().map(ToString::to_string).collect();
         failures.extend(
             rotation
                 .broken
@@ -330,7 +334,8 @@ pub(crate) async fn run(args: Settings) -> anyhow::Result<()> {
         if report.failures.is_empty() {
             readiness.clear("pass");
         } else {
-            readiness.block("pass", report.failures.join("; "));
+            let failures: Vec<String> = report.failures.iter().map(ToString::to_string).collect();
+            readiness.block("pass", failures.join("; "));
         }
         if report.held.is_empty() {
             readiness.clear("loop");
@@ -413,7 +418,7 @@ async fn clocks(
     rotation: &config::Rotation,
     local: i64,
 ) -> (i64, Option<i64>) {
-    let apiserver = pass::apiserver_time(client).await;
+    let apiserver = clock::apiserver_time(client).await;
     if let Some(at) = apiserver
         && local - at > rotation.backdate.as_secs() as i64
     {
@@ -450,21 +455,20 @@ fn held_summary(held: &[brake::Held]) -> String {
 }
 
 /// One Warning Event per failed item (rate-limited per item by the recorder).
-async fn record_failures(events: &EventRecorder, report: &pass::Report) {
+async fn record_failures(events: &EventRecorder, report: &report::Report) {
     for failure in &report.failures {
-        let object = failure.split(':').next().unwrap_or("regenerate");
         events
             .record(
                 "CertificateRegenerationFailed",
-                object,
-                failure.clone(),
+                &failure.subject(),
+                failure.to_string(),
                 true,
             )
             .await;
     }
 }
 
-fn log_report(report: &pass::Report) {
+fn log_report(report: &report::Report) {
     for failure in &report.failures {
         tracing::error!(%failure, "regeneration failed for an item");
     }
