@@ -13,7 +13,7 @@ use super::annotations;
 use super::brake::Brake;
 use super::cache::{Cache, Cached};
 use super::config::{ObjectRef, Rotation};
-use super::decide::{self, Found, Mode};
+use super::decide::{self, Mode, Stored};
 use crate::decode::Raw;
 use crate::error::chain;
 use crate::events::EventRecorder;
@@ -25,7 +25,7 @@ use crate::time::rfc3339;
 const CONFLICT_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// A Secret as read (absent: `None`) with its parsed pair.
-pub(super) type ReadSecret = Result<(Option<Secret>, Found), String>;
+pub(super) type ReadSecret = Result<(Option<Secret>, Stored), String>;
 /// A CA bundle ConfigMap as read, with its parsed certificates.
 pub(super) type ReadBundle = Result<(Option<ConfigMap>, Vec<Cert>), String>;
 
@@ -119,8 +119,8 @@ impl Ctx<'_> {
 
     pub(super) async fn read_secret(&self, object: &ObjectRef) -> ReadSecret {
         let secret = self.read::<Secret>(object).await?;
-        let found = secret.as_ref().map(parse_secret);
-        Ok((secret, found))
+        let stored = stored(secret.as_ref());
+        Ok((secret, stored))
     }
 
     pub(super) async fn read_bundle(&self, object: &ObjectRef) -> ReadBundle {
@@ -166,8 +166,17 @@ impl Ctx<'_> {
     }
 }
 
+/// What a Secret (`None`: absent) holds.
+pub(super) fn stored(secret: Option<&Secret>) -> Stored {
+    match secret.map(parse_secret) {
+        None => Stored::Missing,
+        Some(Err(why)) => Stored::Unusable(why),
+        Some(Ok(pair)) => Stored::Usable(pair),
+    }
+}
+
 /// The pair in a Secret, or why it is unusable.
-pub(super) fn parse_secret(secret: &Secret) -> Result<KeyPairPem, String> {
+fn parse_secret(secret: &Secret) -> Result<KeyPairPem, String> {
     let data = secret.data.as_ref();
     let get = |key: &str| data.and_then(|d| d.get(key)).map(|b| b.0.as_slice());
     match (get("tls.crt"), get("tls.key")) {

@@ -22,7 +22,7 @@ use std::time::Duration;
 use rcgen::Issuer;
 
 use super::config::Intermediate;
-use super::decide::{self, Found, Mode, Reason};
+use super::decide::{self, Mode, Reason, Stored};
 use super::keys::KeyType;
 use crate::pki::{self, Cert, KeyPairPem};
 
@@ -32,7 +32,7 @@ use crate::pki::{self, Cert, KeyPairPem};
 /// once the current signer (`signer`) has been out a tenth of the refresh period
 /// ([`decide::rotation_due`], as for a target).
 pub fn decide(
-    found: &Found,
+    found: &Stored,
     config: &Intermediate,
     roots: &[Cert],
     signer: &Cert,
@@ -74,25 +74,25 @@ pub enum Publication {
 /// Whether to publish `source` (the intermediate as stored now) over `published`.
 pub fn publication(
     source: &Cert,
-    published: &Found,
+    published: &Stored,
     delay: Duration,
     backdate: Duration,
     now: i64,
 ) -> Publication {
     let current = match published {
-        None => {
+        Stored::Missing => {
             return Publication::Now {
                 label: "missing",
                 reason: "missing".to_owned(),
             };
         }
-        Some(Err(why)) => {
+        Stored::Unusable(why) => {
             return Publication::Now {
                 label: "unusable",
                 reason: format!("unusable: {why}"),
             };
         }
-        Some(Ok(pair)) => pair.cert(),
+        Stored::Usable(pair) => pair.cert(),
     };
     if current.der == source.der {
         return Publication::Current;
@@ -269,7 +269,7 @@ mod tests {
     fn expired_only_keeps_a_valid_intermediate_and_rotate_moves_it_after_the_signer_settles() {
         let signer = root(NOW - 20 * DAY);
         let roots = [signer.cert().clone()];
-        let found = Some(Ok(intermediate(&signer, NOW - 16 * DAY)));
+        let found = Stored::Usable(intermediate(&signer, NOW - 16 * DAY));
         let cfg = config();
         assert_eq!(
             decide(&found, &cfg, &roots, signer.cert(), Mode::ExpiredOnly, NOW),
@@ -301,7 +301,14 @@ mod tests {
             Some(Reason::Expired { .. })
         ));
         assert_eq!(
-            decide(&None, &cfg, &roots, signer.cert(), Mode::ExpiredOnly, NOW),
+            decide(
+                &Stored::Missing,
+                &cfg,
+                &roots,
+                signer.cert(),
+                Mode::ExpiredOnly,
+                NOW
+            ),
             Some(Reason::Missing)
         );
         let stranger = root(NOW - DAY);
@@ -329,7 +336,7 @@ mod tests {
         .unwrap();
         assert_eq!(
             decide(
-                &Some(Ok(leaf)),
+                &Stored::Usable(leaf),
                 &cfg,
                 &roots,
                 signer.cert(),
@@ -360,7 +367,7 @@ mod tests {
         let new = intermediate(&signer, NOW);
         let delay = Duration::from_secs(300);
         let backdate = Duration::from_secs(60);
-        let published = Some(Ok(old));
+        let published = Stored::Usable(old);
         // Made at NOW - 0 (backdate 0 in the fixture, 60 s in the config): until NOW + 360.
         assert_eq!(
             publication(new.cert(), &published, delay, backdate, NOW),
@@ -388,7 +395,7 @@ mod tests {
             }
         ));
         assert!(matches!(
-            publication(new.cert(), &None, delay, backdate, NOW),
+            publication(new.cert(), &Stored::Missing, delay, backdate, NOW),
             Publication::Now {
                 label: "missing",
                 ..
@@ -397,7 +404,7 @@ mod tests {
         assert!(matches!(
             publication(
                 new.cert(),
-                &Some(Err("garbage".into())),
+                &Stored::Unusable("garbage".into()),
                 delay,
                 backdate,
                 NOW
@@ -408,10 +415,10 @@ mod tests {
             }
         ));
         // The same CA: nothing to do (however long it has been).
-        let same = Some(Ok(KeyPairPem {
+        let same = Stored::Usable(KeyPairPem {
             chain: vec![new.cert().clone()],
             key_pem: new.key_pem.clone(),
-        }));
+        });
         assert_eq!(
             publication(new.cert(), &same, delay, backdate, NOW + DAY),
             Publication::Current
@@ -423,7 +430,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn the_publication_deadline_wakes_the_loop_exactly_when_the_delay_has_passed() {
         let signer = root(NOW - 40 * DAY);
-        let published = Some(Ok(intermediate(&signer, NOW - 20 * DAY)));
+        let published = Stored::Usable(intermediate(&signer, NOW - 20 * DAY));
         let new = intermediate(&signer, NOW);
         let (delay, backdate) = (Duration::from_secs(300), Duration::ZERO);
         let start = tokio::time::Instant::now();

@@ -11,8 +11,8 @@ use kube::api::ObjectMeta;
 
 use super::annotations;
 use super::config::{ObjectRef, Rotation};
-use super::ctx::{Ctx, parse_secret};
-use super::decide::{self, Found, Reason};
+use super::ctx::{Ctx, stored};
+use super::decide::{self, Reason, Stored};
 use super::report::Report;
 use super::write::{Built, Change, Plan};
 use crate::kind::Kind as ObjectKind;
@@ -29,7 +29,7 @@ pub(super) async fn write_managed_secret(
     kind: &'static str,
     existing: Option<Secret>,
     report: &mut Report,
-    decide: impl Fn(&Found) -> Option<Reason>,
+    decide: impl Fn(&Stored) -> Option<Reason>,
     generate: impl Fn() -> Result<KeyPairPem, String> + Sync,
 ) -> Result<KeyPairPem, String> {
     let declared = declared_annotations(ctx.rotation, ObjectKind::Secret, object);
@@ -40,10 +40,10 @@ pub(super) async fn write_managed_secret(
         existing,
         report,
         |existing: Option<&Secret>| {
-            let found = existing.map(parse_secret);
+            let found = stored(existing);
             let Some(reason) = decide(&found).or_else(|| trigger(existing, &found)) else {
                 return match found {
-                    Some(Ok(pair)) => Ok(Plan::Keep(pair)),
+                    Stored::Usable(pair) => Ok(Plan::Keep(pair)),
                     _ => Err("kept without a usable pair (a bug)".to_owned()),
                 };
             };
@@ -52,7 +52,7 @@ pub(super) async fn write_managed_secret(
                 label: reason.label(),
                 reason: reason.to_string(),
                 if_held: match found {
-                    Some(Ok(pair)) => Ok(pair),
+                    Stored::Usable(pair) => Ok(pair),
                     _ => {
                         Err("not rewritten: held by the write budget (RegenerationLoop)".to_owned())
                     }
@@ -95,9 +95,9 @@ pub(super) async fn write_managed_secret(
 
 /// OpenShift's manual rotation trigger (see `annotations`): a usable pair in a Secret with the
 /// managed-type label whose validity annotations are missing or unparsable.
-fn trigger(existing: Option<&Secret>, found: &Found) -> Option<Reason> {
+fn trigger(existing: Option<&Secret>, found: &Stored) -> Option<Reason> {
     let secret = existing?;
-    found.as_ref()?.as_ref().ok()?;
+    found.pair()?;
     let labels = secret.metadata.labels.as_ref();
     annotations::validity_problem(
         labels

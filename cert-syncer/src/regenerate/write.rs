@@ -22,6 +22,7 @@ use super::config::ObjectRef;
 use super::ctx::Ctx;
 use super::report::{Report, Written};
 use crate::error::{chain, is_conflict};
+use crate::kind::Kind as ObjectKind;
 
 /// Attempts per object when writes conflict.
 const MAX_ATTEMPTS: usize = 5;
@@ -128,7 +129,16 @@ impl Ctx<'_> {
             match result {
                 Ok(written) => {
                     self.remember(object, existing.as_ref(), &written);
-                    tracing::info!(kind, %resource, %object, reason = %change.reason, reason_label = change.label, "{}", built.log);
+                    // Named by resource (`secret=ns/name`, `configmap=ns/name`), as every log
+                    // line of regenerate names its object.
+                    match K::KIND {
+                        ObjectKind::Secret => {
+                            tracing::info!(secret = %object, kind, reason = %change.reason, "{}", built.log);
+                        }
+                        ObjectKind::ConfigMap => {
+                            tracing::info!(configmap = %object, kind, reason = %change.reason, "{}", built.log);
+                        }
+                    }
                     if let Some((reason, message)) = built.event {
                         self.announce(reason, format!("{resource}/{object}"), message, false);
                     }
@@ -142,7 +152,7 @@ impl Ctx<'_> {
                 }
                 Err(err) if is_conflict(&err) => {
                     report.conflicts += 1;
-                    tracing::info!(%resource, %object, "changed since read (conflict); reading again");
+                    tracing::info!(%resource, %object, kind, "changed since read (conflict); reading again");
                     existing = self
                         .read_again(object, existing.as_ref())
                         .await

@@ -16,7 +16,7 @@ use kube::api::ObjectMeta;
 
 use crate::pki::{Cert, KeyPairPem};
 use crate::regenerate::config::{Intermediate, ObjectRef};
-use crate::regenerate::ctx::{Bundles, Ctx, ReadSecret, Signers, parse_secret};
+use crate::regenerate::ctx::{Bundles, Ctx, ReadSecret, Signers, stored};
 use crate::regenerate::decide;
 use crate::regenerate::intermediate::{self, Publication};
 use crate::regenerate::objects::{BundleKind, ca_data, write_bundle, write_managed_secret};
@@ -148,7 +148,7 @@ async fn one(
     }
     let (existing, found) = read?;
     // Someone else's CA from the future is left alone (as a target is).
-    if let Some(Ok(pair)) = &found
+    if let Some(pair) = found.pair()
         && let Some(reason) =
             ctx.foreign_from_the_future(&config.object, existing.as_ref(), pair.cert(), None)
     {
@@ -277,7 +277,7 @@ async fn publish_ca(
     report: &mut Report,
 ) -> Result<(), String> {
     let (existing, found) = ctx.read_secret(object).await?;
-    if let Some(Ok(pair)) = &found {
+    if let Some(pair) = found.pair() {
         report
             .not_after
             .push(("published", object.clone(), pair.cert().not_after));
@@ -290,7 +290,7 @@ async fn publish_ca(
             existing,
             report,
             |existing: Option<&Secret>| {
-                let found = existing.map(parse_secret);
+                let found = stored(existing);
                 let (label, reason) = match intermediate::publication(
                     source.cert(),
                     &found,

@@ -12,7 +12,7 @@
 use crate::pki::Cert;
 use crate::regenerate::config::ObjectRef;
 use crate::regenerate::ctx::{Ctx, ReadBundle, ReadSecret, written_by_us};
-use crate::regenerate::decide;
+use crate::regenerate::decide::{self, Stored};
 use crate::regenerate::report::Failure;
 
 /// What was read, per declared item in config order.
@@ -75,7 +75,7 @@ pub(crate) async fn run(ctx: &Ctx<'_>) -> Result<Read, Failure> {
         .iter()
         .zip(&targets)
         .filter_map(|(config, read)| match read {
-            Ok((_, Some(Ok(pair)))) => Some((config.signer, pair.cert().clone())),
+            Ok((_, Stored::Usable(pair))) => Some((config.signer, pair.cert().clone())),
             _ => None,
         })
         .collect();
@@ -97,7 +97,7 @@ fn check<'r>(
 ) -> Result<(), String> {
     let seen: Vec<(String, &Cert)> = reads
         .filter_map(|(object, read)| match read {
-            Ok((Some(secret), Some(Ok(pair)))) if written_by_us(secret, pair.cert()) => {
+            Ok((Some(secret), Stored::Usable(pair))) if written_by_us(secret, pair.cert()) => {
                 Some((format!("secret {object}"), pair.cert()))
             }
             _ => None,

@@ -3,7 +3,7 @@
 
 use crate::pki;
 use crate::regenerate::ctx::{Ctx, ReadSecret, Signers};
-use crate::regenerate::decide::{self, Reason};
+use crate::regenerate::decide::{self, Reason, Stored};
 use crate::regenerate::objects::write_managed_secret;
 use crate::regenerate::report::{FailureKind, Report};
 use crate::time::rfc3339;
@@ -20,7 +20,7 @@ pub(crate) async fn run(ctx: &Ctx<'_>, reads: Vec<ReadSecret>, report: &mut Repo
             Err(err) => Err(err),
             // Someone else's signer from the future by our clock (and the apiserver's, if it
             // told us) is left alone and reported, as a target is.
-            Ok((Some(secret), Some(Ok(pair))))
+            Ok((Some(secret), Stored::Usable(pair)))
                 if ctx
                     .foreign_from_the_future(
                         &config.object,

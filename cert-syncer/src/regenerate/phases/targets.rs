@@ -69,7 +69,7 @@ async fn one<'s>(
     // Someone else's certificate from the future is left alone (and reported); our own got
     // here only if it is in the future by the apiserver's clock too, and is regenerated as not
     // yet valid.
-    if let Some(Ok(pair)) = &found
+    if let Some(pair) = found.pair()
         && let Some(reason) =
             ctx.foreign_from_the_future(&config.object, existing.as_ref(), pair.cert(), None)
     {
