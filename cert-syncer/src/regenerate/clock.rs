@@ -1,13 +1,39 @@
 //! The apiserver's clock, for the clock check of each pass (see the module docs of
 //! `regenerate`).
 
+use super::config::Rotation;
+use super::decide;
 use crate::error::chain;
+use crate::time::rfc3339;
+
+/// The time one pass decides at, and the apiserver's clock it was checked against: the local
+/// clock (`local`), but never later than the apiserver's (see `decide::trusted_now`). A local
+/// clock ahead of the apiserver's by more than the backdate margin is logged: expiry is then
+/// judged at the apiserver's time, so a jump forward destroys nothing still valid there.
+pub(super) async fn clocks(
+    client: &kube::Client,
+    rotation: &Rotation,
+    local: i64,
+) -> (i64, Option<i64>) {
+    let apiserver = apiserver_time(client).await;
+    if let Some(at) = apiserver
+        && local - at > rotation.backdate.as_secs() as i64
+    {
+        tracing::warn!(
+            local = %rfc3339(local),
+            apiserver = %rfc3339(at),
+            ahead_seconds = local - at,
+            "the local clock is ahead of the apiserver's: expiry and generation use the apiserver's time"
+        );
+    }
+    (decide::trusted_now(local, apiserver), apiserver)
+}
 
 /// The apiserver's clock: the `Date` of its answer to `GET /version` (public information every
 /// client may read: no permission, no object read; any answer, an error too, carries a `Date`).
 /// `None` if it does not answer or sends no usable `Date`: the caller then falls back to the
 /// local clock alone.
-pub async fn apiserver_time(client: &kube::Client) -> Option<i64> {
+async fn apiserver_time(client: &kube::Client) -> Option<i64> {
     use http_body_util::BodyExt;
     let request = http::Request::get("/version")
         .body(kube::client::Body::from(Vec::new()))

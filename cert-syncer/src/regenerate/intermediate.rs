@@ -1,6 +1,6 @@
 //! Intermediate CAs (library-go's `SignerRotation`, the kube-controller-manager's `csr-signer`)
 //! and what is built from them: the decisions and the generation, as pure functions of what was
-//! read and the time (the I/O is `intermediate_pass`).
+//! read and the time (the I/O is `phases::intermediates`).
 //!
 //! OpenShift's chain (cluster-kube-controller-manager-operator, `CSRSigningCert` rotator and
 //! `CSRController`): the self-signed `csr-signer-signer` issues the intermediate `csr-signer`

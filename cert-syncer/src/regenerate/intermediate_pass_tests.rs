@@ -1,7 +1,7 @@
-//! Unit tests of the intermediate step of a [`Pass`] (`intermediate_pass`, `copies`) against
+//! Unit tests of the intermediate step of a [`Pass`] (`phases::intermediates`, `phases::copies`) against
 //! an in-memory apiserver ([`crate::fake_api`]): the whole kube-controller-manager chain created,
 //! left alone when healthy, rotated by the manual trigger, and published after the delay. (A
-//! file of its own, beside `intermediate_pass.rs`.)
+//! file of its own, beside `phases/`.)
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 
