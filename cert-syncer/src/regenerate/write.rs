@@ -133,10 +133,10 @@ impl Ctx<'_> {
                     // line of regenerate names its object.
                     match K::KIND {
                         ObjectKind::Secret => {
-                            tracing::info!(secret = %object, kind, reason = %change.reason, "{}", built.log);
+                            tracing::info!(secret = %object, kind, reason = %change.reason, reason_label = change.label, "{}", built.log);
                         }
                         ObjectKind::ConfigMap => {
-                            tracing::info!(configmap = %object, kind, reason = %change.reason, "{}", built.log);
+                            tracing::info!(configmap = %object, kind, reason = %change.reason, reason_label = change.label, "{}", built.log);
                         }
                     }
                     if let Some((reason, message)) = built.event {

@@ -308,31 +308,7 @@ async fn publish_ca(
                     reason: reason.clone(),
                     if_held: Ok(None),
                     build: Box::new(move || {
-                        let mut secret = match existing {
-                            Some(mut secret) => {
-                                secret.data = Some(ca_data(source));
-                                secret
-                            }
-                            None => Secret {
-                                metadata: ObjectMeta {
-                                    name: Some(object.name.clone()),
-                                    namespace: Some(object.namespace.clone()),
-                                    ..ObjectMeta::default()
-                                },
-                                type_: Some("kubernetes.io/tls".to_owned()),
-                                data: Some(ca_data(source)),
-                                ..Secret::default()
-                            },
-                        };
-                        // Every annotation the source has, with the source's value (library-go's
-                        // `ApplySecret` merge): none of the previous CA's dates stays behind.
-                        if !annotations.is_empty() {
-                            secret
-                                .metadata
-                                .annotations
-                                .get_or_insert_with(BTreeMap::new)
-                                .extend(annotations.clone());
-                        }
+                        let secret = published(existing, object, source, annotations);
                         Ok(Built {
                             object: secret,
                             then: None,
@@ -355,4 +331,33 @@ async fn publish_ca(
         report.deadlines.push(until);
     }
     Ok(())
+}
+
+/// `existing` (or a new Secret) holding `source` as a published CA (`tls.crt` the CA alone),
+/// with every annotation the source has, at the source's value (library-go's `ApplySecret`
+/// merge): none of the previous CA's dates stays behind.
+fn published(
+    existing: Option<Secret>,
+    object: &ObjectRef,
+    source: &KeyPairPem,
+    annotations: &BTreeMap<String, String>,
+) -> Secret {
+    let mut secret = existing.unwrap_or_else(|| Secret {
+        metadata: ObjectMeta {
+            name: Some(object.name.clone()),
+            namespace: Some(object.namespace.clone()),
+            ..ObjectMeta::default()
+        },
+        type_: Some("kubernetes.io/tls".to_owned()),
+        ..Secret::default()
+    });
+    secret.data = Some(ca_data(source));
+    if !annotations.is_empty() {
+        secret
+            .metadata
+            .annotations
+            .get_or_insert_with(BTreeMap::new)
+            .extend(annotations.clone());
+    }
+    secret
 }
