@@ -189,6 +189,18 @@ impl Rotation {
         self.written().chain(self.read_only())
     }
 
+    /// The refresh period of the signer, target or intermediate CA at `object`, if it is one.
+    pub fn refresh_of(&self, object: &ObjectRef) -> Option<Duration> {
+        let signers = self.signers.iter().map(|s| (&s.object, s.refresh));
+        let targets = self.targets.iter().map(|t| (&t.object, t.refresh));
+        let intermediates = self.intermediates.iter().map(|i| (&i.object, i.refresh));
+        signers
+            .chain(targets)
+            .chain(intermediates)
+            .find(|(declared, _)| *declared == object)
+            .map(|(_, refresh)| refresh)
+    }
+
     /// Every object the config writes.
     pub fn written(&self) -> impl Iterator<Item = (Kind, &ObjectRef)> {
         self.signers

@@ -242,25 +242,7 @@ pub(super) fn declared_annotations(
         .get(&(kind, object.clone()))
         .cloned()
         .unwrap_or_default();
-    let refresh = rotation
-        .signers
-        .iter()
-        .find(|s| s.object == *object)
-        .map(|s| s.refresh)
-        .or_else(|| {
-            rotation
-                .targets
-                .iter()
-                .find(|t| t.object == *object)
-                .map(|t| t.refresh)
-        })
-        .or_else(|| {
-            rotation
-                .intermediates
-                .iter()
-                .find(|i| i.object == *object)
-                .map(|i| i.refresh)
-        });
+    let refresh = rotation.refresh_of(object);
     if let (ObjectKind::Secret, Some(refresh)) = (kind, refresh) {
         all.insert(
             annotations::REFRESH_PERIOD.to_owned(),
