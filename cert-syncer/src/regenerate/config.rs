@@ -498,14 +498,44 @@ impl Parser {
         self.rotation.broken.push(Broken { item, reason });
     }
 
+    /// Parses each entry of the list `list` as a `T` with `parse` and hands what passes to
+    /// `keep`, in order; an entry that fails is recorded as broken (`list[index]`), and left out.
+    fn list<T: serde::de::DeserializeOwned, R>(
+        &mut self,
+        list: &str,
+        values: Vec<serde_norway::Value>,
+        parse: fn(&mut Self, T) -> Result<R, String>,
+        keep: fn(&mut Self, R),
+    ) {
+        for (i, value) in values.into_iter().enumerate() {
+            match item::<T>(value).and_then(|item| parse(self, item)) {
+                Ok(parsed) => keep(self, parsed),
+                Err(reason) => self.broken(format!("{list}[{i}]"), reason),
+            }
+        }
+    }
+
+    /// The annotations written on `object` whenever it is written.
+    fn keep_annotations(&mut self, kind: Kind, object: &ObjectRef, annotations: Annotations) {
+        self.rotation
+            .annotations
+            .insert((kind, object.clone()), annotations);
+    }
+
+    /// An item's validity and refresh period, checked against each other and the backdate.
+    fn periods(&self, validity: &str, refresh: &str) -> Result<(Duration, Duration), String> {
+        let validity = config_duration(validity).map_err(|e| format!("validity: {e}"))?;
+        let refresh = config_duration(refresh).map_err(|e| format!("refresh: {e}"))?;
+        check_periods(validity, refresh, self.rotation.backdate)?;
+        Ok((validity, refresh))
+    }
+
     fn signers(&mut self, values: Vec<serde_norway::Value>) {
         for (i, value) in values.into_iter().enumerate() {
             let name = item_name(&value);
             match item::<SignerItem>(value).and_then(|item| self.signer(item)) {
                 Ok((signer, annotations)) => {
-                    self.rotation
-                        .annotations
-                        .insert((Kind::Secret, signer.object.clone()), annotations);
+                    self.keep_annotations(Kind::Secret, &signer.object, annotations);
                     self.signer_names.push((
                         signer.object.name.clone(),
                         Some(self.rotation.signers.len()),
@@ -524,9 +554,7 @@ impl Parser {
 
     fn signer(&mut self, item: SignerItem) -> Result<(Signer, Annotations), String> {
         let object = self.object(&item.name, item.namespace)?;
-        let validity = config_duration(&item.validity).map_err(|e| format!("validity: {e}"))?;
-        let refresh = config_duration(&item.refresh).map_err(|e| format!("refresh: {e}"))?;
-        check_periods(validity, refresh, self.rotation.backdate)?;
+        let (validity, refresh) = self.periods(&item.validity, &item.refresh)?;
         let annotations = self.annotate(item.annotations)?;
         self.declare(Kind::Secret, &object)?;
         Ok((
@@ -540,17 +568,15 @@ impl Parser {
     }
 
     fn bundles(&mut self, values: Vec<serde_norway::Value>) {
-        for (i, value) in values.into_iter().enumerate() {
-            match item::<BundleItem>(value).and_then(|item| self.bundle(item)) {
-                Ok((bundle, annotations)) => {
-                    self.rotation
-                        .annotations
-                        .insert((Kind::ConfigMap, bundle.object.clone()), annotations);
-                    self.rotation.bundles.push(bundle);
-                }
-                Err(reason) => self.broken(format!("bundles[{i}]"), reason),
-            }
-        }
+        self.list::<BundleItem, _>(
+            "bundles",
+            values,
+            Self::bundle,
+            |parser, (bundle, annotations)| {
+                parser.keep_annotations(Kind::ConfigMap, &bundle.object, annotations);
+                parser.rotation.bundles.push(bundle);
+            },
+        );
     }
 
     fn bundle(&mut self, item: BundleItem) -> Result<(Bundle, Annotations), String> {
@@ -590,17 +616,15 @@ impl Parser {
     }
 
     fn targets(&mut self, values: Vec<serde_norway::Value>) {
-        for (i, value) in values.into_iter().enumerate() {
-            match item::<TargetItem>(value).and_then(|item| self.target(item)) {
-                Ok((target, annotations)) => {
-                    self.rotation
-                        .annotations
-                        .insert((Kind::Secret, target.object.clone()), annotations);
-                    self.rotation.targets.push(target);
-                }
-                Err(reason) => self.broken(format!("targets[{i}]"), reason),
-            }
-        }
+        self.list::<TargetItem, _>(
+            "targets",
+            values,
+            Self::target,
+            |parser, (target, annotations)| {
+                parser.keep_annotations(Kind::Secret, &target.object, annotations);
+                parser.rotation.targets.push(target);
+            },
+        );
     }
 
     fn target(&mut self, item: TargetItem) -> Result<(Target, Annotations), String> {
@@ -618,9 +642,7 @@ impl Parser {
             ));
         }
         let identity = identity(item.serving, item.client)?;
-        let validity = config_duration(&item.validity).map_err(|e| format!("validity: {e}"))?;
-        let refresh = config_duration(&item.refresh).map_err(|e| format!("refresh: {e}"))?;
-        check_periods(validity, refresh, self.rotation.backdate)?;
+        let (validity, refresh) = self.periods(&item.validity, &item.refresh)?;
         let annotations = self.annotate(item.annotations)?;
         self.declare(Kind::Secret, &object)?;
         Ok((
@@ -637,23 +659,18 @@ impl Parser {
 
     /// Intermediates: issued by a declared signer, like targets.
     fn intermediates(&mut self, values: Vec<serde_norway::Value>) {
-        for (i, value) in values.into_iter().enumerate() {
-            match item::<IntermediateItem>(value).and_then(|item| self.intermediate(item)) {
-                Ok((intermediate, annotations)) => {
-                    self.rotation.annotations.insert(
-                        (Kind::Secret, intermediate.object.clone()),
-                        annotations.clone(),
-                    );
-                    if let Some(bundle) = &intermediate.bundle {
-                        self.rotation
-                            .annotations
-                            .insert((Kind::ConfigMap, bundle.clone()), annotations);
-                    }
-                    self.rotation.intermediates.push(intermediate);
+        self.list::<IntermediateItem, _>(
+            "intermediates",
+            values,
+            Self::intermediate,
+            |parser, (intermediate, annotations)| {
+                if let Some(bundle) = &intermediate.bundle {
+                    parser.keep_annotations(Kind::ConfigMap, bundle, annotations.clone());
                 }
-                Err(reason) => self.broken(format!("intermediates[{i}]"), reason),
-            }
-        }
+                parser.keep_annotations(Kind::Secret, &intermediate.object, annotations);
+                parser.rotation.intermediates.push(intermediate);
+            },
+        );
     }
 
     fn intermediate(
@@ -679,9 +696,7 @@ impl Parser {
                 item.common_name
             ));
         }
-        let validity = config_duration(&item.validity).map_err(|e| format!("validity: {e}"))?;
-        let refresh = config_duration(&item.refresh).map_err(|e| format!("refresh: {e}"))?;
-        check_periods(validity, refresh, self.rotation.backdate)?;
+        let (validity, refresh) = self.periods(&item.validity, &item.refresh)?;
         let annotations = self.annotate(item.annotations)?;
         let bundle = item
             .bundle
@@ -738,17 +753,15 @@ impl Parser {
 
     /// Unions of declared bundles (of signers or of intermediates), by name or namespace/name.
     fn unions(&mut self, values: Vec<serde_norway::Value>) {
-        for (i, value) in values.into_iter().enumerate() {
-            match item::<UnionItem>(value).and_then(|item| self.union(item)) {
-                Ok((union, annotations)) => {
-                    self.rotation
-                        .annotations
-                        .insert((Kind::ConfigMap, union.object.clone()), annotations);
-                    self.rotation.unions.push(union);
-                }
-                Err(reason) => self.broken(format!("unions[{i}]"), reason),
-            }
-        }
+        self.list::<UnionItem, _>(
+            "unions",
+            values,
+            Self::union,
+            |parser, (union, annotations)| {
+                parser.keep_annotations(Kind::ConfigMap, &union.object, annotations);
+                parser.rotation.unions.push(union);
+            },
+        );
     }
 
     fn union(&mut self, item: UnionItem) -> Result<(Union, Annotations), String> {
@@ -802,12 +815,9 @@ impl Parser {
 
     /// Copies: any source (another component's object too); the copy is written by us alone.
     fn copies(&mut self, values: Vec<serde_norway::Value>) {
-        for (i, value) in values.into_iter().enumerate() {
-            match item::<CopyItem>(value).and_then(|item| self.copy(item)) {
-                Ok(copy) => self.rotation.copies.push(copy),
-                Err(reason) => self.broken(format!("copies[{i}]"), reason),
-            }
-        }
+        self.list::<CopyItem, _>("copies", values, Self::copy, |parser, copy| {
+            parser.rotation.copies.push(copy);
+        });
     }
 
     fn copy(&mut self, item: CopyItem) -> Result<ObjectCopy, String> {

@@ -36,6 +36,35 @@ pub(super) struct Signers {
     pub triggered: Vec<bool>,
 }
 
+impl Signers {
+    /// The current pair of signer `index` (`rotation.signers[index]`) and the CAs of every
+    /// bundle that holds it, as after the bundle phase: what a certificate it issues is
+    /// issued by and must chain to.
+    pub(super) fn issuer(
+        &self,
+        rotation: &Rotation,
+        index: usize,
+        bundles: &Bundles,
+    ) -> Result<(&KeyPairPem, Vec<Cert>), String> {
+        let signer = self.pairs[index].as_ref().ok_or_else(|| {
+            format!(
+                "skipped, signer {} unavailable",
+                rotation.signers[index].object
+            )
+        })?;
+        let mut roots: Vec<Cert> = Vec::new();
+        for (bundle, content) in rotation.bundles.iter().zip(bundles) {
+            if bundle.signers.contains(&index) {
+                let certs = content
+                    .as_ref()
+                    .ok_or("skipped, its signer's CA bundle is unavailable")?;
+                roots.extend(certs.iter().cloned());
+            }
+        }
+        Ok((signer, roots))
+    }
+}
+
 /// Each declared bundle's CAs after the bundle phase, in config order (`None`: failed).
 pub(super) type Bundles = Vec<Option<Vec<Cert>>>;
 
@@ -48,21 +77,48 @@ pub enum Reads<'a> {
     Cached(&'a Cache),
 }
 
-/// The pass's inputs and its way to the apiserver, shared by every phase.
-pub(super) struct Ctx<'a> {
+/// What the pass needs from outside.
+pub struct Pass<'a> {
+    /// For writes, and for reads with [`Reads::Live`].
     pub client: &'a kube::Client,
     pub reads: Reads<'a>,
     pub rotation: &'a Rotation,
     pub mode: Mode,
-    /// The time decisions use (see `decide::trusted_now`).
+    /// The time decisions use: `decide::trusted_now` of the local clock and `apiserver_now`.
     pub now: i64,
-    /// The apiserver's clock at the start of the pass, if it answered.
+    /// The apiserver's clock at the start of the pass (`clock::apiserver_time`), if it answered.
     pub apiserver_now: Option<i64>,
-    pub events: Arc<EventRecorder>,
+    pub events: &'a Arc<EventRecorder>,
+    /// The per-object write budget of the controller's loop (`None`: `--once`, one pass).
+    pub brake: Option<&'a Brake>,
+    /// With `--leader-elect`: cancelled when the Lease is lost. Checked before every write, so
+    /// a pass running when the Lease is lost writes nothing more (a standby may be leading).
+    pub lease_lost: Option<&'a CancellationToken>,
+}
+
+/// What every phase works with: the pass's inputs ([`Pass`], through `Deref`) and the Events
+/// it has sent.
+pub(super) struct Ctx<'a> {
+    pass: &'a Pass<'a>,
     /// Events of this pass, sent off the write path; [`Ctx::finish`] waits for them.
     pub pending_events: Mutex<Vec<JoinHandle<()>>>,
-    pub brake: Option<&'a Brake>,
-    pub lease_lost: Option<&'a CancellationToken>,
+}
+
+impl<'a> Ctx<'a> {
+    pub(super) fn new(pass: &'a Pass<'a>) -> Ctx<'a> {
+        Ctx {
+            pass,
+            pending_events: Mutex::new(Vec::new()),
+        }
+    }
+}
+
+impl<'a> std::ops::Deref for Ctx<'a> {
+    type Target = Pass<'a>;
+
+    fn deref(&self) -> &Pass<'a> {
+        self.pass
+    }
 }
 
 impl Ctx<'_> {

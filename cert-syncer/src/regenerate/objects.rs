@@ -260,15 +260,7 @@ fn secret_with(
     kind: &str,
     pair: &KeyPairPem,
 ) -> Secret {
-    let mut secret = existing.unwrap_or_else(|| Secret {
-        metadata: ObjectMeta {
-            name: Some(object.name.clone()),
-            namespace: Some(object.namespace.clone()),
-            ..ObjectMeta::default()
-        },
-        type_: Some("kubernetes.io/tls".to_owned()),
-        ..Secret::default()
-    });
+    let mut secret = existing.unwrap_or_else(|| new_tls_secret(object));
     secret
         .metadata
         .labels
@@ -299,6 +291,19 @@ fn secret_with(
         annotations.insert(annotations::HOSTNAMES.to_owned(), cert.hostnames.join(","));
     }
     secret
+}
+
+/// A new, empty `kubernetes.io/tls` Secret named `object`.
+pub(super) fn new_tls_secret(object: &ObjectRef) -> Secret {
+    Secret {
+        metadata: ObjectMeta {
+            name: Some(object.name.clone()),
+            namespace: Some(object.namespace.clone()),
+            ..ObjectMeta::default()
+        },
+        type_: Some("kubernetes.io/tls".to_owned()),
+        ..Secret::default()
+    }
 }
 
 /// The part of a signer CA's CN that every CA of that signer shares (`<namespace>_<name>@` as

@@ -7,53 +7,15 @@
 //! same data, so after one of them writes, the others find nothing to do: no double
 //! regeneration, no ping-pong.
 
-use std::sync::{Arc, Mutex};
-
-use tokio_util::sync::CancellationToken;
-
-use super::brake::Brake;
-use super::config::Rotation;
 use super::ctx::Ctx;
-pub use super::ctx::Reads;
-use super::decide::Mode;
+pub use super::ctx::{Pass, Reads};
 use super::phases::{bundles, copies, intermediates, read, signers, targets};
 pub use super::report::Report;
-use crate::events::EventRecorder;
-
-/// What the pass needs from outside.
-pub struct Pass<'a> {
-    /// For writes, and for reads with [`Reads::Live`].
-    pub client: &'a kube::Client,
-    pub reads: Reads<'a>,
-    pub rotation: &'a Rotation,
-    pub mode: Mode,
-    /// The time decisions use: `decide::trusted_now` of the local clock and `apiserver_now`.
-    pub now: i64,
-    /// The apiserver's clock at the start of the pass (`clock::apiserver_time`), if it answered.
-    pub apiserver_now: Option<i64>,
-    pub events: &'a Arc<EventRecorder>,
-    /// The per-object write budget of the controller's loop (`None`: `--once`, one pass).
-    pub brake: Option<&'a Brake>,
-    /// With `--leader-elect`: cancelled when the Lease is lost. Checked before every write, so
-    /// a pass running when the Lease is lost writes nothing more (a standby may be leading).
-    pub lease_lost: Option<&'a CancellationToken>,
-}
 
 impl Pass<'_> {
     /// Runs the pass. Failures are collected per item; one broken item never stops the others.
     pub async fn run(&self) -> Report {
-        let ctx = Ctx {
-            client: self.client,
-            reads: self.reads,
-            rotation: self.rotation,
-            mode: self.mode,
-            now: self.now,
-            apiserver_now: self.apiserver_now,
-            events: Arc::clone(self.events),
-            pending_events: Mutex::new(Vec::new()),
-            brake: self.brake,
-            lease_lost: self.lease_lost,
-        };
+        let ctx = Ctx::new(self);
         let mut report = Report::default();
         match read::run(&ctx).await {
             Err(clock) => report.failures.push(clock),

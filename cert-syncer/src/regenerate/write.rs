@@ -172,7 +172,7 @@ impl Ctx<'_> {
         message: String,
         warning: bool,
     ) {
-        let events = Arc::clone(&self.events);
+        let events = Arc::clone(self.events);
         let event =
             tokio::spawn(async move { events.record(reason, &object, message, warning).await });
         self.pending_events

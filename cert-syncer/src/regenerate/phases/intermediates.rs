@@ -12,14 +12,15 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::ObjectMeta;
 
 use crate::pki::{Cert, KeyPairPem};
 use crate::regenerate::config::{Intermediate, ObjectRef};
 use crate::regenerate::ctx::{Bundles, Ctx, ReadSecret, Signers, stored};
 use crate::regenerate::decide;
 use crate::regenerate::intermediate::{self, Publication};
-use crate::regenerate::objects::{BundleKind, ca_data, write_bundle, write_managed_secret};
+use crate::regenerate::objects::{
+    BundleKind, ca_data, new_tls_secret, write_bundle, write_managed_secret,
+};
 use crate::regenerate::report::{FailureKind, Report};
 use crate::regenerate::write::{Built, Change, Plan};
 use crate::time::rfc3339;
@@ -128,24 +129,7 @@ async fn one(
     report: &mut Report,
 ) -> Result<KeyPairPem, String> {
     let rotation = ctx.rotation;
-    let signer = signers.pairs[config.signer].as_ref().ok_or_else(|| {
-        format!(
-            "skipped, signer {} unavailable",
-            rotation.signers[config.signer].object
-        )
-    })?;
-    let mut roots: Vec<Cert> = Vec::new();
-    for (bundle, content) in rotation.bundles.iter().zip(bundles) {
-        if bundle.signers.contains(&config.signer) {
-            roots.extend(
-                content
-                    .as_ref()
-                    .ok_or("skipped, its signer's CA bundle is unavailable")?
-                    .iter()
-                    .cloned(),
-            );
-        }
-    }
+    let (signer, roots) = signers.issuer(rotation, config.signer, bundles)?;
     let (existing, found) = read?;
     // Someone else's CA from the future is left alone (as a target is).
     if let Some(pair) = found.pair()
@@ -342,15 +326,7 @@ fn published(
     source: &KeyPairPem,
     annotations: &BTreeMap<String, String>,
 ) -> Secret {
-    let mut secret = existing.unwrap_or_else(|| Secret {
-        metadata: ObjectMeta {
-            name: Some(object.name.clone()),
-            namespace: Some(object.namespace.clone()),
-            ..ObjectMeta::default()
-        },
-        type_: Some("kubernetes.io/tls".to_owned()),
-        ..Secret::default()
-    });
+    let mut secret = existing.unwrap_or_else(|| new_tls_secret(object));
     secret.data = Some(ca_data(source));
     if !annotations.is_empty() {
         secret

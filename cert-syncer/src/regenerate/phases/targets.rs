@@ -3,7 +3,7 @@
 //! in the future) says so. It runs after the bundles, so a new leaf is trusted before it is
 //! served.
 
-use crate::pki::{self, Cert, KeyPairPem};
+use crate::pki::{self, KeyPairPem};
 use crate::regenerate::config::{Identity, Target};
 use crate::regenerate::ctx::{Bundles, Ctx, ReadSecret, Signers};
 use crate::regenerate::decide;
@@ -47,24 +47,7 @@ async fn one<'s>(
     report: &mut Report,
 ) -> Result<(KeyPairPem, &'s KeyPairPem), String> {
     let rotation = ctx.rotation;
-    let signer = signers.pairs[config.signer].as_ref().ok_or_else(|| {
-        format!(
-            "skipped, signer {} unavailable",
-            rotation.signers[config.signer].object
-        )
-    })?;
-    let mut roots: Vec<Cert> = Vec::new();
-    for (bundle, content) in rotation.bundles.iter().zip(bundles) {
-        if bundle.signers.contains(&config.signer) {
-            roots.extend(
-                content
-                    .as_ref()
-                    .ok_or("skipped, its CA bundle is unavailable")?
-                    .iter()
-                    .cloned(),
-            );
-        }
-    }
+    let (signer, roots) = signers.issuer(rotation, config.signer, bundles)?;
     let (existing, found) = read?;
     // Someone else's certificate from the future is left alone (and reported); our own got
     // here only if it is in the future by the apiserver's clock too, and is regenerated as not
