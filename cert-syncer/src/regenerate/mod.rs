@@ -11,7 +11,7 @@
 //! - `pass`: one pass, a short sequence of `phases` in dependency order (read + clock check,
 //!   signers, bundles, targets, intermediates, copies), one file each, none calling another;
 //!   `ctx`: what every phase works with (the inputs, the reads, what one phase hands the
-//!   next, the one [`decide::Stored`] state of a Secret); `write`: the one write (create or
+//!   next, the one `decide::Stored` state of a Secret); `write`: the one write (create or
 //!   replace, conflict and re-read, owned Secret types, the brake and the Lease, Events off the
 //!   write path) every object kind goes through; `objects`: how a managed Secret and a CA
 //!   bundle look; `report`: what a pass did, failures typed (kind, object, reason);
