@@ -29,7 +29,4 @@ s/crate::pki::verify::check_serving_names\b/crate::pki::check_serving_names/g
 s/crate::pki::verify::verify_chain\b/crate::pki::verify_chain/g
 s/crate::regenerate::keys::KeyType\b/crate::pki::KeyType/g
 s/super::keys::KeyType\b/crate::pki::KeyType/g
-/^mod keys;$/d
-/^pub use keys::KeyType;$/d
-/^\/\/! - `keys`: the type of new keys/d
 s/super::KeyType\b/crate::pki::KeyType/g

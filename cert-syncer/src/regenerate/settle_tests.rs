@@ -373,7 +373,7 @@ fn seed(api: &FakeApi, case: &Case, rotation: &config::Rotation, now: i64) {
 
 async fn pass(api: &FakeApi, rotation: &config::Rotation, case: &Case, now: i64) -> Report {
     let client = api.client();
-    let events = EventRecorder::new(client.clone(), "ns", None);
+    let events = std::sync::Arc::new(EventRecorder::new(client.clone(), "ns", None));
     Pass {
         client: &client,
         reads: Reads::Live,
