@@ -14,7 +14,7 @@ pub(crate) mod health;
 pub(crate) mod shutdown;
 pub(crate) mod startup;
 
-use crate::kube::events::EventsOn;
+use crate::kube::events::{EventRecorder, EventsOn};
 use crate::{approve, inspect, node, regenerate, sync};
 use startup::Start;
 
@@ -22,7 +22,28 @@ use startup::Start;
 pub(crate) async fn run(command: cli::Command) -> anyhow::Result<()> {
     match command.job()? {
         cli::Job::Sync(settings) => sync::run(settings).await,
-        cli::Job::Regenerate(settings) => regenerate::run(settings).await,
+        cli::Job::Regenerate(settings) => {
+            let events = EventsOn::Pod {
+                namespace: settings.events_namespace(),
+                pod_name: settings.pod_name.as_deref(),
+            };
+            if settings.once {
+                // A one-shot: the connection and the Events target, nothing else.
+                let connection = crate::kube::connection::connect(&settings.connection).await?;
+                let events = EventRecorder::on(connection.client.clone(), events);
+                return regenerate::run_once(settings, connection, events).await;
+            }
+            let start = Start {
+                connection: &settings.connection,
+                metrics_listen: settings.metrics_listen,
+                events,
+            };
+            let (sidecar, metrics) = startup::start(start, |registry, readiness| {
+                regenerate::register(&settings, registry, readiness)
+            })
+            .await?;
+            regenerate::run(settings, sidecar, metrics).await
+        }
         cli::Job::Inspect(settings) => {
             // A one-shot: no signals (the default SIGTERM ends it), no health server, no
             // Events; the API only for `--namespace`.

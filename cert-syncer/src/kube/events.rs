@@ -57,10 +57,6 @@ pub(crate) enum EventsOn<'a> {
     /// The job records no Events.
     Nothing,
     /// On the pod `pod_name` in `namespace` (none when the pod's name is not known).
-    #[expect(
-        dead_code,
-        reason = "sync and regenerate take the shared start-up once their rewrites are merged"
-    )]
     Pod {
         namespace: &'a str,
         pod_name: Option<&'a str>,
