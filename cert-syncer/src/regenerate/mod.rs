@@ -370,7 +370,9 @@ async fn once(
     }
 }
 
-/// The objects a built-in profile manages (hostnames are placeholders: for RBAC, not for use).
+/// The objects a built-in profile declares, without a cluster (hostnames are placeholders: for
+/// RBAC and the manifests' checks, not for use): what `app::access` grants for `--profile`, and
+/// what the e2e tests compare the shipped manifests with.
 ///
 /// # Errors
 /// Never for the built-in profiles (their tests parse them).
