@@ -17,7 +17,8 @@
 //! `--write-parallelism` objects at once.
 //!
 //! - [`settings`]: what a run is given, validated;
-//! - [`follow`]: per-object watch, and what following shares (auth, TLS, permits, the GET);
+//! - [`follow`]: per-object watch;
+//! - [`shared`]: what following shares (client, auth, TLS, permits, the live GET);
 //! - [`namespace`]: the namespace-wide watcher and its dispatcher;
 //! - [`worker`]: one object's worker: pending state, GET policy, retry, resync;
 //! - [`apply`]: a state onto the object's sinks;
@@ -29,6 +30,7 @@ mod files;
 mod follow;
 mod namespace;
 mod settings;
+mod shared;
 mod sink;
 mod worker;
 
@@ -44,8 +46,8 @@ use crate::health::Readiness;
 use crate::kind::Kind;
 use crate::metrics::Metrics;
 use apply::Applier;
-use follow::Follower;
 use settings::ObjectSpec;
+use shared::Follower;
 
 /// Runs until SIGTERM/SIGINT (exit 0) or until authentication has failed for too long (error).
 pub(crate) async fn run(settings: Settings) -> anyhow::Result<()> {
@@ -108,7 +110,7 @@ pub(crate) async fn run(settings: Settings) -> anyhow::Result<()> {
         }
         for object in objects {
             let follower = Arc::clone(&follower);
-            tasks.push(tokio::spawn(follower.follow_object(object)));
+            tasks.push(tokio::spawn(follow::object(follower, object)));
         }
     }
     shutdown.cancelled().await;

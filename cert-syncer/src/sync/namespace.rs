@@ -21,8 +21,8 @@ use kube::runtime::watcher::Event;
 use serde::de::DeserializeOwned;
 
 use super::apply::Desired;
-use super::follow::Follower;
 use super::settings::ObjectSpec;
+use super::shared::Follower;
 use super::worker;
 use crate::decode::Raw;
 use crate::fetched::ToFetched;

@@ -26,8 +26,8 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::apply::{Applier, Desired};
-use super::follow::Follower;
 use super::settings::ObjectSpec;
+use super::shared::Follower;
 use crate::decode::Raw;
 use crate::fetched::ToFetched;
 
