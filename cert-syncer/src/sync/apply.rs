@@ -303,12 +303,13 @@ impl Applier {
             })
             .set(crate::time::unix_now());
         for (key, bytes) in &fetched.data {
-            use rustls_pki_types::pem::PemObject;
-            let Some(Ok(first)) = rustls_pki_types::CertificateDer::pem_slice_iter(bytes).next()
+            let Some(first) = crate::pki::pem::blocks_skipping_torn(bytes)
+                .ok()
+                .and_then(|blocks| blocks.into_iter().find(|b| b.label == "CERTIFICATE"))
             else {
                 continue;
             };
-            if let Ok(info) = reload_lib::CertInfo::from_der(&first) {
+            if let Ok(info) = reload_lib::CertInfo::from_der(&first.der) {
                 self.metrics
                     .not_after
                     .get_or_create(&KeyLabels {
