@@ -324,7 +324,7 @@ impl Applier {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::kind::Kind;
     use crate::sync::files::FileMapping;
@@ -332,7 +332,7 @@ mod tests {
     use std::path::Path;
     use std::time::Duration;
 
-    fn applier(destination: &Path, files: Vec<FileMapping>) -> Applier {
+    pub(in crate::sync) fn applier(destination: &Path, files: Vec<FileMapping>) -> Applier {
         let settings = Settings {
             connection: crate::connection::Settings {
                 kubeconfig: None,

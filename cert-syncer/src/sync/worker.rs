@@ -290,4 +290,31 @@ mod tests {
         assert!(matches!(slot.take(), Some(Desired::Present(f)) if f.resource_version == "2"));
         assert!(slot.take().is_none());
     }
+
+    #[tokio::test]
+    async fn only_an_absence_that_would_remove_files_is_confirmed_with_a_get() {
+        let dir = tempfile::tempdir().unwrap();
+        let applier = crate::sync::apply::tests::applier(dir.path(), Vec::new());
+        let optional = ObjectSpec {
+            kind: crate::kind::Kind::Secret,
+            name: "a".to_owned(),
+            required: false,
+            mirror: true,
+        };
+        let required = ObjectSpec {
+            required: true,
+            ..optional.clone()
+        };
+        let present = Desired::Present(crate::fetched::Fetched {
+            resource_version: "1".to_owned(),
+            data: Default::default(),
+        });
+        // Nothing on disk yet: nothing to remove, nothing to confirm.
+        assert!(!needs_live_get(&applier, &optional, &Desired::Absent));
+        std::fs::create_dir_all(dir.path().join("secrets/a")).unwrap();
+        assert!(needs_live_get(&applier, &optional, &Desired::Absent));
+        // A required object keeps its files; a present state is written as watched.
+        assert!(!needs_live_get(&applier, &required, &Desired::Absent));
+        assert!(!needs_live_get(&applier, &optional, &present));
+    }
 }
