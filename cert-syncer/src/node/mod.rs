@@ -23,7 +23,6 @@
 
 mod action;
 mod bundle;
-mod filewatch;
 mod guard;
 mod metrics;
 mod settings;
@@ -107,11 +106,13 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         }));
     }
     drop(tx);
-    let (file_changed, poll) = match filewatch::watch(&settings.file) {
-        Ok(notify) => (notify, settings.resync_interval),
-        Err(err) => {
-            tracing::warn!(error = %err, file = %settings.file.display(), "cannot watch the file's directory; polling it");
-            (Arc::new(tokio::sync::Notify::new()), POLL_WITHOUT_INOTIFY)
+    // reload-lib's watcher (its directory: a rename over the file is seen).
+    let file_watch = reload_lib::watch::FileWatch::new([&settings.file]);
+    let poll = match file_watch.mode() {
+        reload_lib::WatchMode::Inotify => settings.resync_interval,
+        reload_lib::WatchMode::Polling(reason) => {
+            tracing::warn!(%reason, file = %settings.file.display(), "cannot watch the file's directory; polling it");
+            POLL_WITHOUT_INOTIFY
         }
     };
     tracing::info!(
@@ -161,7 +162,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
                 Some((index, seen)) => node.seen(index, seen).await,
                 None => break,
             },
-            () = file_changed.notified() => {}
+            () = file_watch.changed() => {}
             () = sleep_until(deadline) => {}
             _ = resync.tick() => {}
             () = shutdown.cancelled() => break,
