@@ -5,7 +5,8 @@
 //!   `localhost-recovery` SNI name) into a resource directory with atomic directory swaps;
 //! - `regenerate` regenerates signers, CA bundles and certificates declared in a config file or
 //!   a built-in profile (`--profile openshift-kube-apiserver`,
-//!   `openshift-kube-controller-manager`), by default only when they are expired or missing;
+//!   `openshift-kube-controller-manager`, `openshift-kube-scheduler`), by default only when they
+//!   are expired or missing;
 //! - `node` keeps one host CA bundle (the kubelet's `kubelet-ca.crt`: `--preset
 //!   openshift-kubelet-ca`) assembled from API objects on every node;
 //! - `approve-kubelet-csr` (opt-in) approves this node's kubelet client CSR while its

@@ -379,10 +379,33 @@ async fn files_changed_or_removed_behind_the_syncers_back_are_repaired_by_the_re
             metrics = syncer.metrics();
         }
         // Once the disk matches, the resync leaves it alone: no more repairs, no new generation.
+        // Two more resyncs of each object (the first may have started before this snapshot)
+        // prove at least one whole pass over a matching disk.
         let settled = repairs(&metrics, &[]);
         let generation = std::fs::read_link(dest.join("secrets/serving-cert/..data")).unwrap();
-        std::thread::sleep(Duration::from_millis(3500));
-        assert_eq!(repairs(&syncer.metrics(), &[]), settled, "{name}");
+        let resyncs = |metrics: &str, object: &str| {
+            e2e::metric_sum(
+                metrics,
+                "cert_syncer_resyncs_total",
+                &[&format!("name=\"{object}\"")],
+            )
+        };
+        let before = ["serving-cert", "client-ca"].map(|object| resyncs(&metrics, object));
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut metrics = syncer.metrics();
+        while ["serving-cert", "client-ca"]
+            .iter()
+            .zip(before)
+            .any(|(object, before)| resyncs(&metrics, object) < before + 2.0)
+        {
+            assert!(
+                Instant::now() < deadline,
+                "{name}: no further resyncs: {metrics}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+            metrics = syncer.metrics();
+        }
+        assert_eq!(repairs(&metrics, &[]), settled, "{name}");
         assert_eq!(
             std::fs::read_link(dest.join("secrets/serving-cert/..data")).unwrap(),
             generation,

@@ -36,19 +36,19 @@ impl KubeletCert {
         };
         // Only the CERTIFICATE blocks: the file also holds the private key, which is never
         // parsed, kept or shown.
-        let blocks = match pem::parse_many(&bytes) {
+        let blocks = match crate::pki::pem::blocks_skipping_torn(&bytes) {
             Ok(blocks) => blocks,
             Err(err) => {
                 return KubeletCert::Unknown(format!("{what} {}: not PEM ({err})", path.display()));
             }
         };
-        let Some(first) = blocks.iter().find(|b| b.tag() == "CERTIFICATE") else {
+        let Some(first) = blocks.into_iter().find(|b| b.label == "CERTIFICATE") else {
             return KubeletCert::Unknown(format!(
                 "{what} {}: no CERTIFICATE block",
                 path.display()
             ));
         };
-        let der = rustls_pki_types::CertificateDer::from(first.contents().to_vec());
+        let der = rustls_pki_types::CertificateDer::from(first.der);
         match crate::pki::Cert::from_der(der) {
             Ok(cert) if cert.not_after <= now => KubeletCert::Expired {
                 not_after: cert.not_after,

@@ -23,7 +23,6 @@
 
 mod action;
 mod bundle;
-mod filewatch;
 mod guard;
 mod metrics;
 mod settings;
@@ -32,7 +31,6 @@ mod target;
 
 pub use settings::{ObjectRef, PostWrite, Preset, Settings, SignalTarget, Source};
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
@@ -111,11 +109,13 @@ pub(crate) async fn run(
         }));
     }
     drop(tx);
-    let (file_changed, poll) = match filewatch::watch(&settings.file) {
-        Ok(notify) => (notify, settings.resync_interval),
-        Err(err) => {
-            tracing::warn!(error = %err, file = %settings.file.display(), "cannot watch the file's directory; polling it");
-            (Arc::new(tokio::sync::Notify::new()), POLL_WITHOUT_INOTIFY)
+    // reload-lib's watcher (its directory: a rename over the file is seen).
+    let file_watch = reload_lib::watch::FileWatch::new([&settings.file]);
+    let poll = match file_watch.mode() {
+        reload_lib::WatchMode::Inotify => settings.resync_interval,
+        reload_lib::WatchMode::Polling(reason) => {
+            tracing::warn!(%reason, file = %settings.file.display(), "cannot watch the file's directory; polling it");
+            POLL_WITHOUT_INOTIFY
         }
     };
     tracing::info!(
@@ -165,7 +165,7 @@ pub(crate) async fn run(
                 Some((index, seen)) => node.seen(index, seen).await,
                 None => break,
             },
-            () = file_changed.notified() => {}
+            () = file_watch.changed() => {}
             () = sleep_until(deadline) => {}
             _ = resync.tick() => {}
             () = shutdown.cancelled() => break,

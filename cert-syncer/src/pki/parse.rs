@@ -5,6 +5,8 @@ use reload_lib::{CertInfo, InvalidMaterial};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
+use super::pem;
+
 /// A parsed certificate with the facts the decisions use.
 #[derive(Clone)]
 pub struct Cert {
@@ -80,9 +82,9 @@ impl Cert {
 
     /// PEM text.
     pub fn pem(&self) -> String {
-        pem::encode_config(
-            &pem::Pem::new("CERTIFICATE", self.der.to_vec()),
-            pem::EncodeConfig::new().set_line_ending(pem::LineEnding::LF),
+        ::pem::encode_config(
+            &::pem::Pem::new("CERTIFICATE", self.der.to_vec()),
+            ::pem::EncodeConfig::new().set_line_ending(::pem::LineEnding::LF),
         )
     }
 
@@ -140,20 +142,19 @@ impl KeyPairPem {
 /// Parses every `CERTIFICATE` block of a PEM text (leaf first, for a chain), all or nothing: an
 /// empty text, no certificate, malformed PEM or a block that is not X.509 is an error, worded as
 /// reload-lib words it.
-pub fn parse_certs(pem: &[u8]) -> Result<Vec<Cert>, InvalidMaterial> {
-    if pem.iter().all(u8::is_ascii_whitespace) {
+pub fn parse_certs(text: &[u8]) -> Result<Vec<Cert>, InvalidMaterial> {
+    if text.iter().all(u8::is_ascii_whitespace) {
         return Err(InvalidMaterial::Empty);
     }
-    let ders = CertificateDer::pem_slice_iter(pem)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|err| InvalidMaterial::Pem(err.to_string()))?;
+    let ders = pem::certificates(text).map_err(|err| InvalidMaterial::Pem(err.to_string()))?;
     if ders.is_empty() {
         return Err(InvalidMaterial::NoCertificate);
     }
     ders.into_iter()
         .enumerate()
         .map(|(index, der)| {
-            Cert::from_der(der).map_err(|detail| InvalidMaterial::BadCertificate { index, detail })
+            Cert::from_der(CertificateDer::from(der))
+                .map_err(|detail| InvalidMaterial::BadCertificate { index, detail })
         })
         .collect()
 }
@@ -187,11 +188,15 @@ pub fn parse_key(key_pem: &[u8]) -> Result<PrivateKeyDer<'static>, InvalidMateri
 }
 
 /// Parses a CA bundle; blocks that are not certificates are reported and skipped.
-pub fn parse_bundle(pem: &[u8]) -> (Vec<Cert>, Vec<String>) {
+pub fn parse_bundle(text: &[u8]) -> (Vec<Cert>, Vec<String>) {
+    let ders = match pem::certificates(text) {
+        Ok(ders) => ders,
+        Err(err) => return (Vec::new(), vec![err.to_string()]),
+    };
     let mut certs = Vec::new();
     let mut problems = Vec::new();
-    for (i, item) in CertificateDer::pem_slice_iter(pem).enumerate() {
-        match item.map_err(|e| e.to_string()).and_then(Cert::from_der) {
+    for (i, der) in ders.into_iter().enumerate() {
+        match Cert::from_der(CertificateDer::from(der)) {
             Ok(cert) => certs.push(cert),
             Err(err) => problems.push(format!("block {i}: {err}")),
         }

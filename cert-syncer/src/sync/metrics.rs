@@ -2,10 +2,11 @@
 //!
 //! | metric | labels | meaning |
 //! |---|---|---|
-//! | `cert_syncer_syncs_total` | `kind`, `name`, `result` (`written`/`unchanged`/`removed`/`error`) | sync attempts per object |
+//! | `cert_syncer_syncs_total` | `kind`, `name`, `result` (`written`/`unchanged`/`removed`/`error`) | sync attempts per object, over all its destinations (directory, `--file` host files): `error` when one refused or failed, `written` when one changed |
 //! | `cert_syncer_last_sync_timestamp_seconds` | `kind`, `name` | last successful sync of an object |
 //! | `cert_syncer_certificate_not_after_timestamp_seconds` | `kind`, `name`, `key` | notAfter of the first certificate of each synced PEM key |
 //! | `cert_syncer_resync_repairs_total` | `kind`, `name`, `reason` (`missing`/`file-removed`/`changed`/`unexpected-directory`) | files the periodic resync found changed or removed behind the syncer's back and rewrote from the last seen object |
+//! | `cert_syncer_resyncs_total` | `kind`, `name` | resync passes per object (each compares the disk with the last state seen; repairs are counted above) |
 //! | `cert_syncer_namespace_watch_events_total` | `kind`, `result` (`changed`/`unchanged`/`unnamed`) | objects seen by a namespace-wide watch: handed to their object's worker, skipped because that resourceVersion was already handed over (relists, duplicates), or not named at all |
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -55,6 +56,7 @@ pub struct Metrics {
     pub not_after: Family<KeyLabels, Gauge>,
     pub watch_events: Family<WatchEventLabels, Counter>,
     pub resync_repairs: Family<RepairLabels, Counter>,
+    pub resyncs: Family<ObjectLabels, Counter>,
 }
 
 impl Metrics {
@@ -84,6 +86,11 @@ impl Metrics {
             "cert_syncer_resync_repairs",
             "Files the resync found changed or removed on disk and rewrote from the last seen object",
             metrics.resync_repairs.clone(),
+        );
+        registry.register(
+            "cert_syncer_resyncs",
+            "Resync passes per object (the disk compared with the last state seen)",
+            metrics.resyncs.clone(),
         );
         metrics
     }

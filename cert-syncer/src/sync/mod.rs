@@ -3,22 +3,26 @@
 //! writer (`..data` swap), so a reader never sees a half-written object.
 //!
 //! Two ways to follow a kind, chosen by how many objects of it are named
-//! (`--namespace-watch-threshold`):
+//! (`--namespace-watch-threshold`), both feeding the same per-object worker ([`worker`]):
 //! - few: one watcher per object (a `metadata.name` field selector: the least data on the wire
-//!   and RBAC by resourceNames); every change is confirmed with a live GET before it is written
-//!   ([`follow`]);
+//!   and RBAC by resourceNames) ([`follow`]);
 //! - many: one namespace-wide watcher for the kind, filtered here ([`namespace`]): one
 //!   connection, one list at start-up, and work only for objects whose resourceVersion changed.
 //!
-//! Either way the state goes to disk through one [`apply::Applier`] (directories, host files,
-//! metrics, readiness, Events after the files), at most `--write-parallelism` objects at once,
-//! and every `--resync-interval` the disk is checked against the last state seen and repaired
-//! from memory.
+//! The worker holds the newest state, retries failed writes with backoff, confirms with a live
+//! GET only before removing files (the one place that policy is decided), and every
+//! `--resync-interval` checks the disk against the last state seen and repairs it from memory.
+//! It writes through one [`apply::Applier`] (metrics, readiness, Events after the files) to the
+//! object's [`sink`]s (its directory with `..data` swaps, its `--file` host files), at most
+//! `--write-parallelism` objects at once.
 //!
 //! - [`settings`]: what a run is given, validated;
-//! - [`follow`]: per-object watch, confirm, retry, resync, and what following shares;
-//! - [`namespace`]: the namespace-wide watcher and its per-object workers;
-//! - [`apply`]: a state onto the disk;
+//! - [`follow`]: per-object watch;
+//! - [`shared`]: what following shares (client, auth, TLS, permits, the live GET);
+//! - [`namespace`]: the namespace-wide watcher and its dispatcher;
+//! - [`worker`]: one object's worker: pending state, GET policy, retry, resync;
+//! - [`apply`]: a state onto the object's sinks;
+//! - [`sink`]: where an object goes on disk, chosen per object;
 //! - [`files`]: `--file` mappings (an object's keys and bytes: `crate::kube::fetched`).
 
 mod apply;
@@ -27,6 +31,9 @@ mod follow;
 mod metrics;
 mod namespace;
 mod settings;
+mod shared;
+mod sink;
+mod worker;
 
 use std::sync::Arc;
 
@@ -40,8 +47,8 @@ use crate::base::readiness::Readiness;
 use crate::kube::events::EventRecorder;
 use crate::sync::metrics::Metrics;
 use apply::Applier;
-use follow::Follower;
 use settings::ObjectSpec;
+use shared::Follower;
 
 /// Runs until SIGTERM/SIGINT (exit 0) or until authentication has failed for too long (error).
 pub(crate) async fn run(settings: Settings) -> anyhow::Result<()> {
@@ -104,9 +111,7 @@ pub(crate) async fn run(settings: Settings) -> anyhow::Result<()> {
         }
         for object in objects {
             let follower = Arc::clone(&follower);
-            tasks.push(tokio::spawn(
-                async move { follower.follow_object(object).await },
-            ));
+            tasks.push(tokio::spawn(follow::object(follower, object)));
         }
     }
     shutdown.cancelled().await;
