@@ -32,6 +32,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::app::cli::{Command, Job};
 use crate::base::error::ConfigError;
+use crate::base::kind::Kind;
 use crate::regenerate::config::Rotation;
 use crate::{inspect, regenerate, sync};
 
@@ -205,25 +206,24 @@ fn inspect_access(args: &inspect::Settings) -> Vec<Access> {
 /// object of that kind in the namespace (one namespace-wide watcher; RBAC cannot restrict it by
 /// name), and get on the named ones (the live GET before a directory is removed).
 fn sync_access(args: &sync::Settings) -> Vec<Access> {
-    let sync::Followed {
-        namespace,
-        objects,
-        namespace_wide,
-    } = sync::followed_objects(args);
+    let namespace = &args.namespace;
     let mut rules = Rules::default();
-    for resource in &namespace_wide {
-        rules.any(&namespace, CORE, resource, &["list", "watch"]);
+    for kind in Kind::ALL {
+        if args.namespace_wide(kind) {
+            rules.any(namespace, CORE, kind.plural(), &["list", "watch"]);
+        }
     }
-    for (resource, name) in objects {
-        let verbs: &[&'static str] = if namespace_wide.contains(&resource) {
+    // The named objects and those of `--file`.
+    for object in &args.objects {
+        let verbs: &[&'static str] = if args.namespace_wide(object.kind) {
             &["get"]
         } else {
             &["get", "list", "watch"]
         };
-        rules.named(&namespace, CORE, resource, verbs, &name);
+        rules.named(namespace, CORE, object.kind.plural(), verbs, &object.name);
     }
     if args.pod_name.is_some() {
-        rules.any(&namespace, CORE, "events", &["create"]);
+        rules.any(namespace, CORE, "events", &["create"]);
     }
     rules.into_list()
 }

@@ -21,7 +21,21 @@ use startup::Start;
 /// Runs one subcommand: its settings from the flags, the shared start-up, then its job.
 pub(crate) async fn run(command: cli::Command) -> anyhow::Result<()> {
     match command.job()? {
-        cli::Job::Sync(settings) => sync::run(settings).await,
+        cli::Job::Sync(settings) => {
+            let start = Start {
+                connection: &settings.connection,
+                metrics_listen: settings.metrics_listen,
+                events: EventsOn::Pod {
+                    namespace: &settings.namespace,
+                    pod_name: settings.pod_name.as_deref(),
+                },
+            };
+            let (sidecar, metrics) = startup::start(start, |registry, readiness| {
+                sync::register(&settings, registry, readiness)
+            })
+            .await?;
+            sync::run(settings, sidecar, metrics).await
+        }
         cli::Job::Regenerate(settings) => {
             let events = EventsOn::Pod {
                 namespace: settings.events_namespace(),
