@@ -384,7 +384,7 @@ fn every_flag_the_pod_passes_exists_in_its_subcommand() {
     );
 
     // The server: the real kube-apiserver, configured from the cert dir the way OpenShift's
-    // pod is (tests/tests/static_pod_flags.rs checks each path and, with envtest, that
+    // pod is (tests/tests/manifests/static_pod_flags.rs checks each path and, with envtest, that
     // kube-apiserver accepts every flag).
     let server = argv(&pod, container(&pod, SERVER_CONTAINER));
     assert!(server[0].ends_with("/kube-apiserver"), "{server:?}");

@@ -2,7 +2,7 @@
 //! `CertConfigMaps` / `CertSecrets`; every certificate file the real kube-apiserver container
 //! names is one that `sync` writes (a key of a required object it mirrors) or a documented file
 //! of the revisioned resource dir; and, where the envtest kube-apiserver is available, that
-//! binary accepts every flag the pod passes it. (tests/tests/access.rs runs the sidecars with
+//! binary accepts every flag the pod passes it. (tests/tests/manifests/access.rs runs the sidecars with
 //! these flags and checks that the files exist in the cert dir `sync` wrote.)
 
 use std::collections::{BTreeMap, BTreeSet};
