@@ -17,7 +17,6 @@ use rustls_pki_types::ServerName;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-#[path = "mini_apiserver_diff/validation.rs"]
 mod validation;
 
 /// One request of the corpus.
