@@ -726,7 +726,7 @@ async fn the_static_pod_sidecars_make_only_requests_their_rbac_allows(backend: B
                 namespaces.insert(object.namespace.clone(), object.name.clone());
             }
         }
-        assert_eq!(namespaces.len(), 3, "{namespaces:?}");
+        assert!(!namespaces.is_empty(), "the profile writes no Secret");
         for (namespace, name) in &namespaces {
             let secrets = Api::<Secret>::namespaced(token.clone(), namespace);
             match secrets.list(&ListParams::default()).await {

@@ -1,4 +1,4 @@
-//! The Python `kubernetes` client against mini-apiserver (issue #15): list and watch with
+//! The Python `kubernetes` client against mini-apiserver: list and watch with
 //! resourceVersion, 410 Gone and relist, label-filtered watch transitions (ADDED when an object
 //! starts matching, DELETED when it stops). The checks are in `python/watch_check.py`; this test
 //! creates a venv in a temp dir and installs `kubernetes` from PyPI into it. Skipped with a

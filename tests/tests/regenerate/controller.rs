@@ -662,10 +662,11 @@ fn metrics_of(process: &e2e::ChildProcess) -> String {
     e2e::plain_http_get(&process.addr.to_string(), "/metrics").1
 }
 
-/// The issue's reproductions, as a new user would meet them against the apiserver: a serving
-/// target for `["*.apps.example.com", "apps.example.com"]`, one for the IPv6 literal
-/// `2001:0db8::1`, and a CA bundle that also holds a foreign CA with a subjectUniqueID. Before,
-/// each target was re-issued about 15 times a second, forever; now each is written once.
+/// Names and CAs that once made the controller re-issue in a loop, as a new user would meet
+/// them: a serving target for `["*.apps.example.com", "apps.example.com"]`, one for the IPv6
+/// literal `2001:0db8::1`, and a CA bundle that also holds a foreign CA with a
+/// subjectUniqueID. Each used to be re-issued about 15 times a second, forever; each must be
+/// written once.
 async fn wildcards_ip_literals_and_odd_bundle_cas_are_issued_once_not_in_a_loop(backend: Backend) {
     let f = fixture(backend).await;
     let config = r#"

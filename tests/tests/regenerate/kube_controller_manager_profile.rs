@@ -1,4 +1,4 @@
-//! The kube-controller-manager's half of the recovery (issue 13, item 5) on the real
+//! The kube-controller-manager's half of the recovery on the real
 //! kube-apiserver: `cert-syncer regenerate --profile openshift-kube-controller-manager` and the
 //! same set in namespaces of its own (the profile's text with other namespaces and delays), one
 //! namespace set per scenario on one shared apiserver:

@@ -1,4 +1,4 @@
-//! Hostile objects and a hostile destination tree (issue 18, items 2 and 4), against a real
+//! Hostile objects and a hostile destination tree, against a real
 //! `mini-apiserver` and `cert-syncer` processes: an undecodable Secret is named (object and
 //! field) without any of its bytes in a log, and does not stop the others; a symlinked object
 //! directory is refused, and nothing outside the destination changes.
