@@ -240,14 +240,12 @@ impl Cluster {
                 &shared.join("crds.yaml").display().to_string(),
             ]);
             assert!(applied.status.success(), "{applied:?}");
-            let deadline = Instant::now() + Duration::from_secs(30);
-            while !kubectl(&["get", "kubeapiservers.operator.openshift.io"])
-                .status
-                .success()
-            {
-                assert!(Instant::now() < deadline, "the CRDs were not served");
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
+            e2e::wait_until("the CRDs served", Duration::from_secs(30), || async {
+                kubectl(&["get", "kubeapiservers.operator.openshift.io"])
+                    .status
+                    .success()
+            })
+            .await;
             let objects = Command::new(shared.join("cluster-objects.sh"))
                 .arg(&admin_kubeconfig)
                 .output()

@@ -480,10 +480,9 @@ fn assert_pruned(dir: &Path) {
             .collect()
     };
     let pruned = |names: &[String]| names.len() <= 1 && !names.iter().any(|n| n.ends_with("_tmp"));
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !pruned(&generations()) && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    testkit::wait::poll_until(Duration::from_secs(10), || {
+        pruned(&generations()).then_some(())
+    });
     let left = generations();
     assert!(pruned(&left), "{}: {left:?}", dir.display());
 }
