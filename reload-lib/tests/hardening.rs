@@ -1,6 +1,6 @@
-//! Issue 14: each test reproduces one finding of the adversarial review (fail-open CRLs, session
-//! tickets surviving a trust shrink, key bytes in errors, ...) with real files, real inotify and
-//! real handshakes over 127.0.0.1. Issue 28 item 16 (CRL replay and drop) is at the end.
+//! Ways trust could fail open, each shown with real files, real inotify and real handshakes
+//! over 127.0.0.1: CRLs that fail open, session tickets surviving a trust shrink, key bytes in
+//! errors, ...; at the end, a CRL replayed or dropped.
 
 mod common;
 
@@ -1026,7 +1026,7 @@ async fn pod_certificate_bundles_serve_and_cluster_trust_bundles_trust_across_ro
 }
 
 // ---------------------------------------------------------------------------------------------
-// Issue 28, item 16 (F15): a reload never undoes a revocation. An older CRL of the same CA
+// A reload never undoes a revocation. An older CRL of the same CA
 // (lower cRLNumber), replayed while still unexpired, and a CA's CRL dropped while the CA stays in
 // the bundle, are both refused; the CRLs in force keep revoking.
 
