@@ -1,9 +1,10 @@
-//! mini-apiserver against slow and silent clients (issue #18, item 8): with a small descriptor
+//! mini-apiserver against slow and silent clients: with a small descriptor
 //! limit, hundreds of connections that stop in the middle of their headers neither lock out a
 //! legitimate client nor stop certificate reloads, and the server closes them.
 //!
-//! Alone in its test binary: it lowers this process's `RLIMIT_NOFILE` around the spawn of the
-//! server (the child inherits it), which other tests running in parallel threads must not see.
+//! It lowers this process's `RLIMIT_NOFILE` around the spawn of the server (the child inherits
+//! it), which no other test may see: nextest runs each test in a process of its own (under
+//! `cargo test`, run this file alone: `--test mini_apiserver limits::`).
 //! Needs util-linux `prlimit` (skipped with a message without it).
 
 use std::time::Duration;

@@ -1,5 +1,5 @@
 """Python `kubernetes` client against an apiserver (issue #15), run by
-tests/tests/mini_apiserver_python.rs in a venv it creates.
+tests/tests/mini_apiserver/python.rs in a venv it creates.
 
 argv: URL CA_FILE TOKEN NAMESPACE CHECK_410 (1: the server keeps a short watch history, so a
 watch from an old resourceVersion must get 410 Gone and a relist must recover).

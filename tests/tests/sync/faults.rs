@@ -37,18 +37,6 @@ fn with_state(dir: &Path) -> ApiOptions {
     }
 }
 
-/// Waits (bounded) for `condition`, polling every 10 ms.
-fn wait_until(what: &str, timeout: Duration, mut condition: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !condition() {
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
 /// A Secret whose every key carries the generation `generation`, so a torn directory (keys of
 /// two generations) is visible.
 fn tagged_secret(name: &str, generation: u64) -> Secret {
@@ -106,9 +94,10 @@ async fn an_apiserver_outage_is_ridden_out_and_the_disk_converges_after_each_res
     let dest = tmp.path().join("resources");
     let mut syncer = Syncer::start(&api, &dest, &["--secrets", "serving-cert"]);
     let dir = dest.join("secrets/serving-cert");
-    wait_until("the first sync", Duration::from_secs(20), || {
+    e2e::wait_until("the first sync", Duration::from_secs(20), || async {
         shown_generation(&dir) == Some(1)
-    });
+    })
+    .await;
 
     // Three outages on mini; two on the real one, whose restart takes seconds.
     let last = match backend {
@@ -129,20 +118,22 @@ async fn an_apiserver_outage_is_ridden_out_and_the_disk_converges_after_each_res
         api.restart().await;
         put(&secrets, "serving-cert", generation).await;
         let started = Instant::now();
-        wait_until(
+        e2e::wait_until(
             "the update made after the restart",
             Duration::from_secs(30),
-            || shown_generation(&dir) == Some(generation),
-        );
+            || async { shown_generation(&dir) == Some(generation) },
+        )
+        .await;
         eprintln!(
             "outage {}: update after restart on disk in {:?}",
             generation - 1,
             started.elapsed()
         );
     }
-    wait_until("ready again", Duration::from_secs(10), || {
+    e2e::wait_until("ready again", Duration::from_secs(10), || async {
         syncer.readyz().0 == 200
-    });
+    })
+    .await;
     let log = syncer.process.stderr_text();
     assert!(log.contains("serving-cert"), "{log}");
 }
@@ -159,9 +150,10 @@ async fn a_rotated_token_is_used_at_once_after_the_old_one_is_revoked(backend: B
     let dest = tmp.path().join("resources");
     let syncer = Syncer::start(&api, &dest, &["--secrets", "serving-cert"]);
     let dir = dest.join("secrets/serving-cert");
-    wait_until("the first sync", Duration::from_secs(20), || {
+    e2e::wait_until("the first sync", Duration::from_secs(20), || async {
         shown_generation(&dir) == Some(1)
-    });
+    })
+    .await;
 
     // The new token goes into the syncer's token file; the apiserver comes back knowing only
     // the new one. kube-client alone would keep sending the revoked token for up to 60 s.
@@ -180,15 +172,17 @@ async fn a_rotated_token_is_used_at_once_after_the_old_one_is_revoked(backend: B
     );
     put(&secrets, "serving-cert", 2).await;
     let started = Instant::now();
-    wait_until(
+    e2e::wait_until(
         "the update, fetched with the new token",
         Duration::from_secs(20),
-        || shown_generation(&dir) == Some(2),
-    );
+        || async { shown_generation(&dir) == Some(2) },
+    )
+    .await;
     eprintln!("token rotation: update on disk in {:?}", started.elapsed());
-    wait_until("ready", Duration::from_secs(10), || {
+    e2e::wait_until("ready", Duration::from_secs(10), || async {
         syncer.readyz().0 == 200
-    });
+    })
+    .await;
     let log = syncer.process.stderr_text();
     assert!(
         !log.contains(NEW_TOKEN) && !log.contains(ADMIN_TOKEN),
@@ -215,11 +209,16 @@ async fn a_ca_that_does_not_match_the_sni_certificate_is_refused_with_the_reason
     let mut spec = SyncerSpec::new(&api, &dest, &["--secrets", "serving-cert"]);
     spec.ca_file = ca_file.clone();
     let syncer = spec.start();
-    wait_until("the refusal, explained", Duration::from_secs(20), || {
-        let log = syncer.process.stderr_text();
-        log.contains("localhost-recovery is not trusted by")
-            && log.contains(&ca_file.display().to_string())
-    });
+    e2e::wait_until(
+        "the refusal, explained",
+        Duration::from_secs(20),
+        || async {
+            let log = syncer.process.stderr_text();
+            log.contains("localhost-recovery is not trusted by")
+                && log.contains(&ca_file.display().to_string())
+        },
+    )
+    .await;
     let (status, reasons) = syncer.readyz();
     assert_eq!(status, 503);
     assert!(reasons.contains("tls"), "{reasons}");
@@ -227,14 +226,16 @@ async fn a_ca_that_does_not_match_the_sni_certificate_is_refused_with_the_reason
 
     // The right CA lands in the same file: picked up without a restart.
     rename_into(&ca_file, api.recovery_ca().as_bytes());
-    wait_until(
+    e2e::wait_until(
         "the sync with the fixed CA",
         Duration::from_secs(30),
-        || shown_generation(&dest.join("secrets/serving-cert")) == Some(1),
-    );
-    wait_until("ready", Duration::from_secs(10), || {
+        || async { shown_generation(&dest.join("secrets/serving-cert")) == Some(1) },
+    )
+    .await;
+    e2e::wait_until("ready", Duration::from_secs(10), || async {
         syncer.readyz().0 == 200
-    });
+    })
+    .await;
 }
 
 /// Every object directory: `..data` names one generation holding every key, all of one
@@ -351,21 +352,24 @@ async fn sigkill_during_a_burst_of_updates_leaves_one_complete_generation_per_di
     let syncer = Syncer::start(&api, &dest, &["--secrets", &flag]);
     for name in &names {
         let dir = dest.join("secrets").join(name);
-        wait_until(
+        e2e::wait_until(
             &format!("{name} at generation {last}"),
             Duration::from_secs(20),
-            || shown_generation(&dir) == Some(last),
-        );
+            || async { shown_generation(&dir) == Some(last) },
+        )
+        .await;
         put(&secrets, name, last + 1).await;
-        wait_until(
+        e2e::wait_until(
             &format!("{name} at generation {}", last + 1),
             Duration::from_secs(20),
-            || shown_generation(&dir) == Some(last + 1),
-        );
+            || async { shown_generation(&dir) == Some(last + 1) },
+        )
+        .await;
     }
-    wait_until("ready", Duration::from_secs(10), || {
+    e2e::wait_until("ready", Duration::from_secs(10), || async {
         syncer.readyz().0 == 200
-    });
+    })
+    .await;
     for name in &names {
         let dir = dest.join("secrets").join(name);
         assert_one_complete_generation(&dir, &keys);
@@ -420,9 +424,10 @@ async fn a_full_disk_keeps_the_old_files_and_the_write_lands_when_space_returns(
         .unwrap();
     let syncer = Syncer::start(&api, &dest, &["--secrets", "serving-cert"]);
     let dir = dest.join("secrets/serving-cert");
-    wait_until("the first sync", Duration::from_secs(20), || {
+    e2e::wait_until("the first sync", Duration::from_secs(20), || async {
         shown_generation(&dir) == Some(1)
-    });
+    })
+    .await;
 
     // Fill the filesystem.
     let filler = dest.join("filler");
@@ -437,21 +442,23 @@ async fn a_full_disk_keeps_the_old_files_and_the_write_lands_when_space_returns(
         {}
     }
     put(&secrets, "serving-cert", 2).await;
-    wait_until("the write to fail", Duration::from_secs(20), || {
+    e2e::wait_until("the write to fail", Duration::from_secs(20), || async {
         syncer
             .process
             .stderr_text()
             .contains("cannot write; previous files kept")
-    });
+    })
+    .await;
     assert_eq!(shown_generation(&dir), Some(1), "the old files are intact");
     assert_one_complete_generation(&dir, &["tls.crt", "tls.key", "ca.crt"]);
 
     // Space returns: the write lands without any new event.
     std::fs::remove_file(&filler).unwrap();
     let started = Instant::now();
-    wait_until("the retried write", Duration::from_secs(30), || {
+    e2e::wait_until("the retried write", Duration::from_secs(30), || async {
         shown_generation(&dir) == Some(2)
-    });
+    })
+    .await;
     eprintln!(
         "disk full: write landed {:?} after space returned",
         started.elapsed()
@@ -473,10 +480,9 @@ fn assert_pruned(dir: &Path) {
             .collect()
     };
     let pruned = |names: &[String]| names.len() <= 1 && !names.iter().any(|n| n.ends_with("_tmp"));
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !pruned(&generations()) && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    testkit::wait::poll_until(Duration::from_secs(10), || {
+        pruned(&generations()).then_some(())
+    });
     let left = generations();
     assert!(pruned(&left), "{}: {left:?}", dir.display());
 }
@@ -518,11 +524,12 @@ async fn the_apiserver_killed_and_restarted_100_times_loses_no_update(backend: B
     let converge = Instant::now();
     for (name, last) in [("restart-a", last_a), ("restart-b", last_b)] {
         let dir = dest.join("secrets").join(name);
-        wait_until(
+        e2e::wait_until(
             &format!("{name} at generation {last}"),
             Duration::from_secs(60),
-            || shown_generation(&dir) == Some(last),
-        );
+            || async { shown_generation(&dir) == Some(last) },
+        )
+        .await;
         assert_one_complete_generation(&dir, &["tls.crt", "tls.key", "ca.crt"]);
     }
     eprintln!(
@@ -534,7 +541,8 @@ async fn the_apiserver_killed_and_restarted_100_times_loses_no_update(backend: B
         syncer.process.stderr_text().contains("watch failed"),
         "the outages were seen"
     );
-    wait_until("ready", Duration::from_secs(10), || {
+    e2e::wait_until("ready", Duration::from_secs(10), || async {
         syncer.readyz().0 == 200
-    });
+    })
+    .await;
 }

@@ -1,4 +1,4 @@
-//! Hostile or careless input to `cert-syncer` (issue 18): servers that are not what they claim
+//! Hostile or careless input to `cert-syncer`: servers that are not what they claim
 //! (plain HTTP, mute), kubeconfigs that break, and special files where the token and the CA
 //! should be. Each case runs the binary as a process against real sockets and asserts the exit
 //! code, the message and what reached the socket; none may hang.

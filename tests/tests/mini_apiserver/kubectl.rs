@@ -1,4 +1,4 @@
-//! The real `kubectl` against mini-apiserver (issue #15): it sends protobuf bodies for built-in
+//! The real `kubectl` against mini-apiserver: it sends protobuf bodies for built-in
 //! types, uses short names and field selectors. Skipped with a message when `kubectl` is not on
 //! `PATH`.
 

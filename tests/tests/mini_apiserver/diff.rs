@@ -1,4 +1,4 @@
-//! The differential test of issue #15: one corpus of requests replayed, in order, against
+//! The differential test: one corpus of requests replayed, in order, against
 //! mini-apiserver and the real kube-apiserver (v1.20.2 from `../shared/envtest`), comparing
 //! status codes and normalized bodies (resourceVersion, uid, timestamps, managedFields masked;
 //! for errors the `Status` code and reason, not the wording of the message). Prints the
@@ -17,7 +17,6 @@ use rustls_pki_types::ServerName;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-#[path = "mini_apiserver_diff/validation.rs"]
 mod validation;
 
 /// One request of the corpus.

@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use e2e::apiserver::ADMIN_TOKEN;
 use e2e::syncer::{NS, bundle_config_map, regenerate_command, tls_secret};
@@ -14,6 +14,9 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, PostParams};
 use testkit::files::rename_into;
 use time::OffsetDateTime;
+
+/// The bound on each wait for the processes to act (a limit, not a delay).
+const WITHIN: Duration = Duration::from_secs(20);
 
 const CONFIG: &str = r#"
 namespace: openshift-kube-apiserver
@@ -28,14 +31,6 @@ targets:
     validity: 10d
     refresh: 5d
 "#;
-
-fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !condition() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
 
 fn mode(path: &Path) -> u32 {
     std::fs::symlink_metadata(path)
@@ -153,13 +148,14 @@ async fn no_token_or_key_reaches_a_log_and_every_write_has_its_mode() {
     let new_key = String::from_utf8(regenerated.data.unwrap()["tls.key"].0.clone()).unwrap();
     let new_signer = secrets.get("serving-signer").await.unwrap();
     let new_signer_key = String::from_utf8(new_signer.data.unwrap()["tls.key"].0.clone()).unwrap();
-    wait_until("the regenerated key on disk", || {
+    e2e::wait_until("the regenerated key on disk", WITHIN, || async {
         std::fs::read_to_string(dest.join("secrets/serving-cert/tls.key"))
             .ok()
             .as_deref()
             == Some(new_key.as_str())
-    });
-    wait_until("the host file", || host_file.exists());
+    })
+    .await;
+    e2e::wait_until("the host file", WITHIN, || async { host_file.exists() }).await;
 
     // Logs: the token and every key, old and new, must be absent.
     let logs = [

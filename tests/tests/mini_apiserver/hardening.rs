@@ -1,4 +1,4 @@
-//! mini-apiserver under careless or hostile clients (issue #18): lowercase `bearer`, writes that
+//! mini-apiserver under careless or hostile clients: lowercase `bearer`, writes that
 //! cannot be saved, and watchers that never read. Real processes and sockets.
 
 use std::collections::BTreeMap;
@@ -86,7 +86,7 @@ fn api_code(err: &kube::Error) -> u16 {
     }
 }
 
-/// Issue #18 item 9: when the state file cannot be written, the write is refused with a 500
+/// When the state file cannot be written, the write is refused with a 500
 /// and not kept in memory; nothing acknowledged is lost in a restart.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_that_cannot_be_saved_is_refused_and_an_acknowledged_one_survives() {
@@ -152,7 +152,7 @@ fn rss_bytes(pid: u32) -> u64 {
     kib * 1024
 }
 
-/// Issue #18 item 7: watches whose clients read nothing hold a bounded amount of memory (no copy
+/// Watches whose clients read nothing hold a bounded amount of memory (no copy
 /// of the namespace per watch) and are disconnected once they stall.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watchers_that_read_nothing_cost_bounded_memory_and_are_disconnected() {

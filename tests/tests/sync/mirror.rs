@@ -14,14 +14,8 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, DeleteParams, PostParams};
 
-/// Waits (bounded) for `condition`.
-fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !condition() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
+/// The bound on each wait for the processes to act (a limit, not a delay).
+const WITHIN: Duration = Duration::from_secs(20);
 
 fn mode(path: &Path) -> u32 {
     std::fs::metadata(path).unwrap().permissions().mode() & 0o777
@@ -110,16 +104,19 @@ async fn secrets_and_config_maps_are_mirrored_and_served_by_a_reloading_server(b
         ],
     );
     let serving = dest.join("secrets/serving-cert");
-    wait_until("the first sync", || {
+    e2e::wait_until("the first sync", WITHIN, || async {
         read(&serving.join("tls.crt")).as_deref() == Some(cert.as_str())
-    });
-    wait_until("the ConfigMap", || {
+    })
+    .await;
+    e2e::wait_until("the ConfigMap", WITHIN, || async {
         read(&dest.join("configmaps/client-ca/ca-bundle.crt")).is_some()
-    });
-    wait_until("the host file", || {
+    })
+    .await;
+    e2e::wait_until("the host file", WITHIN, || async {
         read(&host_file).as_deref() == Some(ca.cert_pem.as_str())
-    });
-    wait_until("readiness", || syncer.readyz().0 == 200);
+    })
+    .await;
+    e2e::wait_until("readiness", WITHIN, || async { syncer.readyz().0 == 200 }).await;
     assert_eq!(mode(&serving.join("tls.key")), 0o600);
     assert_eq!(
         mode(&dest.join("configmaps/client-ca/ca-bundle.crt")),
@@ -184,33 +181,36 @@ async fn secrets_and_config_maps_are_mirrored_and_served_by_a_reloading_server(b
         .replace("client-ca", &PostParams::default(), &current)
         .await
         .unwrap();
-    wait_until("the new key", || {
+    e2e::wait_until("the new key", WITHIN, || async {
         read(&dest.join("configmaps/client-ca/extra")).is_some()
-    });
+    })
+    .await;
     let mut current = config_maps.get("client-ca").await.unwrap();
     current.data.as_mut().unwrap().remove("extra");
     config_maps
         .replace("client-ca", &PostParams::default(), &current)
         .await
         .unwrap();
-    wait_until("the key pruned", || {
+    e2e::wait_until("the key pruned", WITHIN, || async {
         std::fs::symlink_metadata(dest.join("configmaps/client-ca/extra")).is_err()
-    });
+    })
+    .await;
 
     // Optional object deleted: directory removed. Required object deleted: files kept, not ready.
     secrets
         .delete("optional-cert", &DeleteParams::default())
         .await
         .unwrap();
-    wait_until("the optional directory removed", || {
+    e2e::wait_until("the optional directory removed", WITHIN, || async {
         !dest.join("secrets/optional-cert").exists()
-    });
+    })
+    .await;
     let kept = read(&serving.join("tls.crt")).unwrap();
     secrets
         .delete("serving-cert", &DeleteParams::default())
         .await
         .unwrap();
-    wait_until("not ready", || syncer.readyz().0 == 503);
+    e2e::wait_until("not ready", WITHIN, || async { syncer.readyz().0 == 503 }).await;
     assert_eq!(read(&serving.join("tls.crt")).unwrap(), kept);
     let (_, reasons) = syncer.readyz();
     assert!(reasons.contains("secret/serving-cert"), "{reasons}");
@@ -285,9 +285,10 @@ async fn a_key_that_would_escape_or_shadow_the_layout_is_refused_and_nothing_is_
     let dest = tmp.path().join("resources");
     let mut syncer = Syncer::start(&api, &dest, &["--optional-secrets", "evil"]);
     // Give it time to see the object and refuse it.
-    wait_until("the refusal to be counted", || {
+    e2e::wait_until("the refusal to be counted", WITHIN, || async {
         syncer.metrics().contains("result=\"error\"")
-    });
+    })
+    .await;
     assert!(!dest.join("secrets/evil/tls.crt").exists());
     assert!(!dest.join("secrets/x").exists() && !tmp.path().join("x").exists());
     syncer.process.kill();
@@ -326,13 +327,14 @@ async fn files_changed_or_removed_behind_the_syncers_back_are_repaired_by_the_re
                 "1s",
             ],
         );
-        wait_until("the first sync", || {
+        e2e::wait_until("the first sync", WITHIN, || async {
             read(&dest.join("secrets/serving-cert/tls.crt")).as_deref() == Some(cert.as_str())
                 && read(&dest.join("configmaps/client-ca/ca-bundle.crt")).as_deref()
                     == Some(ca.cert_pem.as_str())
                 && read(&host_file).as_deref() == Some(ca.cert_pem.as_str())
-        });
-        wait_until("readiness", || syncer.readyz().0 == 200);
+        })
+        .await;
+        e2e::wait_until("readiness", WITHIN, || async { syncer.readyz().0 == 200 }).await;
         syncers.push((name, dest, host_file, syncer));
     }
     let gets = (
@@ -350,12 +352,13 @@ async fn files_changed_or_removed_behind_the_syncers_back_are_repaired_by_the_re
         std::fs::remove_file(&tls_key).unwrap();
         std::fs::remove_dir_all(&bundle_dir).unwrap();
         std::fs::write(host_file, "tampered").unwrap();
-        wait_until(&format!("{name}: the disk repaired"), || {
+        e2e::wait_until(&format!("{name}: the disk repaired"), WITHIN, || async {
             read(&tls_crt).as_deref() == Some(cert.as_str())
                 && read(&tls_key).as_deref() == Some(key.as_str())
                 && read(&bundle_dir.join("ca-bundle.crt")).as_deref() == Some(ca.cert_pem.as_str())
                 && read(host_file).as_deref() == Some(ca.cert_pem.as_str())
-        });
+        })
+        .await;
         assert_eq!(mode(&tls_key), 0o600, "{name}");
         let repairs = |metrics: &str, labels: &[&str]| {
             e2e::metric_sum(metrics, "cert_syncer_resync_repairs_total", labels)

@@ -1,6 +1,6 @@
 //! `cert-syncer regenerate --profile openshift-kube-apiserver` next to OpenShift's own
 //! `cert-regeneration-controller` (the operator binary of `../shared/openshift`), on the real
-//! kube-apiserver (issue 13's Must-show list):
+//! kube-apiserver:
 //!
 //! - `empty_cluster_*`: ours creates the whole set; OpenShift's controller then writes nothing.
 //! - `on_openshifts_pki_*`: OpenShift's controller creates its PKI; ours (expired-only) runs
@@ -10,7 +10,7 @@
 //! - `the_manual_trigger_*` (no operator needed): three replicas with leader election are all
 //!   Ready and one acts; removing `certificate-not-after` from a signer rotates it (and in rotate
 //!   mode its targets) while the bundles keep the old CA.
-//! - `client_ca_*` (no operator needed, issue 29 / issue 28 F5): `client-ca` is exactly the union
+//! - `client_ca_*` (no operator needed): `client-ca` is exactly the union
 //!   of OpenShift's seven sources in their order — a CA in none of them leaves on the next pass,
 //!   a deleted `client-ca` comes back with every source's CAs, no label, expired CAs and leaves
 //!   dropped.
@@ -84,6 +84,23 @@ use e2e::node::profile_objects::{BUNDLES, CM, KS, OP, SIGNERS, TARGETS};
 const OURS_TOKEN: &str = "ours-regen-token";
 const THEIRS_TOKEN: &str = "theirs-regen-token";
 const LEASE: &str = "cert-regeneration-controller-lock";
+
+/// The profile as `cert-syncer` reads it from its YAML (`profiles/openshift-kube-apiserver.yaml`).
+fn profile() -> cert_syncer::regenerate::config::Rotation {
+    cert_syncer::regenerate::profile_objects(
+        cert_syncer::regenerate::Profile::OpenshiftKubeApiserver,
+    )
+    .expect("the built-in profile parses")
+}
+
+/// How many objects the profile writes (its signers, bundles and targets).
+fn profile_size() -> usize {
+    profile().written().count()
+}
+
+/// The one object of the profile OpenShift's cert-regeneration-controller does not write (the
+/// operator's resource-sync copies it in a running cluster; the profile's YAML says why).
+const NOT_WRITTEN_BY_OPENSHIFT: (&str, &str) = (KS, "aggregator-client-ca");
 
 fn secrets() -> Vec<(&'static str, &'static str)> {
     SIGNERS
@@ -223,14 +240,12 @@ impl Cluster {
                 &shared.join("crds.yaml").display().to_string(),
             ]);
             assert!(applied.status.success(), "{applied:?}");
-            let deadline = Instant::now() + Duration::from_secs(30);
-            while !kubectl(&["get", "kubeapiservers.operator.openshift.io"])
-                .status
-                .success()
-            {
-                assert!(Instant::now() < deadline, "the CRDs were not served");
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
+            e2e::wait_until("the CRDs served", Duration::from_secs(30), || async {
+                kubectl(&["get", "kubeapiservers.operator.openshift.io"])
+                    .status
+                    .success()
+            })
+            .await;
             let objects = Command::new(shared.join("cluster-objects.sh"))
                 .arg(&admin_kubeconfig)
                 .output()
@@ -529,7 +544,7 @@ async fn empty_cluster_ours_creates_the_set_then_openshifts_controller_writes_no
     let log = cluster.ours_once(&[]);
     let created = started.elapsed();
     let versions = cluster.versions().await;
-    assert_eq!(versions.len(), 30, "{versions:#?}\n{log}");
+    assert_eq!(versions.len(), profile_size(), "{versions:#?}\n{log}");
     for (ns, name) in secrets() {
         let f = facts(&leaf_of(&cluster.secret(ns, name).await));
         assert!(f.rsa_sha256, "{ns}/{name} is not RSA with SHA-256");
@@ -563,7 +578,10 @@ async fn empty_cluster_ours_creates_the_set_then_openshifts_controller_writes_no
         refresh(&cluster.secret(OP, "kube-apiserver-to-kubelet-signer").await),
         "7008h0m0s"
     );
-    eprintln!("ours created the set of 30 objects in {created:?}");
+    eprintln!(
+        "ours created the set of {} objects in {created:?}",
+        versions.len()
+    );
 
     let from = cluster.audit_len();
     let window = secs("E2E_OPENSHIFT_SETTLE_SECS", 20);
@@ -588,7 +606,9 @@ async fn on_openshifts_pki_ours_idles_then_recovers_an_expired_set_that_openshif
     install_crypto_provider();
     let cluster = Cluster::start(true).await;
 
-    // 1. OpenShift's controller creates its PKI (29 objects), settled for 5 s.
+    // 1. OpenShift's controller creates its PKI (every object of the profile but
+    //    NOT_WRITTEN_BY_OPENSHIFT), settled for 5 s.
+    let theirs_size = profile_size() - 1;
     let mut theirs = cluster.theirs(&operator, "create");
     let deadline = Instant::now() + Duration::from_secs(120);
     let mut stable_since = Instant::now();
@@ -598,7 +618,7 @@ async fn on_openshifts_pki_ours_idles_then_recovers_an_expired_set_that_openshif
         if versions != last {
             last = versions;
             stable_since = Instant::now();
-        } else if last.len() == 29 && stable_since.elapsed() > Duration::from_secs(5) {
+        } else if last.len() == theirs_size && stable_since.elapsed() > Duration::from_secs(5) {
             break;
         }
         assert!(
@@ -622,7 +642,7 @@ async fn on_openshifts_pki_ours_idles_then_recovers_an_expired_set_that_openshif
         .unwrap();
     let copy = ConfigMap {
         metadata: kube::api::ObjectMeta {
-            name: Some("aggregator-client-ca".into()),
+            name: Some(NOT_WRITTEN_BY_OPENSHIFT.1.into()),
             annotations: Some(BTreeMap::from([(
                 "openshift.io/owning-component".to_owned(),
                 "kube-apiserver".to_owned(),
@@ -632,7 +652,7 @@ async fn on_openshifts_pki_ours_idles_then_recovers_an_expired_set_that_openshif
         data: source.data,
         ..Default::default()
     };
-    Api::<ConfigMap>::namespaced(cluster.admin.clone(), KS)
+    Api::<ConfigMap>::namespaced(cluster.admin.clone(), NOT_WRITTEN_BY_OPENSHIFT.0)
         .create(&PostParams::default(), &copy)
         .await
         .unwrap();
@@ -651,7 +671,7 @@ async fn on_openshifts_pki_ours_idles_then_recovers_an_expired_set_that_openshif
 
     // 2. Ours, expired-only, as the static pod runs it: not one write.
     let versions = cluster.versions().await;
-    assert_eq!(versions.len(), 30);
+    assert_eq!(versions.len(), profile_size());
     let from = cluster.audit_len();
     let idle = secs("E2E_OPENSHIFT_IDLE_SECS", 60);
     let mut ours = ChildProcess::start(cluster.ours(&[
@@ -676,7 +696,7 @@ async fn on_openshifts_pki_ours_idles_then_recovers_an_expired_set_that_openshif
         versions,
         "resourceVersions changed"
     );
-    // Reads by name only (issue 28, F8: the token cannot list the other Secrets of these
+    // Reads by name only (the token cannot list the other Secrets of these
     // namespaces): one list and one watch at a time per declared object, a `metadata.name`
     // field selector each; no GET per object per pass (the apiserver's clock comes from
     // /version), no list or watch of a whole namespace.
@@ -919,7 +939,7 @@ async fn the_manual_trigger_rotates_a_signer_and_three_replicas_are_all_ready_on
         for replica in &replicas {
             codes.push(readyz(replica.addr).await);
         }
-        if codes.iter().all(|c| *c == 200) && cluster.versions().await.len() == 30 {
+        if codes.iter().all(|c| *c == 200) && cluster.versions().await.len() == profile_size() {
             break;
         }
         assert!(
@@ -1302,4 +1322,48 @@ async fn a_dual_stack_service_network_gives_both_ips_and_openshifts_controller_a
     let text = String::from_utf8_lossy(&refused.stderr);
     assert_eq!(refused.status.code(), Some(2), "{text}");
     assert!(text.contains("status.serviceNetwork is empty"), "{text}");
+}
+
+/// (namespace, name) pairs as a set.
+fn named<'a>(
+    pairs: impl IntoIterator<Item = (&'a str, &'a str)>,
+) -> std::collections::BTreeSet<(String, String)> {
+    pairs
+        .into_iter()
+        .map(|(ns, name)| (ns.to_owned(), name.to_owned()))
+        .collect()
+}
+
+/// The object lists these tests and the node tier check by name (`e2e::node::profile_objects`)
+/// are the profile's YAML as `cert-syncer` reads it: every signer, bundle and target, no more.
+#[test]
+fn the_object_lists_the_tests_check_are_the_profiles_yaml() {
+    use cert_syncer::kind::Kind;
+    let rotation = profile();
+    let written = |kind: Kind| {
+        named(
+            rotation
+                .written()
+                .filter(|(k, _)| *k == kind)
+                .map(|(_, o)| (o.namespace.as_str(), o.name.as_str())),
+        )
+    };
+    assert_eq!(named(secrets()), written(Kind::Secret));
+    assert_eq!(named(BUNDLES), written(Kind::ConfigMap));
+    assert_eq!(
+        named(SIGNERS.iter().map(|name| (OP, *name))),
+        named(
+            rotation
+                .signers
+                .iter()
+                .map(|s| (s.object.namespace.as_str(), s.object.name.as_str()))
+        )
+    );
+    assert!(
+        written(Kind::ConfigMap).contains(&(
+            NOT_WRITTEN_BY_OPENSHIFT.0.to_owned(),
+            NOT_WRITTEN_BY_OPENSHIFT.1.to_owned()
+        )),
+        "{NOT_WRITTEN_BY_OPENSHIFT:?} is not in the profile"
+    );
 }

@@ -1,4 +1,4 @@
-//! The Python `kubernetes` client against mini-apiserver (issue #15): list and watch with
+//! The Python `kubernetes` client against mini-apiserver: list and watch with
 //! resourceVersion, 410 Gone and relist, label-filtered watch transitions (ADDED when an object
 //! starts matching, DELETED when it stops). The checks are in `python/watch_check.py`; this test
 //! creates a venv in a temp dir and installs `kubernetes` from PyPI into it. Skipped with a
@@ -56,7 +56,8 @@ fn python_client_lists_watches_relists_after_410_and_sees_selector_transitions()
     };
     // A short history: the script's watch from its first resourceVersion must expire.
     let server = ApiServer::start(&tmp.path().join("mini"), &["--history", "5"]);
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/watch_check.py");
+    let script =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mini_apiserver/python/watch_check.py");
     let output = Command::new(&python)
         .arg(&script)
         .arg(server.url())

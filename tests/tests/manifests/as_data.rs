@@ -38,7 +38,7 @@ const KAS: StaticPod = StaticPod {
     sync: SYNC_CONTAINER,
     regenerate: REGENERATE_CONTAINER,
 };
-/// The kube-controller-manager pod (issue 13, item 5).
+/// The kube-controller-manager pod (its half of the recovery).
 const KCM: StaticPod = StaticPod {
     file: "static-pod-kcm/kube-controller-manager-pod.yaml",
     server: "kube-controller-manager",
@@ -408,7 +408,7 @@ fn every_flag_the_pod_passes_exists_in_its_subcommand() {
     );
 
     // The server: the real kube-apiserver, configured from the cert dir the way OpenShift's
-    // pod is (tests/tests/static_pod_flags.rs checks each path and, with envtest, that
+    // pod is (tests/tests/manifests/static_pod_flags.rs checks each path and, with envtest, that
     // kube-apiserver accepts every flag).
     let server = argv(&pod, container(&pod, SERVER_CONTAINER));
     assert!(server[0].ends_with("/kube-apiserver"), "{server:?}");
@@ -773,8 +773,10 @@ fn the_example_regeneration_config_parses_and_covers_the_kube_apiserver_set() {
         ("kubelet client", client("system:kube-apiserver")),
         ("aggregator client", client("system:openshift-aggregator")),
     ];
+    let mut distinct = std::collections::BTreeSet::new();
     for (what, target) in covered {
         let target = target.unwrap_or_else(|| panic!("{} has no {what} target", repo.display()));
+        distinct.insert(target.object.to_string());
         // Every target's signer is in a bundle (the parser insists), and a leaf never
         // outlives what the operator would give it.
         assert!(
@@ -782,7 +784,8 @@ fn the_example_regeneration_config_parses_and_covers_the_kube_apiserver_set() {
             "{what}"
         );
     }
-    assert_eq!(rotation.targets.len(), 7);
+    // Nothing else: every target of the file is one of the set above, each a different one.
+    assert_eq!(rotation.targets.len(), distinct.len(), "{distinct:?}");
 }
 
 /// RBAC atoms: (namespace, group, resource, verb, name) with `None` = any name.
@@ -947,7 +950,7 @@ fn the_csr_approver_cluster_role_grants_exactly_what_the_subcommand_needs() {
 
 #[test]
 fn no_regenerate_token_can_list_or_watch_a_namespace_s_secrets() {
-    // The regeneration controllers read their declared objects by name (issue 28, F8): the
+    // The regeneration controllers read their declared objects by name (a token that lists a namespace's Secrets reads etcd's client keys too): the
     // namespaces they write hold other components' keys (etcd's client keys among them).
     for p in &PODS {
         let pod = p.load();

@@ -516,17 +516,6 @@ fn candidate(f: &Fixture) -> e2e::ChildProcess {
     e2e::ChildProcess::start(command)
 }
 
-fn wait_for(what: &str, timeout: Duration, mut condition: impl FnMut() -> bool) {
-    let deadline = std::time::Instant::now() + timeout;
-    while !condition() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 async fn with_leader_election_one_replica_acts_and_a_standby_takes_over_when_it_dies(
     backend: Backend,
 ) {
@@ -536,26 +525,31 @@ async fn with_leader_election_one_replica_acts_and_a_standby_takes_over_when_it_
     f.seed(&mut ca, &[], (now - days(1), now + days(50))).await;
 
     let mut first = candidate(&f);
-    wait_for("the first replica to lead", Duration::from_secs(10), || {
-        first.stderr_text().contains("became leader")
-    });
+    e2e::wait_until(
+        "the first replica to lead",
+        Duration::from_secs(10),
+        || async { first.stderr_text().contains("became leader") },
+    )
+    .await;
     let second = candidate(&f);
-    wait_for(
+    e2e::wait_until(
         "the second replica to wait",
         Duration::from_secs(10),
-        || second.stderr_text().contains("waiting: the lease is held"),
-    );
+        || async { second.stderr_text().contains("waiting: the lease is held") },
+    )
+    .await;
 
     // Only the leader acts: the target deleted, the leader recreates it.
     f.secrets
         .delete("serving-cert", &Default::default())
         .await
         .unwrap();
-    wait_for(
+    e2e::wait_until(
         "the leader to recreate the target",
         Duration::from_secs(10),
-        || first.stderr_text().contains("regenerated"),
-    );
+        || async { first.stderr_text().contains("regenerated") },
+    )
+    .await;
     assert!(
         !second.stderr_text().contains("regenerated"),
         "the standby acted"
@@ -563,18 +557,20 @@ async fn with_leader_election_one_replica_acts_and_a_standby_takes_over_when_it_
 
     // The leader dies without releasing: the standby takes over after the lease duration.
     first.kill();
-    wait_for("the standby to lead", Duration::from_secs(10), || {
+    e2e::wait_until("the standby to lead", Duration::from_secs(10), || async {
         second.stderr_text().contains("became leader")
-    });
+    })
+    .await;
     f.secrets
         .delete("serving-cert", &Default::default())
         .await
         .unwrap();
-    wait_for(
+    e2e::wait_until(
         "the new leader to recreate the target",
         Duration::from_secs(10),
-        || second.stderr_text().contains("regenerated"),
-    );
+        || async { second.stderr_text().contains("regenerated") },
+    )
+    .await;
     chains_to(
         &f.pem_of("serving-cert", "tls.crt").await,
         &f.bundle().await,
@@ -666,10 +662,11 @@ fn metrics_of(process: &e2e::ChildProcess) -> String {
     e2e::plain_http_get(&process.addr.to_string(), "/metrics").1
 }
 
-/// The issue's reproductions, as a new user would meet them against the apiserver: a serving
-/// target for `["*.apps.example.com", "apps.example.com"]`, one for the IPv6 literal
-/// `2001:0db8::1`, and a CA bundle that also holds a foreign CA with a subjectUniqueID. Before,
-/// each target was re-issued about 15 times a second, forever; now each is written once.
+/// Names and CAs that once made the controller re-issue in a loop, as a new user would meet
+/// them: a serving target for `["*.apps.example.com", "apps.example.com"]`, one for the IPv6
+/// literal `2001:0db8::1`, and a CA bundle that also holds a foreign CA with a
+/// subjectUniqueID. Each used to be re-issued about 15 times a second, forever; each must be
+/// written once.
 async fn wildcards_ip_literals_and_odd_bundle_cas_are_issued_once_not_in_a_loop(backend: Backend) {
     let f = fixture(backend).await;
     let config = r#"
@@ -692,13 +689,14 @@ targets:
         .await
         .unwrap();
     let process = controller(&f);
-    wait_for("both targets", Duration::from_secs(20), || {
+    e2e::wait_until("both targets", Duration::from_secs(20), || async {
         metric_sum(
             &metrics_of(&process),
             "cert_regenerate_regenerations_total",
             &["kind=\"target\""],
         ) >= 2.0
-    });
+    })
+    .await;
     let settled = f.versions().await;
     // Three seconds: at the old rate, some 45 writes of each target.
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -775,13 +773,14 @@ targets:
 async fn a_writer_that_disagrees_meets_a_bounded_number_of_writes(backend: Backend) {
     let f = fixture(backend).await;
     let process = controller(&f);
-    wait_for("the first pass", Duration::from_secs(20), || {
+    e2e::wait_until("the first pass", Duration::from_secs(20), || async {
         metric_sum(
             &metrics_of(&process),
             "cert_regenerate_regenerations_total",
             &["kind=\"target\""],
         ) >= 1.0
-    });
+    })
+    .await;
     let signer = Ca::from_pems(
         &f.pem_of("serving-signer", "tls.crt").await,
         &f.pem_of("serving-signer", "tls.key").await,

@@ -1,11 +1,11 @@
-//! Hostile objects and a hostile destination tree (issue 18, items 2 and 4), against a real
+//! Hostile objects and a hostile destination tree, against a real
 //! `mini-apiserver` and `cert-syncer` processes: an undecodable Secret is named (object and
 //! field) without any of its bytes in a log, and does not stop the others; a symlinked object
 //! directory is refused, and nothing outside the destination changes.
 
 use std::path::Path;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use e2e::apiserver::ADMIN_TOKEN;
 use e2e::syncer::{NS, tls_secret};
@@ -13,13 +13,8 @@ use e2e::{ApiServer, Ca, CertSpec, Syncer, bin_path, install_crypto_provider};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, PostParams};
 
-fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !condition() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
+/// The bound on each wait for the processes to act (a limit, not a delay).
+const WITHIN: Duration = Duration::from_secs(30);
 
 /// 32-character pieces of a PEM body: any one in a log means key bytes leaked.
 fn fragments(pem: &str) -> Vec<String> {
@@ -103,13 +98,19 @@ async fn an_undecodable_secret_is_named_never_dumped_and_does_not_stop_the_other
         let dest = tmp.path().join(mode);
         let syncer = Syncer::start(&api, &dest, &extra);
         let key = dest.join("secrets/good/tls.key");
-        wait_until(&format!("{mode}: good written"), || {
+        e2e::wait_until(&format!("{mode}: good written"), WITHIN, || async {
             std::fs::read_to_string(&key).ok().as_deref() == Some(good.key_pem.as_str())
-        });
-        wait_until(&format!("{mode}: the bad object reported"), || {
-            let log = syncer.process.stderr_text();
-            log.contains("cannot decode the object") && log.contains("secret/bad")
-        });
+        })
+        .await;
+        e2e::wait_until(
+            &format!("{mode}: the bad object reported"),
+            WITHIN,
+            || async {
+                let log = syncer.process.stderr_text();
+                log.contains("cannot decode the object") && log.contains("secret/bad")
+            },
+        )
+        .await;
         let log = syncer.process.stderr_text();
         assert!(
             log.contains("immutable"),
@@ -188,12 +189,13 @@ async fn a_symlinked_object_directory_is_refused_and_nothing_outside_changes() {
     std::os::unix::fs::symlink(&outside, &link).unwrap();
 
     let syncer = Syncer::start(&api, &dest, &["--secrets", "serving-cert"]);
-    wait_until("the refusal", || {
+    e2e::wait_until("the refusal", WITHIN, || async {
         syncer
             .process
             .stderr_text()
             .contains("refusing to write or remove through")
-    });
+    })
+    .await;
     let log = syncer.process.stderr_text();
     assert!(
         log.contains(&link.display().to_string()),
@@ -233,12 +235,14 @@ async fn a_file_mapping_writes_one_key_only_and_a_missing_object_is_not_ready() 
             &format!("secret/absent-cert/tls.crt={}", missing_file.display()),
         ],
     );
-    wait_until("the host file", || {
+    e2e::wait_until("the host file", WITHIN, || async {
         std::fs::read_to_string(&cert_file).ok().as_deref() == Some(leaf.cert_pem.as_str())
-    });
-    wait_until("the missing object reported", || {
+    })
+    .await;
+    e2e::wait_until("the missing object reported", WITHIN, || async {
         syncer.process.stderr_text().contains("secret/absent-cert")
-    });
+    })
+    .await;
     // Only the mapped key left the apiserver: no copy of the Secret (its key) in the destination.
     assert!(
         !dest.join("secrets/serving-cert").exists(),

@@ -1,4 +1,4 @@
-//! The kube-controller-manager's half of the recovery (issue 13, item 5) on the real
+//! The kube-controller-manager's half of the recovery on the real
 //! kube-apiserver: `cert-syncer regenerate --profile openshift-kube-controller-manager` and the
 //! same set in namespaces of its own (the profile's text with other namespaces and delays), one
 //! namespace set per scenario on one shared apiserver:
@@ -526,11 +526,10 @@ async fn empty_cluster_the_profile_creates_a_chain_the_apiserver_trusts_then_wri
     // controller over a window.
     cluster.run_once(cluster.ours(&["--once"]), &profile);
     assert_eq!(cluster.versions(&set).await, versions, "written by --once");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while readyz(metrics).await != 200 {
-        assert!(Instant::now() < deadline, "never ready");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    e2e::wait_until("the controller ready", Duration::from_secs(60), || async {
+        readyz(metrics).await == 200
+    })
+    .await;
     let window = Duration::from_secs(
         std::env::var("E2E_KCM_IDLE_SECS")
             .ok()
@@ -691,11 +690,10 @@ async fn rotate_mode_publishes_a_new_ca_only_after_the_delay_and_keeps_the_old_o
         "--metrics-listen",
         &metrics.to_string(),
     ]));
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while readyz(metrics).await != 200 {
-        assert!(Instant::now() < deadline, "never ready");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    e2e::wait_until("the controller ready", Duration::from_secs(60), || async {
+        readyz(metrics).await == 200
+    })
+    .await;
 
     // OpenShift's manual trigger on the intermediate.
     let mut csr = cluster.secret(&set.op, "csr-signer").await;
