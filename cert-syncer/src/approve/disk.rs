@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use crate::input_file;
+use crate::base::input_file;
 
 /// Largest file read (a certificate and its key: a few KiB).
 const MAX_FILE: u64 = 1024 * 1024;
@@ -70,7 +70,7 @@ mod tests {
     use testkit::pki::{Ca, CertSpec};
 
     fn now() -> i64 {
-        crate::time::unix_now()
+        crate::base::time::unix_now()
     }
 
     #[test]

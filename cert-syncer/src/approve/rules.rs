@@ -97,12 +97,12 @@ fn check(
     let disk = match disk {
         KubeletCert::Absent => "absent".to_owned(),
         KubeletCert::Expired { not_after } => {
-            format!("expired at {}", crate::time::rfc3339(*not_after))
+            format!("expired at {}", crate::base::time::rfc3339(*not_after))
         }
         KubeletCert::Valid { not_after } => {
             return Err(format!(
                 "the kubelet's client certificate on disk is valid until {}: not a recovery",
-                crate::time::rfc3339(*not_after)
+                crate::base::time::rfc3339(*not_after)
             ));
         }
         KubeletCert::Unknown(why) => {

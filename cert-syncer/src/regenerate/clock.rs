@@ -3,8 +3,8 @@
 
 use super::config::Rotation;
 use super::decide;
-use crate::error::chain;
-use crate::time::rfc3339;
+use crate::base::error::chain;
+use crate::base::time::rfc3339;
 
 /// The time one pass decides at, and the apiserver's clock it was checked against: the local
 /// clock (`local`), but never later than the apiserver's (see `decide::trusted_now`). A local

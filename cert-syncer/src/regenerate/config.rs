@@ -53,10 +53,10 @@ use serde::Deserialize;
 
 pub use crate::pki::Identity;
 
-use crate::error::ConfigError;
-use crate::kind::Kind;
-use crate::names::{canonical_hostname, is_dns_label, is_dns_subdomain, is_hostname_or_ip};
-use crate::time::parse_duration;
+use crate::base::error::ConfigError;
+use crate::base::kind::Kind;
+use crate::base::names::{canonical_hostname, is_dns_label, is_dns_subdomain, is_hostname_or_ip};
+use crate::base::time::parse_duration;
 
 /// A namespaced object name.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -176,7 +176,7 @@ pub struct Rotation {
     /// Items that were skipped.
     pub broken: Vec<Broken>,
     /// The type of newly generated keys (`key-type`, default RSA-2048).
-    pub key_type: super::keys::KeyType,
+    pub key_type: crate::pki::KeyType,
     /// Annotations written on each object whenever it is written (the file's top-level
     /// `annotations` merged with the item's own): see `annotations`.
     pub annotations: BTreeMap<(Kind, ObjectRef), BTreeMap<String, String>>,
@@ -253,7 +253,7 @@ struct File {
     #[serde(default)]
     backdate: Option<String>,
     #[serde(default, rename = "key-type")]
-    key_type: Option<super::keys::KeyType>,
+    key_type: Option<crate::pki::KeyType>,
     #[serde(default)]
     annotations: BTreeMap<String, String>,
     #[serde(default)]
@@ -860,9 +860,9 @@ fn identity(serving: Option<ServingItem>, client: Option<ClientItem>) -> Result<
                 return Err("serving: no hostnames".to_owned());
             }
             // A name no verifier accepts would be re-issued on every pass, forever.
-            if let Err(err) = crate::pki::verify::check_serving_names(&hostnames) {
+            if let Err(err) = crate::pki::check_serving_names(&hostnames) {
                 for name in &hostnames {
-                    crate::pki::verify::check_serving_names(std::slice::from_ref(name))
+                    crate::pki::check_serving_names(std::slice::from_ref(name))
                         .map_err(|err| format!("hostname {name:?}: {err}"))?;
                 }
                 return Err(format!("hostnames: {err}"));
@@ -1174,12 +1174,9 @@ targets:
     annotations: { "auth.openshift.io/certificate-not-after": "forged" }
 "#;
         let rotation = parse(text).unwrap();
-        assert_eq!(
-            rotation.key_type,
-            crate::regenerate::keys::KeyType::EcdsaP256
-        );
+        assert_eq!(rotation.key_type, crate::pki::KeyType::EcdsaP256);
         let signer = &rotation.annotations[&(
-            crate::kind::Kind::Secret,
+            crate::base::kind::Kind::Secret,
             rotation.signers[0].object.clone(),
         )];
         assert_eq!(signer.len(), 2);

@@ -14,11 +14,11 @@ use super::brake::Brake;
 use super::cache::{Cache, Cached};
 use super::config::{ObjectRef, Rotation};
 use super::decide::{self, Mode, Stored};
-use crate::decode::Raw;
-use crate::error::chain;
-use crate::events::EventRecorder;
+use crate::base::error::chain;
+use crate::base::time::rfc3339;
+use crate::kube::decode::Raw;
+use crate::kube::events::EventRecorder;
 use crate::pki::{self, Cert, KeyPairPem};
-use crate::time::rfc3339;
 
 /// After a conflict, how long a pass reading from the cache waits for the watch to bring the
 /// newer version (normally milliseconds) before it gives the item up until the next pass.

@@ -11,8 +11,8 @@ use std::fmt;
 use std::time::Duration;
 
 use super::config::{Identity, Signer, Target};
+use crate::base::time::rfc3339;
 use crate::pki::{Cert, KeyPairPem};
-use crate::time::rfc3339;
 
 /// When to act.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -215,7 +215,7 @@ pub fn target(
     }
     // A certificate nothing trusts is as good as expired, in either mode. The rotation
     // operator keeps old CAs in the bundle until they expire, so this never fights it.
-    if let Err(why) = crate::pki::verify::verify_chain(pair, roots, &config.identity, now) {
+    if let Err(why) = crate::pki::verify_chain(pair, roots, &config.identity, now) {
         return Some(Reason::ChainBroken(why));
     }
     rotation_due(cert, config.refresh, Some(signer), mode, now)

@@ -23,7 +23,7 @@ use rcgen::Issuer;
 
 use super::config::Intermediate;
 use super::decide::{self, Mode, Reason, Stored};
-use super::keys::KeyType;
+use crate::pki::KeyType;
 use crate::pki::{self, Cert, KeyPairPem};
 
 /// Whether the intermediate must be regenerated: missing or unusable, not a CA, expired, named
@@ -102,7 +102,7 @@ pub fn publication(
             label: "expired",
             reason: format!(
                 "the published CA expired at {}",
-                crate::time::rfc3339(current.not_after)
+                crate::base::time::rfc3339(current.not_after)
             ),
         };
     }
@@ -112,7 +112,7 @@ pub fn publication(
             label: "delay-passed",
             reason: format!(
                 "a new CA, made at {}, has had {}s to reach every bundle",
-                crate::time::rfc3339(source.not_before + backdate.as_secs() as i64),
+                crate::base::time::rfc3339(source.not_before + backdate.as_secs() as i64),
                 delay.as_secs()
             ),
         }

@@ -1,5 +1,5 @@
 //! Unit tests of the intermediate step of a [`Pass`] (`phases::intermediates`, `phases::copies`) against
-//! an in-memory apiserver ([`crate::fake_api`]): the whole kube-controller-manager chain created,
+//! an in-memory apiserver ([`crate::kube::fake_api`]): the whole kube-controller-manager chain created,
 //! left alone when healthy, rotated by the manual trigger, and published after the delay. (A
 //! file of its own, beside `phases/`.)
 
@@ -8,8 +8,8 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use super::Mode;
 use super::config::{self, Rotation};
 use super::pass::{Pass, Reads, Report};
-use crate::events::EventRecorder;
-use crate::fake_api::FakeApi;
+use crate::kube::events::EventRecorder;
+use crate::kube::fake_api::FakeApi;
 use crate::pki::{self, Cert, KeyPairPem};
 
 /// The kube-controller-manager's chain in two namespaces, with a 60 s publication delay.
@@ -92,7 +92,7 @@ async fn the_chain_is_created_then_left_alone_and_a_new_ca_is_published_after_th
     let api = FakeApi::new();
     let rotation = config::parse(CONFIG).unwrap();
     assert!(rotation.broken.is_empty(), "{:?}", rotation.broken);
-    let now = crate::time::unix_now();
+    let now = crate::base::time::unix_now();
     // The kube-apiserver's client certificate the copy follows.
     let client_pair = pki::new_signer(
         "client",
@@ -227,7 +227,7 @@ bundles:
     assert!(rotation.broken.is_empty(), "{:?}", rotation.broken);
     let read_only: Vec<String> = rotation.read_only().map(|(_, o)| o.to_string()).collect();
     assert_eq!(read_only, ["managed/csr-controller-ca"]);
-    let now = crate::time::unix_now();
+    let now = crate::base::time::unix_now();
     // Absent: the bundle is its signer's CA alone, and that is not a failure.
     let report = pass(&api, &rotation, Mode::ExpiredOnly, now).await;
     assert!(report.failures.is_empty(), "{:?}", report.failures);
@@ -296,7 +296,7 @@ async fn an_intermediates_bundle_collects_the_ca_and_its_verified_issuer_only() 
     // unrelated CA (or a leaf) put there became trusted for every client certificate.
     let api = FakeApi::new();
     let rotation = config::parse(CONFIG).unwrap();
-    let now = crate::time::unix_now();
+    let now = crate::base::time::unix_now();
     let report = pass(&api, &rotation, Mode::ExpiredOnly, now).await;
     assert!(report.failures.is_empty(), "{:?}", report.failures);
     let ca = pair(&api, "op", "csr-signer");
@@ -404,7 +404,7 @@ async fn a_copy_is_never_replaced_by_an_emptied_truncated_expired_or_garbage_sou
     let api = FakeApi::new();
     let rotation = config::parse(COPIES).unwrap();
     assert!(rotation.broken.is_empty(), "{:?}", rotation.broken);
-    let now = crate::time::unix_now();
+    let now = crate::base::time::unix_now();
     let day = std::time::Duration::from_secs(86_400);
     let good = pki::new_signer("good", now, Default::default(), day).unwrap();
     let expired = pki::new_signer("old", now - 10 * 86_400, Default::default(), day).unwrap();
@@ -516,7 +516,7 @@ async fn a_copy_is_never_replaced_by_an_emptied_truncated_expired_or_garbage_sou
 async fn a_copy_is_refused_onto_a_foreign_secret_type_and_after_the_lease_is_lost() {
     let api = FakeApi::new();
     let rotation = config::parse(COPIES).unwrap();
-    let now = crate::time::unix_now();
+    let now = crate::base::time::unix_now();
     let day = std::time::Duration::from_secs(86_400);
     let good = pki::new_signer("good", now, Default::default(), day).unwrap();
     put_secret(

@@ -16,8 +16,8 @@ use super::pass_tests::{
     CONFIG, DAY, config_map_path, now, pass, secret_path, signer_at, stored_bundle, stored_pair,
     tls_secret, writes, written,
 };
-use crate::events::EventRecorder;
-use crate::fake_api::FakeApi;
+use crate::kube::events::EventRecorder;
+use crate::kube::fake_api::FakeApi;
 use crate::pki::{self, KeyPairPem};
 
 /// A pass as the controller's loop makes it: with the per-object write budget.

@@ -126,6 +126,6 @@ impl Metrics {
                 .get_or_create(&CertLabels { kind, object })
                 .set(not_after);
         }
-        self.last_pass.set(crate::time::unix_now());
+        self.last_pass.set(crate::base::time::unix_now());
     }
 }

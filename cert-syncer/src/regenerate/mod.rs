@@ -6,7 +6,6 @@
 //!   hostnames for them;
 //! - `annotations`: OpenShift's labels and annotations, and the manual rotation trigger;
 //! - `decide`: pure decisions from parsed certificates and the time;
-//! - `keys`: the type of new keys (RSA-2048 by default, ECDSA P-256);
 //! - `crate::pki` (shared with `inspect`): parsing and generation (rcgen);
 //! - `pass`: one pass, a short sequence of `phases` in dependency order (read + clock check,
 //!   signers, bundles, targets, intermediates, copies), one file each, none calling another;
@@ -46,7 +45,6 @@ mod decide;
 mod intermediate;
 #[cfg(test)]
 mod intermediate_pass_tests;
-mod keys;
 #[cfg(test)]
 mod loop_tests;
 mod metrics;
@@ -72,65 +70,73 @@ use tokio_util::sync::CancellationToken;
 
 pub(crate) use cache::watch_plan;
 pub use decide::Mode;
-pub use keys::KeyType;
 pub use profile::Profile;
 pub(crate) use settings::Settings;
 
-use crate::error::ConfigError;
-use crate::events::EventRecorder;
-use crate::health::Readiness;
-use crate::leader::{self, Elector};
-use crate::time::unix_now;
+use crate::base::error::ConfigError;
+use crate::base::readiness::Readiness;
+use crate::base::time::unix_now;
+use crate::kube::connection::Connection;
+use crate::kube::events::EventRecorder;
+use crate::kube::leader::{self, Elector};
+use crate::kube::sidecar::Sidecar;
 use cache::Cache;
 use clock::clocks;
 use metrics::Metrics;
 use pass::{Pass, Reads};
 use timer::PassTimer;
 
-/// Runs the controller (or one pass with `--once`).
-pub(crate) async fn run(args: Settings) -> anyhow::Result<()> {
-    let fixed_now = args.now;
-    let connection = crate::connection::connect(&args.connection).await?;
-    let client = connection.client.clone();
-    let rotation = load_rotation(&args, &client).await?;
-    let events = Arc::new(EventRecorder::new(
-        client.clone(),
-        args.events_namespace(),
-        args.pod_name.as_deref(),
-    ));
-    let mut registry = Registry::default();
-    let metrics = Metrics::register(&mut registry);
-    metrics.broken.set(rotation.broken.len() as i64);
-    let now = || fixed_now.unwrap_or_else(unix_now);
-
-    if args.once {
-        return once(&client, &rotation, &args, &events, &metrics, now()).await;
-    }
-
-    let shutdown = crate::shutdown::on_signal()?;
-    let readiness = Readiness::default();
-    // A standby (--leader-elect, waiting for the Lease) is Ready while it can read the Lease:
-    // it acts the moment it takes over, and a NotReady sidecar would make the static pod
-    // NotReady on every master but one. The leader is Ready once a pass completed.
+/// The controller's metrics, and readiness blocked until its first pass (with
+/// `--leader-elect`, until the Lease is read: a standby is Ready while it can read the Lease;
+/// it acts the moment it takes over, and a NotReady sidecar would make the static pod NotReady
+/// on every master but one).
+pub(crate) fn register(
+    args: &Settings,
+    registry: &mut Registry,
+    readiness: &Readiness,
+) -> Result<Metrics, ConfigError> {
     if args.leader_elect {
         readiness.block("lease", "the lease has not been read yet");
     } else {
         readiness.block("pass", "no pass completed yet");
     }
+    Ok(Metrics::register(registry))
+}
+
+/// `--once`: one pass, on the app shell's connection and Events (no signals: the default
+/// SIGTERM ends it; no health server).
+pub(crate) async fn run_once(
+    args: Settings,
+    connection: Connection,
+    events: EventRecorder,
+) -> anyhow::Result<()> {
+    let client = connection.client.clone();
+    let rotation = load_rotation(&args, &client).await?;
+    let metrics = Metrics::register(&mut Registry::default());
+    metrics.broken.set(rotation.broken.len() as i64);
+    let now = args.now.unwrap_or_else(unix_now);
+    once(&client, &rotation, &args, &Arc::new(events), &metrics, now).await
+}
+
+/// Runs the controller until SIGTERM/SIGINT (`Ok`) or until the Lease is lost (`Err`).
+pub(crate) async fn run(args: Settings, sidecar: Sidecar, metrics: Metrics) -> anyhow::Result<()> {
+    let Sidecar {
+        connection,
+        shutdown,
+        readiness,
+        events,
+    } = sidecar;
+    let fixed_now = args.now;
+    let client = connection.client.clone();
+    let rotation = load_rotation(&args, &client).await?;
+    let events = Arc::new(events);
+    metrics.broken.set(rotation.broken.len() as i64);
+    let now = || fixed_now.unwrap_or_else(unix_now);
     if !rotation.broken.is_empty() {
         readiness.block(
             "config",
             format!("{} config item(s) broken", rotation.broken.len()),
         );
-    }
-    if let Some(addr) = args.metrics_listen {
-        let registry = Arc::new(registry);
-        let (readiness, shutdown) = (readiness.clone(), shutdown.clone());
-        tokio::spawn(async move {
-            if let Err(err) = crate::health::serve(addr, registry, readiness, shutdown).await {
-                tracing::error!(error = %format!("{err:#}"), "metrics server stopped");
-            }
-        });
     }
 
     // With --leader-elect, act only while holding the Lease; losing it ends the process (the
@@ -364,7 +370,9 @@ async fn once(
     }
 }
 
-/// The objects a built-in profile manages (hostnames are placeholders: for RBAC, not for use).
+/// The objects a built-in profile declares, without a cluster (hostnames are placeholders: for
+/// RBAC and the manifests' checks, not for use): what `app::access` grants for `--profile`, and
+/// what the e2e tests compare the shipped manifests with.
 ///
 /// # Errors
 /// Never for the built-in profiles (their tests parse them).

@@ -15,9 +15,9 @@ use super::ctx::{Ctx, stored};
 use super::decide::{self, Reason, Stored};
 use super::report::Report;
 use super::write::{Built, Change, Plan};
-use crate::kind::Kind as ObjectKind;
+use crate::base::kind::Kind as ObjectKind;
+use crate::base::time::rfc3339;
 use crate::pki::{self, Cert, KeyPairPem};
-use crate::time::rfc3339;
 
 /// Decides, generates and writes one managed Secret (`kind`: `signer` or `target`, its
 /// managed-type label), re-deciding after a conflict; returns the pair now stored. `decide`

@@ -1,4 +1,4 @@
-//! Unit tests of one [`Pass`] against an in-memory apiserver ([`crate::fake_api`]): signers,
+//! Unit tests of one [`Pass`] against an in-memory apiserver ([`crate::kube::fake_api`]): signers,
 //! bundles and targets each on their own, what is written, what is left alone, and how
 //! conflicts and foreign objects are handled; and a pass reading from the watches' cache: no
 //! GET, its own writes remembered, a stale copy costing a conflict and never a blind write.
@@ -14,12 +14,12 @@ use super::Mode;
 use super::cache::Cache;
 use super::config::{self, Rotation};
 use super::pass::{Pass, Reads, Report};
-use crate::decode::Raw;
-use crate::events::EventRecorder;
-use crate::fake_api::FakeApi;
-use crate::kind::Kind;
+use crate::base::kind::Kind;
+use crate::kube::decode::Raw;
+use crate::kube::events::EventRecorder;
+use crate::kube::fake_api::FakeApi;
+use crate::kube::watch::Changes;
 use crate::pki::{self, Cert, KeyPairPem};
-use crate::watch::Changes;
 
 pub(super) const DAY: u64 = 86_400;
 
@@ -60,7 +60,7 @@ pub(super) async fn pass(api: &FakeApi, rotation: &Rotation, now: i64) -> Report
 }
 
 pub(super) fn now() -> i64 {
-    crate::time::unix_now()
+    crate::base::time::unix_now()
 }
 
 /// The pair stored in a Secret.

@@ -6,7 +6,7 @@ use std::fmt;
 
 use super::brake::Held;
 use super::config::ObjectRef;
-use crate::kind::Kind as ObjectKind;
+use crate::base::kind::Kind as ObjectKind;
 
 /// What a pass did.
 #[derive(Debug, Default)]

@@ -21,8 +21,8 @@ use super::cache::Cached;
 use super::config::ObjectRef;
 use super::ctx::Ctx;
 use super::report::{Report, Written};
-use crate::error::{chain, is_conflict};
-use crate::kind::Kind as ObjectKind;
+use crate::base::error::{chain, is_conflict};
+use crate::base::kind::Kind as ObjectKind;
 
 /// Attempts per object when writes conflict.
 const MAX_ATTEMPTS: usize = 5;

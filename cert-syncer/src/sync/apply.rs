@@ -11,11 +11,11 @@ use std::sync::Arc;
 
 use super::settings::{ObjectSpec, Settings};
 use super::sink::{self, Sink, SinkError, Wrote};
-use crate::decode::DecodeError;
-use crate::events::EventRecorder;
-use crate::fetched::{Fetched, TryFetched};
-use crate::health::Readiness;
-use crate::metrics::{KeyLabels, Metrics, ObjectLabels, RepairLabels, ResultLabels};
+use crate::base::readiness::Readiness;
+use crate::kube::decode::DecodeError;
+use crate::kube::events::EventRecorder;
+use crate::kube::fetched::{Fetched, TryFetched};
+use crate::sync::metrics::{KeyLabels, Metrics, ObjectLabels, RepairLabels, ResultLabels};
 
 /// What a named object should become on disk.
 #[derive(Debug)]
@@ -85,7 +85,7 @@ impl Applier {
         {
             Ok(answers) => answers,
             Err(err) => {
-                let why = format!("file task failed: {}", crate::error::chain(&err));
+                let why = format!("file task failed: {}", crate::base::error::chain(&err));
                 paths
                     .into_iter()
                     .map(|path| (path, Err(SinkError::Failed(why.clone()))))
@@ -95,7 +95,7 @@ impl Applier {
     }
 
     /// An object that does not decode: its files are kept (never the response body in a log:
-    /// see [`crate::decode`]). Settled: a fix arrives as a watch event.
+    /// see [`crate::kube::decode`]). Settled: a fix arrives as a watch event.
     fn undecodable(&self, object: &ObjectSpec, err: &DecodeError) -> bool {
         let label = object.label();
         tracing::error!(object = %label, field = %err.field, reason = %err.reason, "cannot decode the object; previous files kept");
@@ -301,7 +301,7 @@ impl Applier {
                 kind: object.kind.label(),
                 name: object.name.clone(),
             })
-            .set(crate::time::unix_now());
+            .set(crate::base::time::unix_now());
         for (key, bytes) in &fetched.data {
             let Some(first) = crate::pki::pem::blocks_skipping_torn(bytes)
                 .ok()
@@ -326,7 +326,7 @@ impl Applier {
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
-    use crate::kind::Kind;
+    use crate::base::kind::Kind;
     use crate::sync::files::FileMapping;
     use std::collections::BTreeMap;
     use std::path::Path;
@@ -334,7 +334,7 @@ pub(super) mod tests {
 
     pub(in crate::sync) fn applier(destination: &Path, files: Vec<FileMapping>) -> Applier {
         let settings = Settings {
-            connection: crate::connection::Settings {
+            connection: crate::kube::connection::Settings {
                 kubeconfig: None,
                 context: None,
                 server: None,
@@ -356,7 +356,7 @@ pub(super) mod tests {
             write_parallelism: 1,
             resync_interval: Duration::from_secs(600),
         };
-        let client = crate::fake_api::FakeApi::new().client();
+        let client = crate::kube::fake_api::FakeApi::new().client();
         Applier {
             settings: Arc::new(settings),
             metrics: Metrics::default(),

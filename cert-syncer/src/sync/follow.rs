@@ -14,9 +14,9 @@ use super::apply::Desired;
 use super::settings::ObjectSpec;
 use super::shared::Follower;
 use super::worker;
-use crate::decode::Raw;
-use crate::fetched::ToFetched;
-use crate::kind::Kind;
+use crate::base::kind::Kind;
+use crate::kube::decode::Raw;
+use crate::kube::fetched::ToFetched;
 
 /// Follows one object with its own watcher until shutdown.
 pub(super) async fn object(follower: Arc<Follower>, object: ObjectSpec) {
@@ -40,9 +40,12 @@ where
     let namespace = &follower.applier.settings.namespace;
     let api: Api<Raw<K>> = Api::namespaced(follower.client.clone(), namespace);
     let (slot, worker) = worker::spawn(follower, &api, object);
-    let stream =
-        crate::watch::watch_object(api, &object.name, follower.connection.watch_timeout_seconds)
-            .default_backoff();
+    let stream = crate::kube::watch::watch_object(
+        api,
+        &object.name,
+        follower.connection.watch_timeout_seconds,
+    )
+    .default_backoff();
     futures::pin_mut!(stream);
     loop {
         let item = tokio::select! {

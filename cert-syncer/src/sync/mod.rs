@@ -23,11 +23,12 @@
 //! - [`worker`]: one object's worker: pending state, GET policy, retry, resync;
 //! - [`apply`]: a state onto the object's sinks;
 //! - [`sink`]: where an object goes on disk, chosen per object;
-//! - [`files`]: `--file` mappings (an object's keys and bytes: `crate::fetched`).
+//! - [`files`]: `--file` mappings (an object's keys and bytes: `crate::kube::fetched`).
 
 mod apply;
 mod files;
 mod follow;
+mod metrics;
 mod namespace;
 mod settings;
 mod shared;
@@ -39,41 +40,43 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use prometheus_client::registry::Registry;
 
-pub(crate) use settings::{Followed, Named, Settings, followed_objects};
+pub(crate) use settings::{Named, Settings};
 
-use crate::events::EventRecorder;
-use crate::health::Readiness;
-use crate::kind::Kind;
-use crate::metrics::Metrics;
+use crate::base::error::ConfigError;
+use crate::base::kind::Kind;
+use crate::base::readiness::Readiness;
+use crate::kube::sidecar::Sidecar;
+use crate::sync::metrics::Metrics;
 use apply::Applier;
 use settings::ObjectSpec;
 use shared::Follower;
 
-/// Runs until SIGTERM/SIGINT (exit 0) or until authentication has failed for too long (error).
-pub(crate) async fn run(settings: Settings) -> anyhow::Result<()> {
-    let connection = crate::connection::connect(&settings.connection).await?;
-    let client = connection.client.clone();
-    let shutdown = crate::shutdown::on_signal()?;
-    let mut registry = Registry::default();
-    let metrics = Metrics::register(&mut registry);
-    let readiness = Readiness::default();
+/// Sync's metrics, and every required object blocking readiness until synced.
+pub(crate) fn register(
+    settings: &Settings,
+    registry: &mut Registry,
+    readiness: &Readiness,
+) -> Result<Metrics, ConfigError> {
     for object in settings.objects.iter().filter(|o| o.required) {
         readiness.block(&object.label(), "not synced yet");
     }
-    if let Some(addr) = settings.metrics_listen {
-        let registry = Arc::new(registry);
-        let (readiness, shutdown) = (readiness.clone(), shutdown.clone());
-        tokio::spawn(async move {
-            if let Err(err) = crate::health::serve(addr, registry, readiness, shutdown).await {
-                tracing::error!(error = %format!("{err:#}"), "metrics server stopped");
-            }
-        });
-    }
-    let events = Arc::new(EventRecorder::new(
-        client.clone(),
-        &settings.namespace,
-        settings.pod_name.as_deref(),
-    ));
+    Ok(Metrics::register(registry))
+}
+
+/// Runs until SIGTERM/SIGINT (exit 0) or until authentication has failed for too long (error).
+pub(crate) async fn run(
+    settings: Settings,
+    sidecar: Sidecar,
+    metrics: Metrics,
+) -> anyhow::Result<()> {
+    let Sidecar {
+        connection,
+        shutdown,
+        readiness,
+        events,
+    } = sidecar;
+    let client = connection.client.clone();
+    let events = Arc::new(events);
     let settings = Arc::new(settings);
     let applier = Applier {
         settings: Arc::clone(&settings),

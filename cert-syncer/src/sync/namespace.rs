@@ -24,10 +24,10 @@ use super::apply::Desired;
 use super::settings::ObjectSpec;
 use super::shared::Follower;
 use super::worker;
-use crate::decode::Raw;
-use crate::fetched::ToFetched;
-use crate::metrics::WatchEventLabels;
-use crate::watch::NamedObjects;
+use crate::kube::decode::Raw;
+use crate::kube::fetched::ToFetched;
+use crate::kube::watch::NamedObjects;
+use crate::sync::metrics::WatchEventLabels;
 
 /// Follows the named `objects` (all of one kind) with one namespace-wide watcher until shutdown.
 pub(super) async fn follow<K>(context: Arc<Follower>, objects: Vec<ObjectSpec>)
@@ -66,7 +66,7 @@ where
                 .inc_by(n);
         }
     };
-    let stream = crate::watch::namespace_wide(api, context.connection.watch_timeout_seconds);
+    let stream = crate::kube::watch::namespace_wide(api, context.connection.watch_timeout_seconds);
     futures::pin_mut!(stream);
     loop {
         let item = tokio::select! {

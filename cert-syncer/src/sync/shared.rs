@@ -13,14 +13,14 @@ use tokio_util::sync::CancellationToken;
 
 use super::apply::{Applier, Desired};
 use super::settings::ObjectSpec;
-use crate::decode::Raw;
-use crate::fetched::ToFetched;
+use crate::kube::decode::Raw;
+use crate::kube::fetched::ToFetched;
 
 /// Shared by every object's task.
 pub(crate) struct Follower {
     pub client: kube::Client,
     /// Keeps the reloading CA alive; explains TLS failures.
-    pub connection: crate::connection::Connection,
+    pub connection: crate::kube::connection::Connection,
     pub applier: Applier,
     /// Since when the apiserver has refused our credentials.
     auth_failing_since: Mutex<Option<Instant>>,
@@ -37,7 +37,7 @@ pub(crate) struct Follower {
 impl Follower {
     pub fn new(
         client: kube::Client,
-        connection: crate::connection::Connection,
+        connection: crate::kube::connection::Connection,
         applier: Applier,
         shutdown: CancellationToken,
     ) -> Follower {
@@ -63,16 +63,16 @@ impl Follower {
     /// A watcher error (the watcher retries with backoff): credentials refused, TLS not
     /// trusted, or anything else, logged about `what` (an object, or a kind in the namespace).
     pub fn watch_failed(&self, what: &str, err: &watcher::Error) {
-        let status = crate::watch::error_status(err);
+        let status = crate::kube::watch::error_status(err);
         if matches!(status, Some(401 | 403)) {
-            self.auth_failed(what, &crate::error::chain(err).to_string());
+            self.auth_failed(what, &crate::base::error::chain(err).to_string());
         } else if let Some(reason) = self.connection.target.explain(err) {
             self.applier
                 .readiness
                 .block("tls", "the apiserver's certificate is not trusted");
             tracing::error!(object = %what, "{reason}; retrying with backoff");
         } else {
-            tracing::warn!(object = %what, error = %crate::error::chain(err), "watch failed; retrying with backoff");
+            tracing::warn!(object = %what, error = %crate::base::error::chain(err), "watch failed; retrying with backoff");
         }
     }
 
@@ -95,9 +95,12 @@ impl Follower {
             Ok(live) => Some(Desired::of(live.as_ref())),
             Err(err) => {
                 if matches!(&err, kube::Error::Api(status) if matches!(status.code, 401 | 403)) {
-                    self.auth_failed(&object.label(), &crate::error::chain(&err).to_string());
+                    self.auth_failed(
+                        &object.label(),
+                        &crate::base::error::chain(&err).to_string(),
+                    );
                 }
-                tracing::warn!(object = %object.label(), error = %crate::error::chain(&err), "cannot confirm the object with a live GET; disk unchanged");
+                tracing::warn!(object = %object.label(), error = %crate::base::error::chain(&err), "cannot confirm the object with a live GET; disk unchanged");
                 self.applier.count(object, "error");
                 None
             }

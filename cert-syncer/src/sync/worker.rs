@@ -28,8 +28,8 @@ use tracing::Instrument;
 use super::apply::{Applier, Desired};
 use super::settings::ObjectSpec;
 use super::shared::Follower;
-use crate::decode::Raw;
-use crate::fetched::ToFetched;
+use crate::kube::decode::Raw;
+use crate::kube::fetched::ToFetched;
 
 /// Hands a state from a watcher to one object's worker: the newest state replaces one the
 /// worker has not taken yet.
@@ -282,7 +282,7 @@ mod tests {
     async fn a_newer_state_replaces_one_not_taken_yet() {
         let slot = Slot::default();
         slot.put(Desired::Absent);
-        slot.put(Desired::Present(crate::fetched::Fetched {
+        slot.put(Desired::Present(crate::kube::fetched::Fetched {
             resource_version: "2".to_owned(),
             data: Default::default(),
         }));
@@ -296,7 +296,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let applier = crate::sync::apply::tests::applier(dir.path(), Vec::new());
         let optional = ObjectSpec {
-            kind: crate::kind::Kind::Secret,
+            kind: crate::base::kind::Kind::Secret,
             name: "a".to_owned(),
             required: false,
             mirror: true,
@@ -305,7 +305,7 @@ mod tests {
             required: true,
             ..optional.clone()
         };
-        let present = Desired::Present(crate::fetched::Fetched {
+        let present = Desired::Present(crate::kube::fetched::Fetched {
             resource_version: "1".to_owned(),
             data: Default::default(),
         });

@@ -15,13 +15,13 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::ObjectMeta;
 
-use crate::kind::Kind as ObjectKind;
+use crate::base::kind::Kind as ObjectKind;
+use crate::base::time::rfc3339;
 use crate::pki::{self, KeyPairPem};
 use crate::regenerate::config::{ObjectCopy, ObjectRef};
 use crate::regenerate::ctx::Ctx;
 use crate::regenerate::report::Report;
 use crate::regenerate::write::{Built, Change, Plan, Writable};
-use crate::time::rfc3339;
 
 /// Runs the phase: each declared copy, in config order.
 pub(crate) async fn run(ctx: &Ctx<'_>, report: &mut Report) {

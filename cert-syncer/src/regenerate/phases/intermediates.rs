@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
 
+use crate::base::time::rfc3339;
 use crate::pki::{Cert, KeyPairPem};
 use crate::regenerate::config::{Intermediate, ObjectRef};
 use crate::regenerate::ctx::{Bundles, Ctx, ReadSecret, Signers, stored};
@@ -23,7 +24,6 @@ use crate::regenerate::objects::{
 };
 use crate::regenerate::report::{FailureKind, Report};
 use crate::regenerate::write::{Built, Change, Plan};
-use crate::time::rfc3339;
 
 /// Runs the phase over the intermediates as read (config order).
 pub(crate) async fn run(

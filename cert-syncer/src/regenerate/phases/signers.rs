@@ -1,13 +1,13 @@
 //! The signer phase: each declared signer CA is kept, or regenerated when `decide::signer`
 //! (or the manual rotation trigger, or a notBefore in the future) says so.
 
+use crate::base::time::rfc3339;
 use crate::pki::{self, KeyPairPem};
 use crate::regenerate::config::Signer;
 use crate::regenerate::ctx::{Ctx, ReadSecret, Signers};
 use crate::regenerate::decide::{self, Reason};
 use crate::regenerate::objects::write_managed_secret;
 use crate::regenerate::report::{FailureKind, Report};
-use crate::time::rfc3339;
 
 /// Runs the phase over the signers as read (config order).
 pub(crate) async fn run(ctx: &Ctx<'_>, reads: Vec<ReadSecret>, report: &mut Report) -> Signers {

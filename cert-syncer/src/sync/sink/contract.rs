@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use crate::fetched::Fetched;
+use crate::kube::fetched::Fetched;
 
 /// What a write did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

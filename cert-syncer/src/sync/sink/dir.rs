@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use reload_lib::fs::{AtomicDirWriter, WriteOutcome};
 
 use super::{Sink, SinkError, Wrote};
-use crate::fetched::Fetched;
-use crate::kind::Kind;
+use crate::base::kind::Kind;
+use crate::kube::fetched::Fetched;
 
 #[derive(Debug)]
 pub(crate) struct ObjectDir {
@@ -35,7 +35,7 @@ impl ObjectDir {
 }
 
 fn write_error(err: &reload_lib::fs::Error) -> SinkError {
-    let why = crate::error::chain(err).to_string();
+    let why = crate::base::error::chain(err).to_string();
     match err {
         // A bad key will not fix itself; a failed write (disk full, I/O) may.
         reload_lib::fs::Error::InvalidKey { .. } => SinkError::Refused(why),
@@ -59,7 +59,7 @@ impl Sink for ObjectDir {
     fn remove(&self) -> Result<bool, SinkError> {
         self.writer()
             .remove_all()
-            .map_err(|err| SinkError::Failed(crate::error::chain(&err).to_string()))
+            .map_err(|err| SinkError::Failed(crate::base::error::chain(&err).to_string()))
     }
 
     fn holds_files(&self) -> bool {

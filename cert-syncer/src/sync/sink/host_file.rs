@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use super::{Sink, SinkError, Wrote};
-use crate::fetched::Fetched;
+use crate::kube::fetched::Fetched;
 use crate::sync::files::{FileMapping, check_certificates};
 
 #[derive(Debug)]
@@ -35,7 +35,7 @@ impl HostFile {
 
     fn write_bytes(&self, bytes: &[u8]) -> Result<bool, SinkError> {
         reload_lib::fs::write_file_atomic(&self.mapping.path, bytes, 0o644)
-            .map_err(|err| SinkError::Failed(crate::error::chain(&err).to_string()))
+            .map_err(|err| SinkError::Failed(crate::base::error::chain(&err).to_string()))
     }
 }
 
@@ -79,7 +79,7 @@ impl Sink for HostFile {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kind::Kind;
+    use crate::base::kind::Kind;
     use std::collections::BTreeMap;
 
     #[test]

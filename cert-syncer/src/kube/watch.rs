@@ -1,6 +1,6 @@
 //! Watches, as every subcommand opens them: kube-runtime's watcher with a watch timeout (every
 //! watch asks the server to end it after `timeoutSeconds`, below the connection's read idle
-//! timeout, see [`crate::connection::Settings::watch_timeout_seconds`], so a quiet watch ends
+//! timeout, see [`crate::kube::connection::Settings::watch_timeout_seconds`], so a quiet watch ends
 //! cleanly and is resumed from its resourceVersion instead of being cut as a dead connection).
 //!
 //! - [`watch_object`]: one named object (a `metadata.name` field selector);

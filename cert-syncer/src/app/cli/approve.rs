@@ -7,8 +7,8 @@ use std::time::Duration;
 use clap::Args;
 
 use super::connection_args::ConnectionArgs;
-use crate::error::ConfigError;
-use crate::time::parse_duration;
+use crate::base::error::ConfigError;
+use crate::base::time::parse_duration;
 
 /// Flags of `cert-syncer approve-kubelet-csr`.
 #[derive(Debug, Args)]
@@ -45,7 +45,7 @@ impl ApproveKubeletCsrArgs {
     /// # Errors
     /// An empty or invalid `--node-name`, an empty `--bootstrap-user`, a relative path.
     pub(crate) fn settings(&self) -> Result<crate::approve::Settings, ConfigError> {
-        if !crate::names::is_dns_subdomain(&self.node_name) {
+        if !crate::base::names::is_dns_subdomain(&self.node_name) {
             return Err(ConfigError(format!(
                 "--node-name {:?} is not a node name (a DNS subdomain); it is required",
                 self.node_name
@@ -75,7 +75,7 @@ impl ApproveKubeletCsrArgs {
 
 #[cfg(test)]
 mod tests {
-    use crate::cli::{Cli, Command};
+    use crate::app::cli::{Cli, Command};
     use clap::Parser;
 
     fn parse(more: &[&str]) -> Result<Cli, clap::Error> {

@@ -30,8 +30,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::cli::{Command, Job};
-use crate::error::ConfigError;
+use crate::app::cli::{Command, Job};
+use crate::base::error::ConfigError;
+use crate::base::kind::Kind;
 use crate::regenerate::config::Rotation;
 use crate::{inspect, regenerate, sync};
 
@@ -170,8 +171,8 @@ fn node_access(settings: &crate::node::Settings) -> Vec<Access> {
     let mut rules = Rules::default();
     for object in settings.objects() {
         let resource = match object.kind {
-            crate::kind::Kind::Secret => "secrets",
-            crate::kind::Kind::ConfigMap => "configmaps",
+            crate::base::kind::Kind::Secret => "secrets",
+            crate::base::kind::Kind::ConfigMap => "configmaps",
         };
         rules.named(
             &object.namespace,
@@ -205,25 +206,24 @@ fn inspect_access(args: &inspect::Settings) -> Vec<Access> {
 /// object of that kind in the namespace (one namespace-wide watcher; RBAC cannot restrict it by
 /// name), and get on the named ones (the live GET before a directory is removed).
 fn sync_access(args: &sync::Settings) -> Vec<Access> {
-    let sync::Followed {
-        namespace,
-        objects,
-        namespace_wide,
-    } = sync::followed_objects(args);
+    let namespace = &args.namespace;
     let mut rules = Rules::default();
-    for resource in &namespace_wide {
-        rules.any(&namespace, CORE, resource, &["list", "watch"]);
+    for kind in Kind::ALL {
+        if args.namespace_wide(kind) {
+            rules.any(namespace, CORE, kind.plural(), &["list", "watch"]);
+        }
     }
-    for (resource, name) in objects {
-        let verbs: &[&'static str] = if namespace_wide.contains(&resource) {
+    // The named objects and those of `--file`.
+    for object in &args.objects {
+        let verbs: &[&'static str] = if args.namespace_wide(object.kind) {
             &["get"]
         } else {
             &["get", "list", "watch"]
         };
-        rules.named(&namespace, CORE, resource, verbs, &name);
+        rules.named(namespace, CORE, object.kind.plural(), verbs, &object.name);
     }
     if args.pod_name.is_some() {
-        rules.any(&namespace, CORE, "events", &["create"]);
+        rules.any(namespace, CORE, "events", &["create"]);
     }
     rules.into_list()
 }
@@ -468,7 +468,7 @@ pub const FLAGS_WITHOUT_ACCESS: &[(&str, &[&str])] = &[
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::Cli;
+    use crate::app::cli::Cli;
     use clap::Parser;
 
     #[test]
@@ -510,7 +510,7 @@ mod tests {
                 assert!(
                     changes.iter().any(|f| f == long) != neutral.iter().any(|f| f == long),
                     "flag --{long} of `{name}` must be in exactly one of FLAGS_THAT_CHANGE_ACCESS \
-                     and FLAGS_WITHOUT_ACCESS (src/access.rs): if it changes which API requests \
+                     and FLAGS_WITHOUT_ACCESS (src/app/access.rs): if it changes which API requests \
                      `{name}` makes, make the {name} access function follow it"
                 );
             }
@@ -518,7 +518,7 @@ mod tests {
                 assert!(
                     sub.get_arguments()
                         .any(|a| a.get_long() == Some(flag.as_str())),
-                    "`{name}` has no flag --{flag} (listed in src/access.rs)"
+                    "`{name}` has no flag --{flag} (listed in src/app/access.rs)"
                 );
             }
         }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use kube::client::ConfigExt;
 
-use crate::error::ConfigError;
+use crate::base::error::ConfigError;
 
 /// Refuses a kubeconfig whose cluster turns certificate verification off: the token or client
 /// certificate would then be presented to any server that answers at that address.

@@ -11,14 +11,16 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::error::ConfigError;
-use crate::time::{parse_duration, parse_now};
+use crate::base::error::ConfigError;
+use crate::base::time::{parse_duration, parse_now};
 use crate::{inspect, regenerate, sync};
 
 mod approve;
 mod connection_args;
+mod node;
 pub use approve::ApproveKubeletCsrArgs;
 pub use connection_args::ConnectionArgs;
+pub use node::{NodeArgs, NodePreset};
 
 /// Keeps a static pod's certificates on disk in step with the apiserver.
 #[derive(Debug, Parser)]
@@ -231,7 +233,7 @@ impl From<RegenerateProfile> for regenerate::Profile {
     }
 }
 
-/// `--key-type`: the algorithm of new keys (the job's [`regenerate::KeyType`]).
+/// `--key-type`: the algorithm of new keys (`pki::KeyType`, which `regenerate` uses).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum KeyType {
     /// RSA 2048-bit with SHA-256 (library-go's choice; the default).
@@ -245,12 +247,12 @@ pub enum KeyType {
     EcdsaP384,
 }
 
-impl From<KeyType> for regenerate::KeyType {
-    fn from(key_type: KeyType) -> regenerate::KeyType {
+impl From<KeyType> for crate::pki::KeyType {
+    fn from(key_type: KeyType) -> crate::pki::KeyType {
         match key_type {
-            KeyType::Rsa2048 => regenerate::KeyType::Rsa2048,
-            KeyType::EcdsaP256 => regenerate::KeyType::EcdsaP256,
-            KeyType::EcdsaP384 => regenerate::KeyType::EcdsaP384,
+            KeyType::Rsa2048 => crate::pki::KeyType::Rsa2048,
+            KeyType::EcdsaP256 => crate::pki::KeyType::EcdsaP256,
+            KeyType::EcdsaP384 => crate::pki::KeyType::EcdsaP384,
         }
     }
 }
@@ -312,127 +314,6 @@ pub(crate) enum Job {
     Inspect(inspect::Settings),
     Node(crate::node::Settings),
     ApproveKubeletCsr(crate::approve::Settings),
-}
-
-/// Flags of `cert-syncer node` (turned into the node job's plain settings by `NodeArgs::settings`).
-#[derive(Debug, Args)]
-pub struct NodeArgs {
-    #[command(flatten)]
-    pub connection: ConnectionArgs,
-    /// A part of the file: KIND/NAMESPACE/NAME/KEY, KIND `configmap` or `secret` (repeatable;
-    /// the file holds the sources' certificates in this order, each certificate once).
-    #[arg(long = "source", value_name = "KIND/NAMESPACE/NAME/KEY")]
-    pub sources: Vec<String>,
-    /// Sources and file of a known host bundle: `openshift-kubelet-ca` is
-    /// configmap/openshift-config-managed/kube-apiserver-client-ca/ca-bundle.crt into
-    /// /etc/kubernetes/kubelet-ca.crt. --source and --file replace its parts.
-    #[arg(long, value_enum)]
-    pub preset: Option<NodePreset>,
-    /// The host file to keep (absolute; its directory must exist).
-    #[arg(long)]
-    pub file: Option<PathBuf>,
-    /// Mode of the file, octal (default: the existing file's, 0644 for a new one).
-    #[arg(long, value_parser = crate::node::parse_mode)]
-    pub mode: Option<u32>,
-    /// Owner of the file, numeric UID:GID (default: the existing file's).
-    #[arg(long, value_parser = crate::node::parse_owner)]
-    pub owner: Option<(u32, u32)>,
-    /// Content written by someone else is replaced only after it stayed unchanged this long.
-    #[arg(long, value_parser = parse_duration, default_value = "60s")]
-    pub grace_period: Duration,
-    /// Re-check the file this often even without a change event.
-    #[arg(long, value_parser = parse_duration, default_value = "5m")]
-    pub resync_interval: Duration,
-    /// This node's name, for Events on the Node (downward API `spec.nodeName`).
-    #[arg(long, env = "NODE_NAME")]
-    pub node_name: Option<String>,
-    /// Serve /metrics, /healthz and /readyz on this address.
-    #[arg(long)]
-    pub metrics_listen: Option<SocketAddr>,
-    /// After each write, send this signal (HUP, USR1, ...) to the process of --post-write-pid-file
-    /// or --post-write-process-name.
-    #[arg(long, value_parser = crate::node::parse_signal, requires = "signal_target")]
-    pub post_write_signal: Option<i32>,
-    /// The pid file of the process to signal.
-    #[arg(long, group = "signal_target")]
-    pub post_write_pid_file: Option<PathBuf>,
-    /// The name (`/proc/PID/comm`) of the processes to signal.
-    #[arg(long, group = "signal_target")]
-    pub post_write_process_name: Option<String>,
-    /// After each write, run this program (no shell; repeat the flag for each argument).
-    #[arg(
-        long,
-        value_name = "ARG",
-        conflicts_with = "post_write_signal",
-        allow_hyphen_values = true
-    )]
-    pub post_write_command: Vec<String>,
-    /// The post-write action is given up (a command killed) after this long.
-    #[arg(long, value_parser = parse_duration, default_value = "10s")]
-    pub post_write_timeout: Duration,
-}
-
-/// Presets of `cert-syncer node`.
-#[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum NodePreset {
-    /// OpenShift 4.16+'s /etc/kubernetes/kubelet-ca.crt.
-    OpenshiftKubeletCa,
-}
-
-impl NodeArgs {
-    /// The node job's settings.
-    ///
-    /// # Errors
-    /// Bad sources, no file, a relative path.
-    pub(crate) fn settings(&self) -> Result<crate::node::Settings, ConfigError> {
-        use crate::node::{PostWrite, Preset, SignalTarget, Source};
-        let preset = self
-            .preset
-            .map(|NodePreset::OpenshiftKubeletCa| Preset::OpenshiftKubeletCa);
-        let sources = if self.sources.is_empty() {
-            preset.map(Preset::sources).unwrap_or_default()
-        } else {
-            self.sources
-                .iter()
-                .map(|s| Source::parse(s))
-                .collect::<Result<_, _>>()?
-        };
-        let file = self
-            .file
-            .clone()
-            .or(preset.map(Preset::file))
-            .ok_or_else(|| ConfigError("--file (or --preset) is required".to_owned()))?;
-        let post_write = match (self.post_write_signal, self.post_write_command.is_empty()) {
-            (Some(signal), _) => Some(PostWrite::Signal {
-                signal,
-                target: match (&self.post_write_pid_file, &self.post_write_process_name) {
-                    (Some(path), _) => SignalTarget::PidFile(path.clone()),
-                    (None, Some(name)) => SignalTarget::ProcessName(name.clone()),
-                    (None, None) => {
-                        return Err(ConfigError(
-                            "--post-write-signal needs --post-write-pid-file or --post-write-process-name".to_owned(),
-                        ));
-                    }
-                },
-            }),
-            (None, false) => Some(PostWrite::Command(self.post_write_command.clone())),
-            (None, true) => None,
-        };
-        crate::node::Settings {
-            connection: self.connection.settings(),
-            sources,
-            file,
-            mode: self.mode,
-            owner: self.owner,
-            grace_period: self.grace_period,
-            resync_interval: self.resync_interval.max(Duration::from_secs(1)),
-            node_name: self.node_name.clone().filter(|n| !n.is_empty()),
-            metrics_listen: self.metrics_listen,
-            post_write,
-            post_write_timeout: self.post_write_timeout,
-        }
-        .validate()
-    }
 }
 
 impl Command {

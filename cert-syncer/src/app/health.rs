@@ -3,10 +3,9 @@
 //! Live while the process runs. Ready once every required object has been synced, and not ready
 //! while a required object is missing or the apiserver refuses our credentials.
 
-use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use http_body_util::Full;
@@ -15,38 +14,7 @@ use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-/// Why the process is not ready, per object (`secret/name`) or concern (`auth`).
-#[derive(Debug, Clone, Default)]
-pub struct Readiness {
-    blockers: Arc<Mutex<BTreeMap<String, String>>>,
-}
-
-impl Readiness {
-    /// Marks `what` as blocking readiness, with the reason shown by `/readyz`.
-    pub fn block(&self, what: &str, reason: impl Into<String>) {
-        self.lock().insert(what.to_owned(), reason.into());
-    }
-
-    /// Clears `what`.
-    pub fn clear(&self, what: &str) {
-        self.lock().remove(what);
-    }
-
-    /// `None` when ready, else the reasons, one per line.
-    pub fn blockers(&self) -> Option<String> {
-        let blockers = self.lock();
-        (!blockers.is_empty()).then(|| {
-            blockers
-                .iter()
-                .map(|(what, why)| format!("{what}: {why}\n"))
-                .collect()
-        })
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, String>> {
-        self.blockers.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
+use crate::base::readiness::Readiness;
 
 /// Serves until `shutdown`. Prints `listening on ADDR` on stdout once listening (as every
 /// binary of the workspace does, so scripts and tests find the port).

@@ -118,7 +118,7 @@ impl<K: DeserializeOwned> Raw<K> {
             Ok(object) => return Ok(object),
             Err(err) => err,
         };
-        let reason = crate::error::redact_parse_error(&err.to_string());
+        let reason = crate::base::error::redact_parse_error(&err.to_string());
         // Which field: decode each top-level field alone (with the type fields).
         let field = self.value.as_object().and_then(|map| {
             map.keys()

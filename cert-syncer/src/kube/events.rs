@@ -51,7 +51,33 @@ impl RateLimit {
     }
 }
 
+/// Where a job's Events go: chosen by the job's settings, built once by the app shell's start-up.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum EventsOn<'a> {
+    /// The job records no Events.
+    Nothing,
+    /// On the pod `pod_name` in `namespace` (none when the pod's name is not known).
+    Pod {
+        namespace: &'a str,
+        pod_name: Option<&'a str>,
+    },
+    /// On the Node `node_name` (none when the node's name is not known).
+    Node { node_name: Option<&'a str> },
+}
+
 impl EventRecorder {
+    /// The recorder for `on`; one that records nothing for [`EventsOn::Nothing`].
+    pub(crate) fn on(client: kube::Client, on: EventsOn<'_>) -> EventRecorder {
+        match on {
+            EventsOn::Nothing => EventRecorder::new(client, "default", None),
+            EventsOn::Pod {
+                namespace,
+                pod_name,
+            } => EventRecorder::new(client, namespace, pod_name),
+            EventsOn::Node { node_name } => EventRecorder::for_node(client, node_name),
+        }
+    }
+
     pub fn new(client: kube::Client, namespace: &str, pod_name: Option<&str>) -> EventRecorder {
         EventRecorder {
             api: Api::namespaced(client, namespace),
@@ -114,7 +140,7 @@ impl EventRecorder {
             ..Event::default()
         };
         if let Err(err) = self.api.create(&PostParams::default(), &event).await {
-            tracing::warn!(reason, object, error = %crate::error::chain(&err), "cannot publish event");
+            tracing::warn!(reason, object, error = %crate::base::error::chain(&err), "cannot publish event");
         }
     }
 }

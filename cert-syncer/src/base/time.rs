@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::error::ConfigError;
+use crate::base::error::ConfigError;
 
 /// Parses a duration: a whole number followed by a unit, or plain seconds. Surrounding
 /// whitespace is ignored.

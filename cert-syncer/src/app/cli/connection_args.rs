@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use clap::Args;
 
-use crate::connection;
-use crate::time::parse_duration;
+use crate::base::time::parse_duration;
+use crate::kube::connection;
 
 /// How to reach the apiserver (kubeconfig, or explicit flags).
 #[derive(Debug, Args, Clone)]

@@ -19,7 +19,7 @@ use kube::api::{ObjectMeta, PostParams};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::error::is_conflict;
+use crate::base::error::is_conflict;
 
 /// Timing, defaults as OpenShift's cert-regeneration-controller (137 s / 107 s / 26 s).
 #[derive(Debug, Clone, Copy)]
@@ -41,7 +41,7 @@ pub struct Elector {
     written: Option<Lease>,
     /// While waiting: blocked (`lease`) only while the Lease cannot be read or written, so a
     /// standby that can take over is Ready.
-    readiness: Option<crate::health::Readiness>,
+    readiness: Option<crate::base::readiness::Readiness>,
 }
 
 impl Elector {
@@ -64,7 +64,7 @@ impl Elector {
     }
 
     /// Reports the candidate's state to `readiness` while it waits (see the field).
-    pub fn with_readiness(mut self, readiness: crate::health::Readiness) -> Elector {
+    pub fn with_readiness(mut self, readiness: crate::base::readiness::Readiness) -> Elector {
         self.readiness = Some(readiness);
         self
     }
@@ -94,7 +94,7 @@ impl Elector {
                     }
                 }
                 Err(err) => {
-                    tracing::warn!(lease = %self.name, error = %crate::error::chain(&err), "cannot read or write the lease")
+                    tracing::warn!(lease = %self.name, error = %crate::base::error::chain(&err), "cannot read or write the lease")
                 }
             }
             tokio::select! {
@@ -129,7 +129,7 @@ impl Elector {
                     return Some(format!("lease {} taken over by {holder}", self.name));
                 }
                 Ok(Err(err)) => {
-                    tracing::warn!(lease = %self.name, error = %crate::error::chain(&err), "cannot renew the lease")
+                    tracing::warn!(lease = %self.name, error = %crate::base::error::chain(&err), "cannot renew the lease")
                 }
                 Err(_) => {
                     // The attempt was cut off: what it wrote, if anything, is unknown; the
@@ -159,7 +159,7 @@ impl Elector {
                     .replace(&self.name, &PostParams::default(), &lease)
                     .await
                 {
-                    tracing::warn!(lease = %self.name, error = %crate::error::chain(&err), "cannot release the lease");
+                    tracing::warn!(lease = %self.name, error = %crate::base::error::chain(&err), "cannot release the lease");
                 } else {
                     tracing::info!(lease = %self.name, "released the lease");
                 }
@@ -182,7 +182,7 @@ impl Elector {
                 Ok(written) => return Ok(self.renewed(written)),
                 // Changed by someone else (409) or not written: read it (below) and decide.
                 Err(err) => {
-                    tracing::debug!(lease = %self.name, error = %crate::error::chain(&err), "renewing without a read failed; reading the lease")
+                    tracing::debug!(lease = %self.name, error = %crate::base::error::chain(&err), "renewing without a read failed; reading the lease")
                 }
             }
         }
@@ -263,7 +263,7 @@ enum Attempt {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fake_api::FakeApi;
+    use crate::kube::fake_api::FakeApi;
 
     const LEASE: &str = "/apis/coordination.k8s.io/v1/namespaces/ns/leases/lock";
     const TIMING: Timing = Timing {

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use reload_lib::fs::FileContent;
 
-use crate::kind::Kind;
+use crate::base::kind::Kind;
 
 /// An object as fetched, reduced to what we write.
 #[derive(Clone)]
@@ -56,19 +56,19 @@ impl ToFetched for Secret {
     }
 }
 
-/// [`ToFetched`] for objects that may not decode ([`crate::decode::Raw`]).
+/// [`ToFetched`] for objects that may not decode ([`crate::kube::decode::Raw`]).
 pub trait TryFetched {
-    fn try_fetched(&self) -> Result<Fetched, crate::decode::DecodeError>;
+    fn try_fetched(&self) -> Result<Fetched, crate::kube::decode::DecodeError>;
 }
 
-impl<K: ToFetched + serde::de::DeserializeOwned> TryFetched for crate::decode::Raw<K> {
-    fn try_fetched(&self) -> Result<Fetched, crate::decode::DecodeError> {
+impl<K: ToFetched + serde::de::DeserializeOwned> TryFetched for crate::kube::decode::Raw<K> {
+    fn try_fetched(&self) -> Result<Fetched, crate::kube::decode::DecodeError> {
         self.decode().map(|object| object.to_fetched())
     }
 }
 
 impl TryFetched for Secret {
-    fn try_fetched(&self) -> Result<Fetched, crate::decode::DecodeError> {
+    fn try_fetched(&self) -> Result<Fetched, crate::kube::decode::DecodeError> {
         Ok(self.to_fetched())
     }
 }

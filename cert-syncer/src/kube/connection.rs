@@ -27,7 +27,7 @@ use kube::client::ConfigExt;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use reload_lib::ClientTls;
 
-use crate::error::{ConfigError, redact_parse_error};
+use crate::base::error::{ConfigError, redact_parse_error};
 use trust::{check_verification, client_identity, no_ca_error};
 
 mod trust;
@@ -181,8 +181,12 @@ pub(crate) async fn connect(args: &Settings) -> anyhow::Result<Connection> {
 
     if let Some(path) = &ca_file {
         // A FIFO or device here would hang the start-up (reload-lib then keeps following it).
-        crate::input_file::check_path("CA file", path, crate::input_file::MAX_CONFIG_FILE)
-            .map_err(ConfigError)?;
+        crate::base::input_file::check_path(
+            "CA file",
+            path,
+            crate::base::input_file::MAX_CONFIG_FILE,
+        )
+        .map_err(ConfigError)?;
     }
     let (tls_config, tls) = match &ca_file {
         Some(path) => {
@@ -276,7 +280,7 @@ pub(crate) async fn connect(args: &Settings) -> anyhow::Result<Connection> {
 /// line is kept, with every quoted part removed.
 fn read_kubeconfig(path: &Path) -> Result<Kubeconfig, ConfigError> {
     let (bytes, _) =
-        crate::input_file::read("kubeconfig", path, crate::input_file::MAX_CONFIG_FILE)
+        crate::base::input_file::read("kubeconfig", path, crate::base::input_file::MAX_CONFIG_FILE)
             .map_err(ConfigError)?;
     let text = String::from_utf8(bytes).map_err(|err| {
         ConfigError(format!(
@@ -488,8 +492,11 @@ impl TokenFile {
         if state.stamp.as_ref() == Some(&stamp) {
             return Ok(());
         }
-        let (bytes, meta) =
-            crate::input_file::read("token file", &self.path, crate::input_file::MAX_TOKEN_FILE)?;
+        let (bytes, meta) = crate::base::input_file::read(
+            "token file",
+            &self.path,
+            crate::base::input_file::MAX_TOKEN_FILE,
+        )?;
         {
             use std::os::unix::fs::PermissionsExt;
             let mode = meta.permissions().mode() & 0o777;
