@@ -17,30 +17,10 @@ use rustls_pki_types::ServerName;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+mod case;
 mod validation;
 
-/// One request of the corpus.
-struct Case {
-    method: &'static str,
-    path: String,
-    content_type: &'static str,
-    body: String,
-}
-
-fn case(method: &'static str, path: String, content_type: &'static str, body: Value) -> Case {
-    Case {
-        method,
-        path,
-        content_type,
-        body: if body.is_null() {
-            String::new()
-        } else {
-            body.to_string()
-        },
-    }
-}
-
-const NS: &str = "diff";
+use case::{Case, NS, case};
 
 /// The corpus: every verb and option on every served kind, good and bad input.
 fn corpus() -> Vec<Case> {

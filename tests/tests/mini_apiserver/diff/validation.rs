@@ -3,7 +3,7 @@
 
 use serde_json::json;
 
-use super::{Case, NS, case};
+use super::case::{Case, NS, case};
 
 /// Validation as kube-apiserver does it: TLS Secrets need both keys, a Secret's type and the
 /// data of `immutable` objects never change, data is at most 1 MiB.
