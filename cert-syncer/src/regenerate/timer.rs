@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
+
 use super::report::Report;
 
 /// The longest the loop sleeps without a reason (a guard against clock jumps; not a poll:
@@ -11,23 +13,21 @@ const MAX_SLEEP: Duration = Duration::from_secs(6 * 3600);
 /// When the loop runs its next pass (watch events wake it earlier): one second after the next
 /// deadline a pass reported (an expiry or a rotation point), at most [`MAX_SLEEP`]; after a
 /// failed pass, a backoff from 1 s doubling to 60 s, reset by a pass that succeeds.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub(super) struct PassTimer {
-    retry: Duration,
+    /// The failed passes' backoff (backon's exponential backoff, without jitter: there is one
+    /// controller); `None` while passes succeed.
+    retry: Option<ExponentialBackoff>,
 }
 
-impl Default for PassTimer {
-    fn default() -> PassTimer {
-        PassTimer {
-            retry: Duration::from_secs(1),
-        }
-    }
-}
+/// First retry after a failed pass, doubling up to [`RETRY_MAX`].
+const RETRY_FIRST: Duration = Duration::from_secs(1);
+const RETRY_MAX: Duration = Duration::from_secs(60);
 
 impl PassTimer {
     /// The sleep after a pass that succeeded at `pass_now` (Unix seconds).
     fn after_success(&mut self, next_deadline: Option<i64>, pass_now: i64) -> Duration {
-        self.retry = Duration::from_secs(1);
+        self.retry = None;
         next_deadline
             .map(|at| Duration::from_secs((at - pass_now).max(0) as u64 + 1))
             .unwrap_or(MAX_SLEEP)
@@ -45,7 +45,7 @@ impl PassTimer {
         let sleep = if !report.failures.is_empty() {
             self.after_failure()
         } else if !report.written.is_empty() {
-            self.retry = Duration::from_secs(1);
+            self.retry = None;
             Duration::ZERO
         } else {
             self.after_success(report.next_deadline, pass_now)
@@ -59,9 +59,17 @@ impl PassTimer {
 
     /// The sleep after a pass with failures.
     fn after_failure(&mut self) -> Duration {
-        let sleep = self.retry;
-        self.retry = (self.retry * 2).min(Duration::from_secs(60));
-        sleep
+        self.retry
+            .get_or_insert_with(|| {
+                ExponentialBuilder::default()
+                    .with_min_delay(RETRY_FIRST)
+                    .with_max_delay(RETRY_MAX)
+                    .with_factor(2.0)
+                    .without_max_times()
+                    .build()
+            })
+            .next()
+            .unwrap_or(RETRY_MAX)
     }
 }
 
