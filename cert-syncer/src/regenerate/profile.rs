@@ -16,8 +16,8 @@ use kube::api::{ApiResource, DynamicObject};
 
 use super::config::{self, Rotation};
 use super::release::Release;
-use crate::error::ConfigError;
-use crate::names::canonical_hostname;
+use crate::base::error::ConfigError;
+use crate::base::names::canonical_hostname;
 
 /// The built-in profiles.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,6 +30,9 @@ pub enum Profile {
     /// intermediate `csr-signer` and its delayed publication), its bundles, and the two copies
     /// the kube-controller-manager's recovery controller makes.
     OpenshiftKubeControllerManager,
+    /// OpenShift's kube-scheduler: the copy of its client certificate its recovery controller
+    /// makes.
+    OpenshiftKubeScheduler,
 }
 
 impl Profile {
@@ -41,6 +44,9 @@ impl Profile {
             Profile::OpenshiftKubeControllerManager => {
                 include_str!("profiles/openshift-kube-controller-manager.yaml")
             }
+            Profile::OpenshiftKubeScheduler => {
+                include_str!("profiles/openshift-kube-scheduler.yaml")
+            }
         }
     }
 
@@ -48,6 +54,7 @@ impl Profile {
         match self {
             Profile::OpenshiftKubeApiserver => "openshift-kube-apiserver",
             Profile::OpenshiftKubeControllerManager => "openshift-kube-controller-manager",
+            Profile::OpenshiftKubeScheduler => "openshift-kube-scheduler",
         }
     }
 
@@ -352,7 +359,7 @@ mod tests {
                 "{object}"
             );
         }
-        assert_eq!(rotation.key_type, crate::regenerate::keys::KeyType::Rsa2048);
+        assert_eq!(rotation.key_type, crate::pki::KeyType::Rsa2048);
         // client-ca is the exact union of OpenShift's seven sources, three of them read only.
         let client_ca = &rotation.unions[0];
         assert_eq!(
