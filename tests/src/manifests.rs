@@ -299,11 +299,13 @@ pub fn flag<'a>(argv: &'a [String], name: &str) -> Option<&'a str> {
     })
 }
 
-/// The cluster-side objects: every document of every object file outside `static-pod/`.
+/// The cluster-side objects: every document of every object file outside the static pods'
+/// directories (`static-pod*/`: the pods, and the peer's own cluster objects,
+/// `static-pod-openshift-peer/cluster/`, never applied with `manifests/`).
 pub fn cluster_objects() -> Vec<(PathBuf, serde_json::Value)> {
     object_files()
         .into_iter()
-        .filter(|p| !p.starts_with("static-pod"))
+        .filter(|p| !p.to_string_lossy().starts_with("static-pod"))
         .flat_map(|p| {
             documents(&dir().join(&p))
                 .into_iter()
@@ -339,8 +341,16 @@ pub fn service_account_of_token_file(token_file: &str) -> (String, String) {
         "token file {token_file} is not …/secrets/<secret>/token"
     );
     let secret = secret.expect("a secret name");
-    let found: Vec<Secret> = of_kind::<Secret>("Secret")
+    // Any object file: the peer pod's token Secret is in static-pod-openshift-peer/cluster/.
+    let found: Vec<Secret> = object_files()
         .into_iter()
+        .flat_map(|p| {
+            documents(&dir().join(&p))
+                .into_iter()
+                .map(move |doc| (p.clone(), doc))
+        })
+        .filter(|(_, doc)| doc["kind"] == "Secret")
+        .map(|(path, doc)| typed::<Secret>(&doc, &path.display().to_string()))
         .filter(|s| s.metadata.name.as_deref() == Some(secret))
         .collect();
     assert_eq!(found.len(), 1, "one Secret {secret} in the manifests");

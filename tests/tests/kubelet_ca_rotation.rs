@@ -64,6 +64,7 @@ async fn kubelet_ca_rotation_keeps_kubectl_logs_working_without_a_restart() {
     let mut woken = Woken::start(WakeOptions {
         kubelet_client_ca_sources: vec![KUBELET_CA_SOURCE.to_owned()],
         node_ip: Some(node_address.ip),
+        ..WakeOptions::default()
     })
     .await;
     woken.apiserver_running().await;

@@ -35,7 +35,8 @@ use super::etcd::Etcd;
 use super::inputs::openshift_dir;
 use super::kubeconfig::kubeconfig;
 use super::pod::{
-    bind_apiserver_to_loopback, host_path, pin_host_ip, raw_argv, render_pod, rewrite_host_paths,
+    STATIC_POD_DIR, bind_apiserver_to_loopback, host_path, pin_host_ip, raw_argv, render_pod,
+    render_pod_from, rewrite_host_paths,
 };
 use super::profile_objects::{ADMIN_ACCOUNT, BUNDLES, CM, KS, OP, profile_secrets};
 use super::seed::SeedApiServer;
@@ -109,7 +110,22 @@ impl ControlPlane {
     /// # Panics
     /// When any step fails, naming it.
     pub async fn prepare(root: &Path, node: &str) -> ControlPlane {
-        let pod = bind_apiserver_to_loopback(pin_host_ip(rewrite_host_paths(render_pod(), root)));
+        Self::prepare_pod(root, node, STATIC_POD_DIR).await
+    }
+
+    /// [`ControlPlane::prepare`] for the pod of the kustomization `manifests/POD_DIR` (the real
+    /// pod, or the peer [`super::pod::OPENSHIFT_PEER_DIR`]); `manifests/POD_DIR/cluster` is
+    /// applied after `manifests/` when it exists (what that pod's sidecars need in the API).
+    /// The cert dir is primed with the real pod's sync lists (upstream's, the same objects
+    /// OpenShift's `cert-syncer` has built in).
+    ///
+    /// # Panics
+    /// When any step fails, naming it.
+    pub async fn prepare_pod(root: &Path, node: &str, pod_dir: &str) -> ControlPlane {
+        let pod = bind_apiserver_to_loopback(pin_host_ip(rewrite_host_paths(
+            render_pod_from(pod_dir),
+            root,
+        )));
         let resources = host_path(&pod, "resource-dir");
         let certs = host_path(&pod, "cert-dir");
         let server_argv = raw_argv(&pod, SERVER_CONTAINER);
@@ -179,6 +195,13 @@ impl ControlPlane {
             &mut kubectl(&["apply", "-k", &manifests::dir().display().to_string()]),
             "kubectl apply -k manifests/",
         );
+        let pod_cluster = manifests::dir().join(pod_dir).join("cluster");
+        if pod_cluster.join("kustomization.yaml").is_file() {
+            run(
+                &mut kubectl(&["apply", "-k", &pod_cluster.display().to_string()]),
+                &format!("kubectl apply -k manifests/{pod_dir}/cluster"),
+            );
+        }
 
         // The admin, and the sidecars' tokens (their kubeconfigs name the files).
         let accounts: Api<ServiceAccount> = Api::namespaced(admin.clone(), KS);
@@ -467,7 +490,7 @@ impl ControlPlane {
         );
 
         // Before the sleep: `sync`, with the pod's own lists, wrote the cert dir.
-        let sync_argv = raw_argv(&pod, SYNC_CONTAINER);
+        let sync_argv = raw_argv(&render_pod(), SYNC_CONTAINER);
         let lists: Vec<String> = sync_argv
             .iter()
             .filter(|a| {

@@ -23,12 +23,23 @@ pub const IMAGES: [&str; 6] = [
     super::containerd::PAUSE_IMAGE,
 ];
 
+/// The peer's image (OpenShift's operator binary, `manifests/static-pod-openshift-peer`), built
+/// by the script when `../shared/openshift` is there.
+pub const OPENSHIFT_SIDECARS_IMAGE: &str = "localhost/cert-reload/openshift-sidecars:c813e820bb94";
+
+/// The cargo profile the images' binaries are built with: `E2E_NODE_IMAGE_PROFILE` (`release`
+/// or `dev`), default `dev` (reuses the tests' `target/debug`). The peer figures are measured
+/// with `release`, the build a user ships.
+pub fn profile() -> String {
+    std::env::var("E2E_NODE_IMAGE_PROFILE").unwrap_or_else(|_| "dev".to_owned())
+}
+
 /// The README's image command.
 pub fn script() -> PathBuf {
     crate::envtest::repo_root().join("scripts/build-images")
 }
 
-/// Runs `scripts/build-images --profile dev --containerd SOCKET --storage
+/// Runs `scripts/build-images --profile dev|release ([`profile`]) --containerd SOCKET --storage
 /// $TMPDIR/cert-reload-node-images/storage` (the README's command) for `containerd`, holding
 /// the lock file beside it, and checks
 /// that every image of [`IMAGES`] is there.
@@ -50,7 +61,7 @@ pub fn build_and_import(containerd: &Containerd) {
         script.display()
     );
     let out = Command::new(&script)
-        .args(["--profile", "dev"])
+        .args(["--profile", &profile()])
         .arg("--containerd")
         .arg(containerd.socket())
         .arg("--storage")
@@ -65,6 +76,20 @@ pub fn build_and_import(containerd: &Containerd) {
         .env(
             "NODE_ASSETS",
             super::inputs::assets().unwrap_or_else(|reason| panic!("{reason}")),
+        )
+        .env(
+            "OPENSHIFT_ASSETS",
+            // The operator binary's directory, unpacked by `../shared/openshift/setup` (the
+            // peer's image is skipped by the script without it).
+            super::inputs::openshift_dir()
+                .ok()
+                .and_then(|dir| {
+                    let out = Command::new(dir.join("setup")).output().ok()?;
+                    out.status
+                        .success()
+                        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+                })
+                .unwrap_or_default(),
         )
         .output()
         .expect("scripts/build-images runs");

@@ -16,6 +16,7 @@
 //! The pods use fixed host ports (6443, 2379, the sidecars' metrics ports, kubelet 10250), so the
 //! `kubelet_*` tests run one at a time (nextest test group `node`, `.config/nextest.toml`).
 
+pub mod cgroup;
 pub mod cleanup;
 pub mod cluster;
 pub mod containerd;

@@ -8,22 +8,38 @@ use k8s_openapi::api::core::v1::Pod;
 
 use crate::manifests;
 
+/// The kustomization of the real pod, relative to `manifests/`.
+pub const STATIC_POD_DIR: &str = "static-pod";
+
+/// The peer: the same pod with OpenShift's own sidecars, relative to `manifests/`.
+pub const OPENSHIFT_PEER_DIR: &str = "static-pod-openshift-peer";
+
 /// `kubectl kustomize manifests/static-pod`: the real pod as a user renders it.
 ///
 /// # Panics
 /// When kubectl fails or the output is not one Pod.
 pub fn render_pod() -> Pod {
+    render_pod_from(STATIC_POD_DIR)
+}
+
+/// `kubectl kustomize manifests/DIR` (a kustomization rendering one Pod, e.g.
+/// [`OPENSHIFT_PEER_DIR`]).
+///
+/// # Panics
+/// When kubectl fails or the output is not one Pod.
+pub fn render_pod_from(dir: &str) -> Pod {
     let out = Command::new("kubectl")
         .arg("kustomize")
-        .arg(manifests::dir().join("static-pod"))
+        .arg(manifests::dir().join(dir))
         .output()
         .expect("kubectl runs");
     assert!(
         out.status.success(),
-        "kubectl kustomize manifests/static-pod: {}",
+        "kubectl kustomize manifests/{dir}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    serde_norway::from_slice(&out.stdout).expect("manifests/static-pod renders to one Pod")
+    serde_norway::from_slice(&out.stdout)
+        .unwrap_or_else(|err| panic!("manifests/{dir} renders to one Pod: {err}"))
 }
 
 /// The pod with every `hostPath` moved under `root` (`/etc/kubernetes/x` → `ROOT/etc/kubernetes/x`),

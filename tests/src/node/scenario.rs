@@ -63,6 +63,9 @@ pub struct WakeOptions {
     pub kubelet_client_ca_sources: Vec<String>,
     /// The kubelet's `--node-ip` ([`KubeletOptions::node_ip`]); `None`: 127.0.0.1.
     pub node_ip: Option<std::net::IpAddr>,
+    /// The pod's kustomization under `manifests/` ([`ControlPlane::prepare_pod`]); `None`:
+    /// `static-pod`, ours.
+    pub pod_dir: Option<&'static str>,
 }
 
 /// A node woken on the slept control plane. Dropped: node mode, the node (kubelet, containers,
@@ -98,7 +101,12 @@ impl Woken {
     pub async fn start(options: WakeOptions) -> Woken {
         let tmp = tempfile::tempdir().expect("a temp dir");
         let root = tmp.path().join("root");
-        let plane = ControlPlane::prepare(&root, &super::kubelet::node_name()).await;
+        let plane = ControlPlane::prepare_pod(
+            &root,
+            &super::kubelet::node_name(),
+            options.pod_dir.unwrap_or(super::pod::STATIC_POD_DIR),
+        )
+        .await;
         let mut node = tokio::task::block_in_place(|| Node::start(&tmp.path().join("node"), &[]));
         tokio::task::block_in_place(|| images::build_and_import(&node.containerd));
         let kubelet_client_ca = (!options.kubelet_client_ca_sources.is_empty())

@@ -106,7 +106,8 @@ fn every_object_parses_as_its_kubernetes_type_without_losing_a_field() {
         }
     }
     assert_eq!(kinds.get("Pod"), Some(&3), "{kinds:?}");
-    assert_eq!(kinds.get("ServiceAccount"), Some(&7), "{kinds:?}");
+    // Ours (7) and the OpenShift peer's localhost-recovery-client.
+    assert_eq!(kinds.get("ServiceAccount"), Some(&8), "{kinds:?}");
     assert!(kinds.get("Role").is_some_and(|n| *n >= 2), "{kinds:?}");
 }
 
@@ -264,6 +265,41 @@ fn the_kustomizations_cover_every_object_file_and_render_them() {
             .cloned()
             .collect();
         assert_eq!(extra, ["state-dir"]);
+    }
+    // The OpenShift peer (static-pod-openshift-peer): an overlay of the real pod in which only
+    // the two sidecars differ, and its own cluster objects (never in the cluster
+    // kustomization).
+    let peer_dir = root.join("static-pod-openshift-peer");
+    let (peer, peer_files) = kustomization_resources(&peer_dir);
+    assert_eq!(peer_files, [PathBuf::from("static-pod")], "{peer}");
+    let (_, peer_cluster) = kustomization_resources(&peer_dir.join("cluster"));
+    assert_eq!(
+        peer_cluster,
+        [PathBuf::from(
+            "static-pod-openshift-peer/cluster/localhost-recovery-client.yaml"
+        )]
+    );
+    listed.extend(peer_cluster);
+    if let Some(rendered) = kubectl_kustomize(&peer_dir) {
+        assert_eq!(rendered.len(), 1, "the peer renders one object");
+        let peer_pod: Pod = manifests::typed(&rendered[0], "static-pod-openshift-peer");
+        let real = KAS.load();
+        assert_eq!(
+            container(&peer_pod, KAS.server),
+            container(&real, KAS.server)
+        );
+        for name in KAS.sidecars() {
+            let c = container(&peer_pod, name);
+            assert_eq!(
+                c.image.as_deref(),
+                Some("localhost/cert-reload/openshift-sidecars:c813e820bb94"),
+                "{name}"
+            );
+            assert!(
+                c.readiness_probe.is_none() && c.liveness_probe.is_none(),
+                "{name}"
+            );
+        }
     }
     let all: BTreeSet<PathBuf> = manifests::object_files().into_iter().collect();
     assert_eq!(
