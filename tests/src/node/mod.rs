@@ -22,6 +22,7 @@ pub mod containerd;
 pub mod etcd;
 pub mod images;
 pub mod inputs;
+pub mod kcm_plane;
 pub mod kubeconfig;
 pub mod kubelet;
 pub mod plane_clients;

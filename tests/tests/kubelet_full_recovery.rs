@@ -1,0 +1,430 @@
+//! The whole recovery after a sleep, on a node (issue 27, item 3; the enhancement's steps 1–17,
+//! docs/openshift.md "The whole recovery on a node"): a real kubelet starts the rendered
+//! `manifests/static-pod` (real kube-apiserver + our sidecars) and `manifests/static-pod-kcm`
+//! (the real kube-controller-manager v1.20.2 + our sidecars) on a control plane whose whole PKI
+//! expired while the node slept (`e2e::node::cluster` and `e2e::node::kcm_plane`: every signer
+//! and target of both profiles, `localhost-recovery` valid). The kubelet itself starts with an
+//! expired client certificate (from the old `csr-signer`) and a bootstrap kubeconfig (OpenShift's
+//! `node-bootstrapper` token), as a master after a long sleep.
+//!
+//! Milestones from the kubelet's start, each asserted and printed:
+//! 1. kube-apiserver container running; 2. it answers `localhost-recovery`; 3. a client trusting
+//!    only node mode's host bundle verifies `https://localhost:6443` (kube-apiserver recovered);
+//! 4. the controller manager's `csr-signer` regenerated and published, and 5. its client
+//!    certificate re-issued and copied into its namespace (its pod's `regenerate` sidecar and the
+//!    kube-apiserver's); 6. both synced into its cert dir (its `sync` sidecar);
+//! 7. kube-controller-manager authenticates with the new client certificate (it holds and renews
+//!    its leader Lease) — in place: the container is never restarted (asserted);
+//! 8. the kubelet's CSR, created by the bootstrap identity, approved by the opt-in approver
+//!    (`cert-syncer approve-kubelet-csr`, a host process here) with its reason, and 9. signed by
+//!    kube-controller-manager with the recovered `csr-signer` (the issued certificate verifies
+//!    with it, not with the slept one); 10. the kubelet's new client certificate on its disk; 11.
+//!    node Ready through it (the Node's status is posted by the node's identity).
+//!
+//! Should the kubelet exit meanwhile (the 1.20 kubelet exits when it has had no valid client
+//! certificate for 5 minutes while the server answers), the test restarts it, as systemd's
+//! `Restart=always` does on a node, and prints it.
+//!
+//! `E2E_NODE_RUNS=3` repeats the whole scenario and prints p50/p99 of every milestone
+//! (BENCHMARKS.md). Skips (passing, with `SKIP: <reason>`) where the node tier cannot run.
+
+use std::time::{Duration, Instant};
+
+use e2e::install_crypto_provider;
+use e2e::node::cluster::ControlPlane;
+use e2e::node::kcm_plane::{
+    BOOTSTRAP_USER, KCM_NS, KCM_POD, KCM_RECOVERY, KCM_SERVER, KCM_SYNC, KcmPlane,
+};
+use e2e::node::scenario::{WakeOptions, Woken, first_der, not_after, now};
+use e2e::node::{KubeletOptions, Node, images, kubelet::node_name};
+use e2e::process::ChildProcess;
+use e2e::tls::p50_p99;
+use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Node as KubeNode, Pod, Secret};
+use kube::api::{Api, ListParams};
+
+/// Every milestone within this of the kubelet's start: kube-controller-manager re-reads its
+/// client certificate every 5 minutes (client-go), and a loaded 2-core machine.
+const WITHIN: Duration = Duration::from_secs(540);
+
+/// The milestones of one run, in order, with their names.
+const NAMES: [&str; 11] = [
+    "kube-apiserver container running",
+    "kube-apiserver answers localhost-recovery",
+    "kube-apiserver recovered: a client trusting node mode's bundle verifies localhost:6443",
+    "csr-signer regenerated and published in openshift-kube-controller-manager",
+    "kube-controller-manager-client-cert-key re-issued and copied",
+    "both synced into the kube-controller-manager's cert dir",
+    "kube-controller-manager authenticates with its new client certificate (leader Lease renewed)",
+    "the kubelet's CSR approved by approve-kubelet-csr",
+    "the kubelet's CSR signed by the recovered csr-signer",
+    "the kubelet's new client certificate on its disk",
+    "node Ready through its new client certificate",
+];
+
+/// The run's state besides [`Woken`].
+struct Run {
+    woken: Woken,
+    kcm: KcmPlane,
+    kubelet: KubeletOptions,
+    kubelet_restarts: u32,
+    /// The approver (a host process, killed on drop).
+    approver: Option<ChildProcess>,
+}
+
+impl Run {
+    fn fail(&self, what: &str) -> ! {
+        let node = &self.woken.node;
+        panic!(
+            "not reached: {what} (within {WITHIN:?} of the kubelet's start)\nkubelet:\n{}\n\
+             kube-controller-manager:\n{}\nkcm sync:\n{}\nkcm recovery:\n{}\nkube-apiserver:\n{}\n\
+             kas regenerate:\n{}",
+            node.kubelet_log_tail(),
+            node.container_log(KCM_POD, KCM_SERVER),
+            node.container_log(KCM_POD, KCM_SYNC),
+            node.container_log(KCM_POD, KCM_RECOVERY),
+            node.container_log("kube-apiserver", "kube-apiserver"),
+            node.container_log(
+                "kube-apiserver",
+                "kube-apiserver-cert-regeneration-controller"
+            ),
+        )
+    }
+
+    /// Polls `probe` until it holds (restarting the kubelet should it have exited); the time
+    /// since the kubelet's start, printed.
+    async fn reach<F, Fut>(&mut self, what: &str, mut probe: F) -> Duration
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = bool>,
+    {
+        loop {
+            if probe().await {
+                return self.woken.milestone(what);
+            }
+            let running = self
+                .woken
+                .node
+                .kubelet()
+                .is_some_and(|kubelet| kubelet.is_running());
+            if !running {
+                self.kubelet_restarts += 1;
+                eprintln!(
+                    "+{} ms: the kubelet exited; restarted, as systemd's Restart=always does:\n{}",
+                    self.woken.started.elapsed().as_millis(),
+                    self.woken.node.kubelet_log_tail()
+                );
+                let options = self.kubelet.clone();
+                tokio::task::block_in_place(|| {
+                    self.woken.node.start_kubelet(&options);
+                });
+            }
+            if self.woken.started.elapsed() > WITHIN {
+                self.fail(what);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+/// The certificate of `pem` verifies with the public key of the CA `ca_pem`.
+fn issued_by(pem: &str, ca_pem: &str) -> bool {
+    let (leaf_der, ca_der) = (first_der(pem), first_der(ca_pem));
+    let (_, leaf) = x509_parser::parse_x509_certificate(&leaf_der).expect("a certificate");
+    let (_, ca) = x509_parser::parse_x509_certificate(&ca_der).expect("a CA certificate");
+    leaf.verify_signature(Some(ca.public_key())).is_ok()
+}
+
+fn tls_crt(secret: &Secret) -> String {
+    String::from_utf8(secret.data.as_ref().expect("data")["tls.crt"].0.clone()).expect("UTF-8")
+}
+
+/// The restart count of `container` in the mirror pod `pod` (None while not reported).
+async fn restarts(pods: &Api<Pod>, pod: &str, container: &str) -> Option<i32> {
+    pods.get_opt(pod)
+        .await
+        .ok()
+        .flatten()?
+        .status?
+        .container_statuses?
+        .into_iter()
+        .find(|s| s.name == container)
+        .map(|s| s.restart_count)
+}
+
+async fn recover_once() -> Vec<Duration> {
+    let tmp = tempfile::tempdir().expect("a temp dir");
+    let root = tmp.path().join("root");
+    let name = node_name();
+    let plane = ControlPlane::prepare(&root, &name).await;
+    let kcm = KcmPlane::prepare(&plane, &name).await;
+
+    // The slept state: everything of the controller manager's expired, the kubelet's too.
+    let slept_client = std::fs::read_to_string(
+        kcm.cert_file("secrets/kube-controller-manager-client-cert-key/tls.crt"),
+    )
+    .expect("sync wrote the controller manager's client certificate");
+    let slept_signer_file = std::fs::read_to_string(kcm.cert_file("secrets/csr-signer/tls.crt"))
+        .expect("sync wrote csr-signer");
+    let slept_kubelet =
+        std::fs::read_to_string(kcm.kubelet_client_cert()).expect("the kubelet's certificate");
+    for (what, pem) in [
+        (
+            "the synced kube-controller-manager client certificate",
+            &slept_client,
+        ),
+        ("the synced csr-signer", &slept_signer_file),
+        ("the kubelet's client certificate", &slept_kubelet),
+    ] {
+        assert!(not_after(pem) < now(), "{what} expired during the sleep");
+    }
+    assert_eq!(slept_signer_file, kcm.slept_csr_signer);
+    assert!(issued_by(&slept_kubelet, &kcm.slept_csr_signer));
+
+    let mut node = tokio::task::block_in_place(|| Node::start(&tmp.path().join("node"), &[]));
+    tokio::task::block_in_place(|| images::build_and_import(&node.containerd));
+    node.place_manifest("kube-apiserver-pod.yaml", &plane.pod_manifest());
+    node.place_manifest("kube-controller-manager-pod.yaml", &kcm.pod_manifest());
+    let kubelet = KubeletOptions {
+        kubeconfig: Some(kcm.kubelet_kubeconfig.clone()),
+        extra_args: kcm.kubelet_args(),
+        ..KubeletOptions::default()
+    };
+    let started = tokio::task::block_in_place(|| node.start_kubelet(&kubelet).started);
+    let started_wall = now();
+    let woken = Woken::assemble(node, plane, started, WakeOptions::default(), tmp);
+    let mut run = Run {
+        woken,
+        kcm,
+        kubelet,
+        kubelet_restarts: 0,
+        approver: None,
+    };
+    let mut times = Vec::new();
+
+    times.push(run.woken.apiserver_running().await);
+    times.push(run.woken.recovery_answers().await);
+    // The approver runs from the moment the API answers (opt-in: started by the operator, here
+    // the test).
+    let approver = run.kcm.approver_command(&run.woken.node.name);
+    run.approver = Some(tokio::task::block_in_place(|| {
+        ChildProcess::start(approver)
+    }));
+    times.push(run.woken.verified().await.0);
+
+    let admin = run.woken.plane.admin();
+    let kcm_secrets: Api<Secret> = Api::namespaced(admin.clone(), KCM_NS);
+    let valid_secret = |name: &'static str| {
+        let api = kcm_secrets.clone();
+        move || {
+            let api = api.clone();
+            async move {
+                matches!(api.get_opt(name).await, Ok(Some(s)) if not_after(&tls_crt(&s)) > now())
+            }
+        }
+    };
+    times.push(run.reach(NAMES[3], valid_secret("csr-signer")).await);
+    times.push(
+        run.reach(
+            NAMES[4],
+            valid_secret("kube-controller-manager-client-cert-key"),
+        )
+        .await,
+    );
+    let (signer_file, client_file) = (
+        run.kcm.cert_file("secrets/csr-signer/tls.crt"),
+        run.kcm
+            .cert_file("secrets/kube-controller-manager-client-cert-key/tls.crt"),
+    );
+    times.push(
+        run.reach(NAMES[5], || {
+            let (a, b) = (signer_file.clone(), client_file.clone());
+            async move {
+                [a, b].iter().all(|file| {
+                    std::fs::read_to_string(file).is_ok_and(|pem| not_after(&pem) > now())
+                })
+            }
+        })
+        .await,
+    );
+
+    // kube-controller-manager holds its Lease: only with a client certificate the
+    // kube-apiserver accepts (the old one expired before it started).
+    let leases: Api<Lease> = Api::namespaced(admin.clone(), "kube-system");
+    times.push(
+        run.reach(NAMES[6], || {
+            let leases = leases.clone();
+            async move {
+                let Ok(Some(lease)) = leases.get_opt("kube-controller-manager").await else {
+                    return false;
+                };
+                let spec = lease.spec.unwrap_or_default();
+                spec.holder_identity.is_some_and(|h| !h.is_empty())
+                    && spec
+                        .renew_time
+                        .is_some_and(|t| t.0.as_second() >= started_wall)
+            }
+        })
+        .await,
+    );
+
+    // The kubelet's CSR: approved by ours, signed by the recovered csr-signer.
+    let csrs: Api<CertificateSigningRequest> = Api::all(admin.clone());
+    let node_cn = format!("system:node:{}", run.woken.node.name);
+    let kubelet_csrs = || {
+        let csrs = csrs.clone();
+        async move {
+            csrs.list(&ListParams::default())
+                .await
+                .map(|l| l.items)
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|c| {
+                    c.spec.signer_name == "kubernetes.io/kube-apiserver-client-kubelet"
+                        && c.spec.username.as_deref() == Some(BOOTSTRAP_USER)
+                })
+                .collect::<Vec<_>>()
+        }
+    };
+    let approved = |c: &CertificateSigningRequest| {
+        c.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|conds| {
+                conds.iter().any(|c| {
+                    c.type_ == "Approved"
+                        && c.reason.as_deref() == Some("AutoApprovedExpiredNodeClientCert")
+                })
+            })
+    };
+    times.push(
+        run.reach(NAMES[7], || async {
+            kubelet_csrs().await.iter().any(approved)
+        })
+        .await,
+    );
+    times.push(
+        run.reach(NAMES[8], || async {
+            kubelet_csrs().await.iter().any(|c| {
+                approved(c)
+                    && c.status
+                        .as_ref()
+                        .and_then(|s| s.certificate.as_ref())
+                        .is_some_and(|b| !b.0.is_empty())
+            })
+        })
+        .await,
+    );
+    let recovered_signer = tls_crt(&kcm_secrets.get("csr-signer").await.unwrap());
+    let issued: Vec<String> = kubelet_csrs()
+        .await
+        .into_iter()
+        .filter_map(|c| c.status?.certificate)
+        .map(|b| String::from_utf8(b.0).expect("PEM"))
+        .collect();
+    for pem in &issued {
+        assert!(
+            issued_by(pem, &recovered_signer),
+            "the kubelet's certificate is signed by the recovered csr-signer"
+        );
+        assert!(!issued_by(pem, &run.kcm.slept_csr_signer));
+        let der = first_der(pem);
+        let (_, cert) = x509_parser::parse_x509_certificate(&der).unwrap();
+        assert!(
+            cert.subject().to_string().contains(&node_cn),
+            "{}",
+            cert.subject()
+        );
+    }
+    let on_disk = run.kcm.kubelet_client_cert();
+    times.push(
+        run.reach(NAMES[9], || {
+            let (file, issued) = (on_disk.clone(), issued.clone());
+            async move {
+                std::fs::read_to_string(&file).is_ok_and(|pem| {
+                    not_after(&pem) > now()
+                        && issued.iter().any(|i| first_der(i) == first_der(&pem))
+                })
+            }
+        })
+        .await,
+    );
+    let nodes: Api<KubeNode> = Api::all(admin.clone());
+    let node_name = run.woken.node.name.clone();
+    times.push(
+        run.reach(NAMES[10], || {
+            let (nodes, name) = (nodes.clone(), node_name.clone());
+            async move {
+                matches!(nodes.get_opt(&name).await, Ok(Some(n)) if n
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .into_iter()
+                    .flatten()
+                    .any(|c| c.type_ == "Ready" && c.status == "True"))
+            }
+        })
+        .await,
+    );
+
+    // In place: kube-controller-manager was never restarted (its new client certificate and
+    // CSR signer were read by the running process).
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), KCM_NS);
+    let mirror = format!("{KCM_POD}-{}", run.woken.node.name);
+    let restarted = restarts(&pods, &mirror, KCM_SERVER).await;
+    eprintln!(
+        "kube-controller-manager restarts: {restarted:?}; kubelet restarts: {}",
+        run.kubelet_restarts
+    );
+    assert_eq!(
+        run.woken.node.container_ids(KCM_POD, KCM_SERVER).len(),
+        1,
+        "kube-controller-manager ran in one container, never restarted"
+    );
+
+    for pair in times.windows(2) {
+        assert!(pair[0] <= pair[1], "milestones in order: {times:?}");
+    }
+    times
+}
+
+/// `E2E_NODE_RUNS`, default 1.
+fn runs() -> usize {
+    std::env::var("E2E_NODE_RUNS")
+        .ok()
+        .map(|v| v.parse().expect("E2E_NODE_RUNS is a number"))
+        .unwrap_or(1)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_whole_control_plane_and_the_kubelet_recover_after_the_sleep() {
+    e2e::require_node!();
+    install_crypto_provider();
+    let runs = runs();
+    let mut all: Vec<Vec<Duration>> = Vec::new();
+    let began = Instant::now();
+    for run in 0..runs {
+        let times = recover_once().await;
+        eprintln!(
+            "run {}: {:?} ms",
+            run + 1,
+            times.iter().map(Duration::as_millis).collect::<Vec<_>>()
+        );
+        all.push(times);
+    }
+    eprintln!(
+        "node tier, full recovery, {runs} run(s) in {} s: p50 / p99 from the kubelet's start",
+        began.elapsed().as_secs()
+    );
+    for (index, name) in NAMES.iter().enumerate() {
+        let samples: Vec<Duration> = all.iter().map(|t| t[index]).collect();
+        let (p50, p99) = p50_p99(&samples);
+        eprintln!(
+            "  {:>2}. {name}: p50 {} ms, p99 {} ms",
+            index + 1,
+            p50.as_millis(),
+            p99.as_millis()
+        );
+    }
+}
