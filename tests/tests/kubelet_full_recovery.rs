@@ -53,11 +53,11 @@ const NAMES: [&str; 11] = [
     "kube-apiserver container running",
     "kube-apiserver answers localhost-recovery",
     "kube-apiserver recovered: a client trusting node mode's bundle verifies localhost:6443",
+    "the kubelet's CSR (bootstrap identity) approved by approve-kubelet-csr",
     "csr-signer regenerated and published in openshift-kube-controller-manager",
     "kube-controller-manager-client-cert-key re-issued and copied",
     "both synced into the kube-controller-manager's cert dir",
     "kube-controller-manager authenticates with its new client certificate (leader Lease renewed)",
-    "the kubelet's CSR approved by approve-kubelet-csr",
     "the kubelet's CSR signed by the recovered csr-signer",
     "the kubelet's new client certificate on its disk",
     "node Ready through its new client certificate",
@@ -212,64 +212,10 @@ async fn recover_once() -> Vec<Duration> {
         ChildProcess::start(approver)
     }));
     times.push(run.woken.verified().await.0);
-
     let admin = run.woken.plane.admin();
-    let kcm_secrets: Api<Secret> = Api::namespaced(admin.clone(), KCM_NS);
-    let valid_secret = |name: &'static str| {
-        let api = kcm_secrets.clone();
-        move || {
-            let api = api.clone();
-            async move {
-                matches!(api.get_opt(name).await, Ok(Some(s)) if not_after(&tls_crt(&s)) > now())
-            }
-        }
-    };
-    times.push(run.reach(NAMES[3], valid_secret("csr-signer")).await);
-    times.push(
-        run.reach(
-            NAMES[4],
-            valid_secret("kube-controller-manager-client-cert-key"),
-        )
-        .await,
-    );
-    let (signer_file, client_file) = (
-        run.kcm.cert_file("secrets/csr-signer/tls.crt"),
-        run.kcm
-            .cert_file("secrets/kube-controller-manager-client-cert-key/tls.crt"),
-    );
-    times.push(
-        run.reach(NAMES[5], || {
-            let (a, b) = (signer_file.clone(), client_file.clone());
-            async move {
-                [a, b].iter().all(|file| {
-                    std::fs::read_to_string(file).is_ok_and(|pem| not_after(&pem) > now())
-                })
-            }
-        })
-        .await,
-    );
 
-    // kube-controller-manager holds its Lease: only with a client certificate the
-    // kube-apiserver accepts (the old one expired before it started).
-    let leases: Api<Lease> = Api::namespaced(admin.clone(), "kube-system");
-    times.push(
-        run.reach(NAMES[6], || {
-            let leases = leases.clone();
-            async move {
-                let Ok(Some(lease)) = leases.get_opt("kube-controller-manager").await else {
-                    return false;
-                };
-                let spec = lease.spec.unwrap_or_default();
-                spec.holder_identity.is_some_and(|h| !h.is_empty())
-                    && spec
-                        .renew_time
-                        .is_some_and(|t| t.0.as_second() >= started_wall)
-            }
-        })
-        .await,
-    );
-
-    // The kubelet's CSR: approved by ours, signed by the recovered csr-signer.
+    // The kubelet's CSR, created with the bootstrap token: approved by ours (it needs only the
+    // kube-apiserver), signed later by the recovered csr-signer.
     let csrs: Api<CertificateSigningRequest> = Api::all(admin.clone());
     let node_cn = format!("system:node:{}", run.woken.node.name);
     let kubelet_csrs = || {
@@ -299,11 +245,67 @@ async fn recover_once() -> Vec<Duration> {
             })
     };
     times.push(
-        run.reach(NAMES[7], || async {
+        run.reach(NAMES[3], || async {
             kubelet_csrs().await.iter().any(approved)
         })
         .await,
     );
+
+    let kcm_secrets: Api<Secret> = Api::namespaced(admin.clone(), KCM_NS);
+    let valid_secret = |name: &'static str| {
+        let api = kcm_secrets.clone();
+        move || {
+            let api = api.clone();
+            async move {
+                matches!(api.get_opt(name).await, Ok(Some(s)) if not_after(&tls_crt(&s)) > now())
+            }
+        }
+    };
+    times.push(run.reach(NAMES[4], valid_secret("csr-signer")).await);
+    times.push(
+        run.reach(
+            NAMES[5],
+            valid_secret("kube-controller-manager-client-cert-key"),
+        )
+        .await,
+    );
+    let (signer_file, client_file) = (
+        run.kcm.cert_file("secrets/csr-signer/tls.crt"),
+        run.kcm
+            .cert_file("secrets/kube-controller-manager-client-cert-key/tls.crt"),
+    );
+    times.push(
+        run.reach(NAMES[6], || {
+            let (a, b) = (signer_file.clone(), client_file.clone());
+            async move {
+                [a, b].iter().all(|file| {
+                    std::fs::read_to_string(file).is_ok_and(|pem| not_after(&pem) > now())
+                })
+            }
+        })
+        .await,
+    );
+
+    // kube-controller-manager holds its Lease: only with a client certificate the
+    // kube-apiserver accepts (the old one expired before it started).
+    let leases: Api<Lease> = Api::namespaced(admin.clone(), "kube-system");
+    times.push(
+        run.reach(NAMES[7], || {
+            let leases = leases.clone();
+            async move {
+                let Ok(Some(lease)) = leases.get_opt("kube-controller-manager").await else {
+                    return false;
+                };
+                let spec = lease.spec.unwrap_or_default();
+                spec.holder_identity.is_some_and(|h| !h.is_empty())
+                    && spec
+                        .renew_time
+                        .is_some_and(|t| t.0.as_second() >= started_wall)
+            }
+        })
+        .await,
+    );
+
     times.push(
         run.reach(NAMES[8], || async {
             kubelet_csrs().await.iter().any(|c| {

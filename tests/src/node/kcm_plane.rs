@@ -118,6 +118,25 @@ pub fn render(dir: &str) -> Pod {
         .unwrap_or_else(|err| panic!("manifests/{dir} renders to one Pod: {err}"))
 }
 
+/// The pod with kube-controller-manager serving on 127.0.0.1 only (`--bind-address`; the
+/// manifest leaves the default, every address, as a control-plane node needs for its metrics):
+/// servers in tests listen on the loopback, and the kubelet probes it there.
+pub fn bind_to_loopback(mut pod: Pod) -> Pod {
+    for container in pod
+        .spec
+        .as_mut()
+        .map(|s| s.containers.iter_mut())
+        .into_iter()
+        .flatten()
+        .filter(|c| c.name == KCM_SERVER)
+    {
+        let args = container.args.get_or_insert_with(Vec::new);
+        args.retain(|arg| !arg.starts_with("--bind-address"));
+        args.push("--bind-address=127.0.0.1".to_owned());
+    }
+    pod
+}
+
 /// The flags of the pod's kube-apiserver that the data in etcd depends on (a seed apiserver on
 /// the same etcd must agree).
 fn same_flags(plane: &ControlPlane) -> Vec<String> {
@@ -161,7 +180,7 @@ impl KcmPlane {
     /// When any step fails, naming it.
     pub async fn prepare(plane: &ControlPlane, node: &str) -> KcmPlane {
         let root = &plane.root;
-        let pod = rewrite_host_paths(render("static-pod-kcm"), root);
+        let pod = bind_to_loopback(rewrite_host_paths(render("static-pod-kcm"), root));
         let resources = host_path(&pod, "resource-dir");
         let certs = host_path(&pod, "cert-dir");
         let seed_keys = root.join("seed");
