@@ -441,7 +441,7 @@ fn every_flag_the_pod_passes_exists_in_its_subcommand() {
         "cert-recovery-controller-lock"
     );
     let server = argv(&pod, container(&pod, KCM.server));
-    assert_eq!(server[0], "kube-controller-manager");
+    assert_eq!(server[0], "/usr/local/bin/kube-controller-manager");
     for wanted in [
         "cluster-signing-cert-file",
         "cluster-signing-key-file",
