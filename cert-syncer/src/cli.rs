@@ -129,7 +129,8 @@ pub struct RegenerateArgs {
     /// A built-in set instead of --config: `openshift-kube-apiserver` is what OpenShift's
     /// cert-regeneration-controller manages for the kube-apiserver,
     /// `openshift-kube-controller-manager` what its cert-recovery-controller manages for the
-    /// kube-controller-manager (the CSR signer chain).
+    /// kube-controller-manager (the CSR signer chain), `openshift-kube-scheduler` the copy of
+    /// the kube-scheduler's client certificate its recovery controller makes.
     #[arg(long, value_enum)]
     pub profile: Option<RegenerateProfile>,
     /// Type of newly generated keys (overrides the config's `key-type`; default rsa-2048).
@@ -209,6 +210,9 @@ pub enum RegenerateProfile {
     /// OpenShift's kube-controller-manager PKI: the CSR signer chain (an intermediate CA and
     /// its delayed publication) and the copies its cert-recovery-controller manages.
     OpenshiftKubeControllerManager,
+    /// OpenShift's kube-scheduler: the copy of its client certificate into
+    /// `openshift-kube-scheduler` its recovery controller makes.
+    OpenshiftKubeScheduler,
 }
 
 impl From<RegenerateProfile> for regenerate::Profile {
@@ -219,6 +223,9 @@ impl From<RegenerateProfile> for regenerate::Profile {
             }
             RegenerateProfile::OpenshiftKubeControllerManager => {
                 regenerate::Profile::OpenshiftKubeControllerManager
+            }
+            RegenerateProfile::OpenshiftKubeScheduler => {
+                regenerate::Profile::OpenshiftKubeScheduler
             }
         }
     }

@@ -45,7 +45,14 @@ const KCM: StaticPod = StaticPod {
     sync: "kube-controller-manager-cert-syncer",
     regenerate: "kube-controller-manager-recovery-controller",
 };
-const PODS: [StaticPod; 2] = [KAS, KCM];
+/// The kube-scheduler pod (issue 27, item 1).
+const KS: StaticPod = StaticPod {
+    file: "static-pod-ks/kube-scheduler-pod.yaml",
+    server: "kube-scheduler",
+    sync: "kube-scheduler-cert-syncer",
+    regenerate: "kube-scheduler-recovery-controller",
+};
+const PODS: [StaticPod; 3] = [KAS, KCM, KS];
 
 impl StaticPod {
     fn load(&self) -> Pod {
@@ -98,8 +105,8 @@ fn every_object_parses_as_its_kubernetes_type_without_losing_a_field() {
             *kinds.entry(kind).or_default() += 1;
         }
     }
-    assert_eq!(kinds.get("Pod"), Some(&2), "{kinds:?}");
-    assert_eq!(kinds.get("ServiceAccount"), Some(&5), "{kinds:?}");
+    assert_eq!(kinds.get("Pod"), Some(&3), "{kinds:?}");
+    assert_eq!(kinds.get("ServiceAccount"), Some(&7), "{kinds:?}");
     assert!(kinds.get("Role").is_some_and(|n| *n >= 2), "{kinds:?}");
 }
 
@@ -316,6 +323,23 @@ fn volumes_of(p: &StaticPod) {
     }
     assert_eq!(used, volumes, "every volume is mounted somewhere");
     for volume in spec.volumes.iter().flatten() {
+        // The kube-scheduler's scratch dir for its self-signed serving certificate (upstream's
+        // `var-run-kubernetes`) is an emptyDir, mounted by the server alone; every other
+        // volume is a node directory.
+        if volume.empty_dir.is_some() {
+            assert_eq!(volume.name, "var-run-kubernetes", "{}", p.file);
+            for c in &spec.containers {
+                let mounts = c.volume_mounts.iter().flatten();
+                assert!(
+                    c.name == p.server || mounts.clone().all(|m| m.name != volume.name),
+                    "{}: only {} mounts {}",
+                    p.file,
+                    p.server,
+                    volume.name
+                );
+            }
+            continue;
+        }
         let host = volume
             .host_path
             .as_ref()
@@ -448,6 +472,42 @@ fn every_flag_the_pod_passes_exists_in_its_subcommand() {
         "client-ca-file",
         "requestheader-client-ca-file",
         "kubeconfig",
+    ] {
+        assert!(flag(&server, wanted).is_some(), "--{wanted}");
+    }
+    // The kube-scheduler pod: upstream's scheduler list (one Secret, no ConfigMap), the
+    // scheduler profile under OpenShift's Lease name, the scheduler configured by `--config`.
+    let pod = KS.load();
+    let (_, sync) = parse_sidecar(&pod, KS.sync);
+    let Command::Sync(sync) = sync.command else {
+        panic!("{} must run `sync`", KS.sync)
+    };
+    assert_eq!(sync.namespace, "openshift-kube-scheduler");
+    assert_eq!(sync.secrets, ["kube-scheduler-client-cert-key"]);
+    assert!(
+        sync.configmaps.is_empty()
+            && sync.optional_configmaps.is_empty()
+            && sync.optional_secrets.is_empty()
+    );
+    let (_, regenerate) = parse_sidecar(&pod, KS.regenerate);
+    let Command::Regenerate(regenerate) = regenerate.command else {
+        panic!("{} must run `regenerate`", KS.regenerate)
+    };
+    assert_eq!(
+        regenerate.profile,
+        Some(cert_syncer::cli::RegenerateProfile::OpenshiftKubeScheduler)
+    );
+    assert!(regenerate.leader_elect);
+    assert_eq!(
+        regenerate.leader_elect_lease_name,
+        "cert-recovery-controller-lock"
+    );
+    let server = argv(&pod, container(&pod, KS.server));
+    assert_eq!(server[0], "/usr/local/bin/kube-scheduler");
+    for wanted in [
+        "config",
+        "authentication-kubeconfig",
+        "authorization-kubeconfig",
     ] {
         assert!(flag(&server, wanted).is_some(), "--{wanted}");
     }
@@ -915,8 +975,9 @@ fn no_regenerate_token_can_list_or_watch_a_namespace_s_secrets() {
                 named += rule.resource_names.as_ref().map_or(0, Vec::len);
             }
         }
+        // The scheduler's controller lists two: its copy and the copy's source.
         assert!(
-            named >= 3,
+            named >= 2,
             "{}: {named} objects listed by name",
             p.regenerate
         );
@@ -1075,6 +1136,104 @@ fn what_the_kcm_recovery_controller_writes_reaches_kube_controller_manager() {
 }
 
 #[test]
+fn what_the_scheduler_recovery_controller_writes_reaches_kube_scheduler() {
+    // The scheduler profile writes exactly the copy of its client certificate into the pod's
+    // namespace, from the kube-apiserver's in `openshift-config-managed` (read, never
+    // written); the syncer mirrors it; and the scheduler's kubeconfig (through `--config`,
+    // and the delegated authn/authz kubeconfigs) names that synced pair.
+    let pod = KS.load();
+    let (_, sync) = parse_sidecar(&pod, KS.sync);
+    let Command::Sync(sync) = sync.command else {
+        unreachable!()
+    };
+    let (_, regen) = parse_sidecar(&pod, KS.regenerate);
+    let Command::Regenerate(regen) = regen.command else {
+        unreachable!()
+    };
+    let rotation =
+        cert_syncer::regenerate::profile_objects(regen.profile.expect("--profile").into()).unwrap();
+    let written: Vec<String> = rotation
+        .written()
+        .map(|(kind, object)| format!("{} {object}", kind.plural()))
+        .collect();
+    assert_eq!(
+        written,
+        ["secrets openshift-kube-scheduler/kube-scheduler-client-cert-key"]
+    );
+    let read_only: Vec<String> = rotation
+        .read_only()
+        .map(|(_, object)| object.to_string())
+        .collect();
+    assert_eq!(
+        read_only,
+        ["openshift-config-managed/kube-scheduler-client-cert-key"]
+    );
+    assert_eq!(sync.secrets, ["kube-scheduler-client-cert-key"]);
+
+    let server = container(&pod, KS.server);
+    let server_argv = argv(&pod, server);
+    let node = |path: &str| {
+        node_file(&pod, server, path)
+            .unwrap_or_else(|| panic!("{path} is on no hostPath of {}", KS.server))
+            .1
+    };
+    let config_file = node(flag(&server_argv, "config").expect("--config"));
+    let config: serde_json::Value =
+        serde_norway::from_str(&std::fs::read_to_string(&config_file).unwrap())
+            .unwrap_or_else(|err| panic!("{}: {err}", config_file.display()));
+    assert_eq!(config["kind"], "KubeSchedulerConfiguration");
+    assert_eq!(
+        config["apiVersion"], "kubescheduler.config.k8s.io/v1beta1",
+        "the API version kube-scheduler v1.20 reads"
+    );
+    assert_eq!(
+        config["leaderElection"]["resourceNamespace"],
+        "openshift-kube-scheduler"
+    );
+    let kubeconfig_path = config["clientConnection"]["kubeconfig"]
+        .as_str()
+        .expect("clientConnection.kubeconfig");
+    for delegated in ["authentication-kubeconfig", "authorization-kubeconfig"] {
+        assert_eq!(
+            flag(&server_argv, delegated),
+            Some(kubeconfig_path),
+            "--{delegated}"
+        );
+    }
+    let kubeconfig_file = node(kubeconfig_path);
+    let kubeconfig = Kubeconfig::read_from(&kubeconfig_file)
+        .unwrap_or_else(|err| panic!("{}: {err}", kubeconfig_file.display()));
+    let cluster = kubeconfig.clusters[0].cluster.as_ref().unwrap();
+    assert_eq!(cluster.server.as_deref(), Some("https://localhost:6443"));
+    assert_eq!(
+        cluster.tls_server_name.as_deref(),
+        Some("localhost-recovery")
+    );
+    let user = kubeconfig.auth_infos[0].auth_info.as_ref().unwrap();
+    assert!(user.token.is_none() && user.token_file.is_none());
+    for (file, key) in [
+        (user.client_certificate.as_deref(), "tls.crt"),
+        (user.client_key.as_deref(), "tls.key"),
+    ] {
+        let file =
+            file.unwrap_or_else(|| panic!("{}: the client {key}", kubeconfig_file.display()));
+        assert_eq!(
+            file,
+            format!(
+                "/etc/kubernetes/static-pod-certs/secrets/{}/{key}",
+                sync.secrets[0]
+            ),
+            "the scheduler's client certificate is the synced one"
+        );
+        let (host, _) = node_file(&pod, server, file).expect("on a mount");
+        assert!(
+            host.starts_with(&format!("{}/", KS.host_path(&pod, "cert-dir"))),
+            "{host}"
+        );
+    }
+}
+
+#[test]
 fn every_node_file_the_pod_reads_is_shipped_or_documented() {
     for p in &PODS {
         node_files_of(p);
@@ -1112,6 +1271,13 @@ fn node_files_of(p: &StaticPod) {
             }
         }
         for path in paths {
+            // The kube-scheduler's `--cert-dir`: its scratch emptyDir, where it writes its
+            // self-signed serving certificate; no node file.
+            if flag(&argv(&pod, c), "cert-dir") == Some(path.as_str())
+                && on_empty_dir(&pod, c, &path)
+            {
+                continue;
+            }
             let Some((host, repo)) = node_file(&pod, c, &path) else {
                 panic!("{}: {path} is on no hostPath mount", c.name)
             };
@@ -1135,6 +1301,17 @@ fn node_files_of(p: &StaticPod) {
         }
     }
     assert!(checked >= 6, "{}: {checked} node files checked", p.file);
+}
+
+/// Whether `path` is on an emptyDir mount of `c`.
+fn on_empty_dir(pod: &Pod, c: &k8s_openapi::api::core::v1::Container, path: &str) -> bool {
+    let volumes = pod.spec.iter().flat_map(|s| s.volumes.iter().flatten());
+    c.volume_mounts.iter().flatten().any(|m| {
+        path.starts_with(&m.mount_path)
+            && volumes
+                .clone()
+                .any(|v| v.name == m.name && v.empty_dir.is_some())
+    })
 }
 
 #[test]
@@ -1208,6 +1385,7 @@ fn the_image_builds_make_every_image_the_pods_run() {
         "localhost/cert-reload/cert-syncer:latest".to_owned(),
         "localhost/cert-reload/kube-apiserver:v1.20.2".to_owned(),
         "localhost/cert-reload/kube-controller-manager:v1.20.2".to_owned(),
+        "localhost/cert-reload/kube-scheduler:v1.20.2".to_owned(),
     ]);
     if pods.len() > PODS.len() {
         expected.insert("localhost/cert-reload/mini-apiserver:latest".to_owned());

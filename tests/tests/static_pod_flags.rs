@@ -304,3 +304,166 @@ fn kube_apiserver_accepts_every_flag_of_the_pod() {
     assert!(!output.status.success());
     assert!(String::from_utf8_lossy(&output.stderr).contains("tls-sni-cert-keys"));
 }
+
+/// openshift/cluster-kube-scheduler-operator `pkg/operator/starter.go`, `CertConfigMaps` (none)
+/// and `CertSecrets` (name, optional): what its `cert-syncer` container
+/// (`certsyncpod.NewCertSyncControllerCommand(operator.CertConfigMaps, operator.CertSecrets)`,
+/// `cmd/cluster-kube-scheduler-operator/main.go`) mirrors for the scheduler. Identical on
+/// release-4.14 (0ae603324e89e65037136d7623e4dd2fd223faf9) through release-5.0 and release-5.1
+/// (56fa325466a1f2a2d41435ba3a58b2bf8fdab2f3).
+const UPSTREAM_SCHEDULER_CERT_CONFIG_MAPS: &[(&str, bool)] = &[];
+/// The same file, `CertSecrets`.
+const UPSTREAM_SCHEDULER_CERT_SECRETS: &[(&str, bool)] =
+    &[("kube-scheduler-client-cert-key", false)];
+
+/// The kube-scheduler pod (manifests/static-pod-ks).
+const SCHEDULER_POD: &str = "static-pod-ks/kube-scheduler-pod.yaml";
+
+fn scheduler_pod() -> k8s_openapi::api::core::v1::Pod {
+    let path = manifests::dir().join(SCHEDULER_POD);
+    let docs = manifests::documents(&path);
+    manifests::typed(&docs[0], SCHEDULER_POD)
+}
+
+#[test]
+fn the_scheduler_sync_lists_are_upstreams_and_hold_the_scheduler_s_client_pair() {
+    let pod = scheduler_pod();
+    let c = container(&pod, "kube-scheduler-cert-syncer");
+    let cli = manifests::parse_cert_syncer(&argv(&pod, c), &manifests::environment(&pod, c))
+        .expect("the scheduler sync sidecar's flags parse");
+    let Command::Sync(sync) = cli.command else {
+        panic!("kube-scheduler-cert-syncer runs `sync`")
+    };
+    assert_eq!(sync.namespace, "openshift-kube-scheduler");
+    assert_eq!(
+        sync.destination_dir.display().to_string(),
+        CERT_DIR.trim_end_matches('/')
+    );
+    assert_eq!(
+        sync.configmaps,
+        names(UPSTREAM_SCHEDULER_CERT_CONFIG_MAPS, false)
+    );
+    assert_eq!(
+        sync.optional_configmaps,
+        names(UPSTREAM_SCHEDULER_CERT_CONFIG_MAPS, true)
+    );
+    assert_eq!(sync.secrets, names(UPSTREAM_SCHEDULER_CERT_SECRETS, false));
+    assert_eq!(
+        sync.optional_secrets,
+        names(UPSTREAM_SCHEDULER_CERT_SECRETS, true)
+    );
+    assert!(sync.files.is_empty(), "{:?}", sync.files);
+
+    // The scheduler's kubeconfig names the pair `sync` writes for that Secret (a target of the
+    // kube-apiserver's profile: `tls.crt`, `tls.key`), in the cert dir.
+    let server = container(&pod, "kube-scheduler");
+    let server_argv = argv(&pod, server);
+    let kubeconfig = flag(&server_argv, "authentication-kubeconfig").expect("a kubeconfig");
+    let (_, repo) = node_file(&pod, server, kubeconfig).expect("on the resource dir");
+    let text = std::fs::read_to_string(&repo).unwrap();
+    let parsed: serde_json::Value = serde_norway::from_str(&text).unwrap();
+    let user = &parsed["users"][0]["user"];
+    let mut named = BTreeSet::new();
+    for field in ["client-certificate", "client-key"] {
+        let path = user[field].as_str().unwrap_or_else(|| panic!("{field}"));
+        let rest = path
+            .strip_prefix(CERT_DIR)
+            .unwrap_or_else(|| panic!("{path} is not in the cert dir"));
+        let mut parts = rest.split('/');
+        let (kind, name, key) = (parts.next(), parts.next(), parts.next());
+        assert_eq!(kind, Some("secrets"), "{path}");
+        assert!(
+            sync.secrets.iter().any(|s| Some(s.as_str()) == name),
+            "{path}"
+        );
+        named.insert(key.unwrap().to_owned());
+    }
+    assert_eq!(
+        named,
+        BTreeSet::from(["tls.crt".to_owned(), "tls.key".to_owned()])
+    );
+    let rotation = cert_syncer::regenerate::profile_objects(
+        cert_syncer::regenerate::Profile::OpenshiftKubeApiserver,
+    )
+    .unwrap();
+    assert!(
+        rotation
+            .targets
+            .iter()
+            .any(|t| t.object.name == "kube-scheduler-client-cert-key"),
+        "the kube-apiserver's profile issues the scheduler's client certificate"
+    );
+}
+
+#[test]
+fn kube_scheduler_accepts_every_flag_and_the_config_of_the_pod() {
+    let assets = match e2e::node::assets() {
+        Ok(dir) => dir,
+        Err(reason) => {
+            eprintln!("SKIP: {reason}");
+            return;
+        }
+    };
+    let binary = assets.join("kube-scheduler");
+    let pod = scheduler_pod();
+    let server = container(&pod, "kube-scheduler");
+    let args = argv(&pod, server);
+    let run = |args: &[String]| {
+        std::process::Command::new(&binary)
+            .args(args)
+            .output()
+            .unwrap_or_else(|err| panic!("{}: {err}", binary.display()))
+    };
+    // Flags are parsed before `--help` is acted on.
+    let with_help = |args: &[String]| {
+        let mut all = args.to_vec();
+        all.push("--help".to_owned());
+        run(&all)
+    };
+    let output = with_help(&args[1..]);
+    assert!(
+        output.status.success(),
+        "kube-scheduler v1.20.2 refuses the pod's flags ({SCHEDULER_POD}):\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let mut wrong = args[1..].to_vec();
+    wrong.push("--kube-config=/x".to_owned());
+    assert!(!with_help(&wrong).status.success());
+
+    // The config file loads and validates (`--write-config-to` loads, defaults and validates
+    // it, then exits), with its kubeconfig pointed at one that needs no files.
+    let tmp = tempfile::tempdir().unwrap();
+    let config = flag(&args, "config").expect("--config");
+    let (_, repo) = node_file(&pod, server, config).expect("on the resource dir");
+    let mut parsed: serde_json::Value =
+        serde_norway::from_str(&std::fs::read_to_string(&repo).unwrap()).unwrap();
+    let kubeconfig = tmp.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: \"https://127.0.0.1:1\"}}]\n\
+         users: [{name: u, user: {}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n",
+    )
+    .unwrap();
+    parsed["clientConnection"]["kubeconfig"] = kubeconfig.display().to_string().into();
+    let copy = tmp.path().join("config.yaml");
+    std::fs::write(&copy, serde_json::to_string(&parsed).unwrap()).unwrap();
+    let written = tmp.path().join("written.yaml");
+    let output = run(&[
+        format!("--config={}", copy.display()),
+        format!("--cert-dir={}", tmp.path().join("certs").display()),
+        format!("--write-config-to={}", written.display()),
+    ]);
+    assert!(
+        output.status.success() && written.is_file(),
+        "kube-scheduler v1.20.2 refuses the pod's config {}:\n{}",
+        repo.display(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let effective: serde_json::Value =
+        serde_norway::from_str(&std::fs::read_to_string(&written).unwrap()).unwrap();
+    assert_eq!(
+        effective["leaderElection"]["resourceNamespace"],
+        "openshift-kube-scheduler"
+    );
+    assert_eq!(effective["healthzBindAddress"], "127.0.0.1:10251");
+}

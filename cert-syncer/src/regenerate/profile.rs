@@ -30,6 +30,9 @@ pub enum Profile {
     /// intermediate `csr-signer` and its delayed publication), its bundles, and the two copies
     /// the kube-controller-manager's recovery controller makes.
     OpenshiftKubeControllerManager,
+    /// OpenShift's kube-scheduler: the copy of its client certificate its recovery controller
+    /// makes.
+    OpenshiftKubeScheduler,
 }
 
 impl Profile {
@@ -41,6 +44,9 @@ impl Profile {
             Profile::OpenshiftKubeControllerManager => {
                 include_str!("profiles/openshift-kube-controller-manager.yaml")
             }
+            Profile::OpenshiftKubeScheduler => {
+                include_str!("profiles/openshift-kube-scheduler.yaml")
+            }
         }
     }
 
@@ -48,6 +54,7 @@ impl Profile {
         match self {
             Profile::OpenshiftKubeApiserver => "openshift-kube-apiserver",
             Profile::OpenshiftKubeControllerManager => "openshift-kube-controller-manager",
+            Profile::OpenshiftKubeScheduler => "openshift-kube-scheduler",
         }
     }
 

@@ -30,6 +30,7 @@ pub mod pod;
 pub mod ports;
 pub mod profile_objects;
 pub mod scenario;
+pub mod scheduler;
 pub mod seed;
 
 pub use containerd::Containerd;
