@@ -36,20 +36,21 @@ use e2e::node::kcm_plane::{
     BOOTSTRAP_USER, KCM_NS, KCM_POD, KCM_RECOVERY, KCM_SERVER, KCM_SYNC, KcmPlane,
 };
 use e2e::node::scenario::{WakeOptions, Woken, first_der, not_after, now};
+use e2e::node::scheduler::{NAMESPACE as SCHEDULER_NS, POD as SCHEDULER_POD, SCHEDULER};
 use e2e::node::{KubeletOptions, Node, images, kubelet::node_name};
 use e2e::process::ChildProcess;
 use e2e::tls::p50_p99;
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node as KubeNode, Pod, Secret};
-use kube::api::{Api, ListParams};
+use kube::api::{Api, ListParams, PostParams};
 
 /// Every milestone within this of the kubelet's start: kube-controller-manager re-reads its
 /// client certificate every 5 minutes (client-go), and a loaded 2-core machine.
 const WITHIN: Duration = Duration::from_secs(540);
 
 /// The milestones of one run, in order, with their names.
-const NAMES: [&str; 11] = [
+const NAMES: [&str; 14] = [
     "kube-apiserver container running",
     "kube-apiserver answers localhost-recovery",
     "kube-apiserver recovered: a client trusting node mode's bundle verifies localhost:6443",
@@ -57,10 +58,13 @@ const NAMES: [&str; 11] = [
     "csr-signer regenerated and published in openshift-kube-controller-manager",
     "kube-controller-manager-client-cert-key re-issued and copied",
     "both synced into the kube-controller-manager's cert dir",
+    "kube-scheduler-client-cert-key re-issued, copied and synced into the scheduler's cert dir",
     "kube-controller-manager authenticates with its new client certificate (leader Lease renewed)",
+    "kube-scheduler authenticates with its re-issued client certificate (leader Lease renewed)",
     "the kubelet's CSR signed by the recovered csr-signer",
     "the kubelet's new client certificate on its disk",
     "node Ready through its new client certificate",
+    "kube-scheduler binds a pod to the node",
 ];
 
 /// The run's state besides [`Woken`].
@@ -128,6 +132,26 @@ impl Run {
     }
 }
 
+/// A host-network pod (no CNI on the node) that tolerates the node's taints, for the scheduler.
+fn workload(name: &str) -> Pod {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "hostNetwork": true,
+            "automountServiceAccountToken": false,
+            "tolerations": [{"operator": "Exists"}],
+            "containers": [{
+                "name": "pause",
+                "image": "localhost/pause:3.4.1",
+                "imagePullPolicy": "Never",
+            }],
+        },
+    }))
+    .expect("a pod")
+}
+
 /// The certificate of `pem` verifies with the public key of the CA `ca_pem`.
 fn issued_by(pem: &str, ca_pem: &str) -> bool {
     let (leaf_der, ca_der) = (first_der(pem), first_der(ca_pem));
@@ -167,6 +191,8 @@ async fn recover_once() -> Vec<Duration> {
     .expect("sync wrote the controller manager's client certificate");
     let slept_signer_file = std::fs::read_to_string(kcm.cert_file("secrets/csr-signer/tls.crt"))
         .expect("sync wrote csr-signer");
+    let slept_scheduler = std::fs::read_to_string(kcm.scheduler.client_file("tls.crt"))
+        .expect("sync wrote the scheduler's client certificate");
     let slept_kubelet =
         std::fs::read_to_string(kcm.kubelet_client_cert()).expect("the kubelet's certificate");
     for (what, pem) in [
@@ -176,6 +202,10 @@ async fn recover_once() -> Vec<Duration> {
         ),
         ("the synced csr-signer", &slept_signer_file),
         ("the kubelet's client certificate", &slept_kubelet),
+        (
+            "the synced kube-scheduler client certificate",
+            &slept_scheduler,
+        ),
     ] {
         assert!(not_after(pem) < now(), "{what} expired during the sleep");
     }
@@ -186,6 +216,7 @@ async fn recover_once() -> Vec<Duration> {
     tokio::task::block_in_place(|| images::build_and_import(&node.containerd));
     node.place_manifest("kube-apiserver-pod.yaml", &plane.pod_manifest());
     node.place_manifest("kube-controller-manager-pod.yaml", &kcm.pod_manifest());
+    node.place_manifest("kube-scheduler-pod.yaml", &kcm.scheduler.pod_manifest());
     let kubelet = KubeletOptions {
         kubeconfig: Some(kcm.kubelet_kubeconfig.clone()),
         extra_args: kcm.kubelet_args(),
@@ -286,11 +317,22 @@ async fn recover_once() -> Vec<Duration> {
         .await,
     );
 
+    // The scheduler's client certificate: re-issued by the kube-apiserver pod's sidecar, copied
+    // by the scheduler pod's, synced into its cert dir.
+    let ks_client = run.kcm.scheduler.client_file("tls.crt");
+    times.push(
+        run.reach(NAMES[7], || {
+            let file = ks_client.clone();
+            async move { std::fs::read_to_string(&file).is_ok_and(|pem| not_after(&pem) > now()) }
+        })
+        .await,
+    );
+
     // kube-controller-manager holds its Lease: only with a client certificate the
     // kube-apiserver accepts (the old one expired before it started).
     let leases: Api<Lease> = Api::namespaced(admin.clone(), "kube-system");
     times.push(
-        run.reach(NAMES[7], || {
+        run.reach(NAMES[8], || {
             let leases = leases.clone();
             async move {
                 let Ok(Some(lease)) = leases.get_opt("kube-controller-manager").await else {
@@ -305,9 +347,26 @@ async fn recover_once() -> Vec<Duration> {
         })
         .await,
     );
+    let ks_leases: Api<Lease> = Api::namespaced(admin.clone(), SCHEDULER_NS);
+    times.push(
+        run.reach(NAMES[9], || {
+            let leases = ks_leases.clone();
+            async move {
+                let Ok(Some(lease)) = leases.get_opt("kube-scheduler").await else {
+                    return false;
+                };
+                let spec = lease.spec.unwrap_or_default();
+                spec.holder_identity.is_some_and(|h| !h.is_empty())
+                    && spec
+                        .renew_time
+                        .is_some_and(|t| t.0.as_second() >= started_wall)
+            }
+        })
+        .await,
+    );
 
     times.push(
-        run.reach(NAMES[8], || async {
+        run.reach(NAMES[10], || async {
             kubelet_csrs().await.iter().any(|c| {
                 approved(c)
                     && c.status
@@ -341,7 +400,7 @@ async fn recover_once() -> Vec<Duration> {
     }
     let on_disk = run.kcm.kubelet_client_cert();
     times.push(
-        run.reach(NAMES[9], || {
+        run.reach(NAMES[11], || {
             let (file, issued) = (on_disk.clone(), issued.clone());
             async move {
                 std::fs::read_to_string(&file).is_ok_and(|pem| {
@@ -355,7 +414,7 @@ async fn recover_once() -> Vec<Duration> {
     let nodes: Api<KubeNode> = Api::all(admin.clone());
     let node_name = run.woken.node.name.clone();
     times.push(
-        run.reach(NAMES[10], || {
+        run.reach(NAMES[12], || {
             let (nodes, name) = (nodes.clone(), node_name.clone());
             async move {
                 matches!(nodes.get_opt(&name).await, Ok(Some(n)) if n
@@ -370,13 +429,41 @@ async fn recover_once() -> Vec<Duration> {
         .await,
     );
 
+    // The scheduler binds a pod to the node (a host-network pause pod: no CNI on the node).
+    let workloads: Api<Pod> = Api::namespaced(admin.clone(), "default");
+    workloads
+        .create(&PostParams::default(), &workload("after-the-sleep"))
+        .await
+        .expect("create the workload pod");
+    times.push(
+        run.reach(NAMES[13], || {
+            let (pods, name) = (workloads.clone(), node_name.clone());
+            async move {
+                matches!(pods.get_opt("after-the-sleep").await, Ok(Some(p)) if p
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.node_name.as_deref())
+                    == Some(name.as_str()))
+            }
+        })
+        .await,
+    );
+
     // In place: kube-controller-manager was never restarted (its new client certificate and
     // CSR signer were read by the running process).
     let pods: Api<Pod> = Api::namespaced(admin.clone(), KCM_NS);
     let mirror = format!("{KCM_POD}-{}", run.woken.node.name);
     let restarted = restarts(&pods, &mirror, KCM_SERVER).await;
+    let scheduler_pods: Api<Pod> = Api::namespaced(admin.clone(), SCHEDULER_NS);
+    let scheduler_restarted = restarts(
+        &scheduler_pods,
+        &format!("{SCHEDULER_POD}-{}", run.woken.node.name),
+        SCHEDULER,
+    )
+    .await;
     eprintln!(
-        "kube-controller-manager restarts: {restarted:?}; kubelet restarts: {}",
+        "restarts: kube-controller-manager {restarted:?}, kube-scheduler {scheduler_restarted:?}, \
+         kubelet {}",
         run.kubelet_restarts
     );
     assert_eq!(

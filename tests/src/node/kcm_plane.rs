@@ -15,7 +15,8 @@
 //!    old `csr-signer`, expired (in `--cert-dir`, `kubelet-client-current.pem`, and a kubeconfig
 //!    naming it, as the kubelet writes them), and a bootstrap kubeconfig with the long-lived
 //!    token of OpenShift's `openshift-machine-config-operator/node-bootstrapper`;
-//! 4. a token for the opt-in CSR approver (`manifests/rbac/csr-approver.yaml`'s account).
+//! 4. a token for the opt-in CSR approver (`manifests/rbac/csr-approver.yaml`'s account);
+//! 5. the kube-scheduler pod's files as the sleep left them ([`SleptScheduler`]).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -29,6 +30,7 @@ use kube::api::{Api, ObjectMeta, PostParams};
 use testkit::pki::{Ca, CertSpec};
 
 use super::cluster::ControlPlane;
+use super::ks_plane::SleptScheduler;
 use super::kubeconfig::kubeconfig;
 use super::pod::{host_path, raw_argv, rewrite_host_paths};
 use super::profile_objects::{KS, URL};
@@ -76,6 +78,8 @@ pub struct KcmPlane {
     pub bootstrap_kubeconfig: PathBuf,
     /// The approver's token file (0600).
     pub approver_token: PathBuf,
+    /// The kube-scheduler pod as the sleep left it.
+    pub scheduler: SleptScheduler,
 }
 
 fn meta(namespace: Option<&str>, name: &str) -> ObjectMeta {
@@ -430,6 +434,7 @@ impl KcmPlane {
             ),
             0o600,
         );
+        let scheduler = SleptScheduler::prepare(plane, &seed, &long_ago).await;
         tokio::task::block_in_place(|| seed.stop());
 
         KcmPlane {
@@ -441,6 +446,7 @@ impl KcmPlane {
             kubelet_kubeconfig,
             bootstrap_kubeconfig,
             approver_token,
+            scheduler,
         }
     }
 

@@ -23,6 +23,7 @@ pub mod etcd;
 pub mod images;
 pub mod inputs;
 pub mod kcm_plane;
+pub mod ks_plane;
 pub mod kubeconfig;
 pub mod kubelet;
 pub mod plane_clients;
