@@ -98,40 +98,71 @@ impl Run {
         )
     }
 
-    /// Polls `probe` until it holds (restarting the kubelet should it have exited); the time
-    /// since the kubelet's start, printed.
-    async fn reach<F, Fut>(&mut self, what: &str, mut probe: F) -> Duration
-    where
-        F: FnMut() -> Fut,
-        Fut: std::future::Future<Output = bool>,
-    {
-        loop {
+    /// Waits for every watcher (restarting the kubelet should it have exited); their times,
+    /// printed in time order with `names`.
+    async fn collect(
+        &mut self,
+        names: &[&str],
+        watchers: Vec<tokio::task::JoinHandle<Option<Duration>>>,
+    ) -> Vec<Duration> {
+        while !watchers.iter().all(tokio::task::JoinHandle::is_finished) {
+            self.keep_kubelet();
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let mut times = Vec::new();
+        for (name, watcher) in names.iter().zip(watchers) {
+            match watcher.await.expect("a watcher") {
+                Some(time) => times.push(time),
+                None => self.fail(name),
+            }
+        }
+        let mut printed: Vec<(Duration, &str)> =
+            times.iter().copied().zip(names.iter().copied()).collect();
+        printed.sort();
+        for (time, name) in printed {
+            eprintln!("milestone +{:>6} ms: {name}", time.as_millis());
+        }
+        times
+    }
+
+    /// Restarts the kubelet should it have exited (as systemd's `Restart=always` does).
+    fn keep_kubelet(&mut self) {
+        let running = self
+            .woken
+            .node
+            .kubelet()
+            .is_some_and(|kubelet| kubelet.is_running());
+        if !running {
+            self.kubelet_restarts += 1;
+            eprintln!(
+                "+{} ms: the kubelet exited; restarted, as systemd's Restart=always does:\n{}",
+                self.woken.started.elapsed().as_millis(),
+                self.woken.node.kubelet_log_tail()
+            );
+            let options = self.kubelet.clone();
+            tokio::task::block_in_place(|| {
+                self.woken.node.start_kubelet(&options);
+            });
+        }
+    }
+}
+
+/// Watches `probe` (every 100 ms, beside the others): the time since `started` when it first
+/// held; `None` after [`WITHIN`].
+fn watch<F, Fut>(started: Instant, mut probe: F) -> tokio::task::JoinHandle<Option<Duration>>
+where
+    F: FnMut() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = bool> + Send,
+{
+    tokio::spawn(async move {
+        while started.elapsed() < WITHIN {
             if probe().await {
-                return self.woken.milestone(what);
-            }
-            let running = self
-                .woken
-                .node
-                .kubelet()
-                .is_some_and(|kubelet| kubelet.is_running());
-            if !running {
-                self.kubelet_restarts += 1;
-                eprintln!(
-                    "+{} ms: the kubelet exited; restarted, as systemd's Restart=always does:\n{}",
-                    self.woken.started.elapsed().as_millis(),
-                    self.woken.node.kubelet_log_tail()
-                );
-                let options = self.kubelet.clone();
-                tokio::task::block_in_place(|| {
-                    self.woken.node.start_kubelet(&options);
-                });
-            }
-            if self.woken.started.elapsed() > WITHIN {
-                self.fail(what);
+                return Some(started.elapsed());
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-    }
+        None
+    })
 }
 
 /// A host-network pod (no CNI on the node) that tolerates the node's taints, for the scheduler.
@@ -285,73 +316,45 @@ async fn recover_once() -> Vec<Duration> {
     );
     times.push(approved_at);
     let node_cn = format!("system:node:{}", run.woken.node.name);
-    let kubelet_csrs = || {
-        let csrs = csrs.clone();
-        async move {
-            csrs.list(&ListParams::default())
-                .await
-                .map(|l| l.items)
-                .unwrap_or_default()
-                .into_iter()
-                .filter(bootstrap_csr)
-                .collect::<Vec<_>>()
-        }
-    };
+    let node_name = run.woken.node.name.clone();
 
+    // The rest, each watched from now on concurrently (every 100 ms), so that each time is when
+    // it first held, whatever the order. The scheduler's pod exists from the start: it is bound
+    // once the scheduler authenticates and the node is schedulable.
+    let workloads: Api<Pod> = Api::namespaced(admin.clone(), "default");
+    workloads
+        .create(&PostParams::default(), &workload("after-the-sleep"))
+        .await
+        .expect("create the workload pod");
+    let started = run.woken.started;
     let kcm_secrets: Api<Secret> = Api::namespaced(admin.clone(), KCM_NS);
     let valid_secret = |name: &'static str| {
         let api = kcm_secrets.clone();
-        move || {
+        watch(started, move || {
             let api = api.clone();
             async move {
                 matches!(api.get_opt(name).await, Ok(Some(s)) if not_after(&tls_crt(&s)) > now())
             }
-        }
+        })
     };
-    times.push(run.reach(NAMES[4], valid_secret("csr-signer")).await);
-    times.push(
-        run.reach(
-            NAMES[5],
-            valid_secret("kube-controller-manager-client-cert-key"),
-        )
-        .await,
-    );
-    let (signer_file, client_file) = (
-        run.kcm.cert_file("secrets/csr-signer/tls.crt"),
-        run.kcm
-            .cert_file("secrets/kube-controller-manager-client-cert-key/tls.crt"),
-    );
-    times.push(
-        run.reach(NAMES[6], || {
-            let (a, b) = (signer_file.clone(), client_file.clone());
+    let valid_files = |files: Vec<std::path::PathBuf>| {
+        watch(started, move || {
+            let files = files.clone();
             async move {
-                [a, b].iter().all(|file| {
+                files.iter().all(|file| {
                     std::fs::read_to_string(file).is_ok_and(|pem| not_after(&pem) > now())
                 })
             }
         })
-        .await,
-    );
-
-    // The scheduler's client certificate: re-issued by the kube-apiserver pod's sidecar, copied
-    // by the scheduler pod's, synced into its cert dir.
-    let ks_client = run.kcm.scheduler.client_file("tls.crt");
-    times.push(
-        run.reach(NAMES[7], || {
-            let file = ks_client.clone();
-            async move { std::fs::read_to_string(&file).is_ok_and(|pem| not_after(&pem) > now()) }
-        })
-        .await,
-    );
-
-    // kube-controller-manager holds its Lease: only with a client certificate the
-    // kube-apiserver accepts (the old one expired before it started).
-    let leases: Api<Lease> = Api::namespaced(admin.clone(), "kube-system");
-    times.push(
-        run.reach(NAMES[8], || {
+    };
+    // A Lease renewed since the kubelet started: only with a client certificate the
+    // kube-apiserver accepts (the old ones expired before the processes started).
+    let lease_renewed = |namespace: &str, name: &'static str| {
+        let leases: Api<Lease> = Api::namespaced(admin.clone(), namespace);
+        watch(started, move || {
             let leases = leases.clone();
             async move {
-                let Ok(Some(lease)) = leases.get_opt("kube-controller-manager").await else {
+                let Ok(Some(lease)) = leases.get_opt(name).await else {
                     return false;
                 };
                 let spec = lease.spec.unwrap_or_default();
@@ -361,45 +364,93 @@ async fn recover_once() -> Vec<Duration> {
                         .is_some_and(|t| t.0.as_second() >= started_wall)
             }
         })
-        .await,
-    );
-    let ks_leases: Api<Lease> = Api::namespaced(admin.clone(), SCHEDULER_NS);
-    times.push(
-        run.reach(NAMES[9], || {
-            let leases = ks_leases.clone();
+    };
+    let signed = {
+        let csrs = csrs.clone();
+        watch(started, move || {
+            let csrs = csrs.clone();
             async move {
-                let Ok(Some(lease)) = leases.get_opt("kube-scheduler").await else {
-                    return false;
-                };
-                let spec = lease.spec.unwrap_or_default();
-                spec.holder_identity.is_some_and(|h| !h.is_empty())
-                    && spec
-                        .renew_time
-                        .is_some_and(|t| t.0.as_second() >= started_wall)
+                csrs.list(&ListParams::default()).await.is_ok_and(|l| {
+                    l.items.iter().any(|c| {
+                        bootstrap_csr(c)
+                            && approved_by_ours(c)
+                            && c.status
+                                .as_ref()
+                                .and_then(|s| s.certificate.as_ref())
+                                .is_some_and(|b| !b.0.is_empty())
+                    })
+                })
             }
         })
-        .await,
-    );
-
-    times.push(
-        run.reach(NAMES[10], || async {
-            kubelet_csrs().await.iter().any(|c| {
-                approved_by_ours(c)
-                    && c.status
-                        .as_ref()
-                        .and_then(|s| s.certificate.as_ref())
-                        .is_some_and(|b| !b.0.is_empty())
-            })
+    };
+    let on_disk = run.kcm.kubelet_client_cert();
+    let new_on_disk = {
+        let file = on_disk.clone();
+        watch(started, move || {
+            let file = file.clone();
+            async move { std::fs::read_to_string(&file).is_ok_and(|pem| not_after(&pem) > now()) }
         })
-        .await,
-    );
+    };
+    let ready = {
+        let (nodes, name): (Api<KubeNode>, String) = (Api::all(admin.clone()), node_name.clone());
+        watch(started, move || {
+            let (nodes, name) = (nodes.clone(), name.clone());
+            async move {
+                matches!(nodes.get_opt(&name).await, Ok(Some(n)) if n
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .into_iter()
+                    .flatten()
+                    .any(|c| c.type_ == "Ready" && c.status == "True"))
+            }
+        })
+    };
+    let bound = {
+        let (pods, name) = (workloads.clone(), node_name.clone());
+        watch(started, move || {
+            let (pods, name) = (pods.clone(), name.clone());
+            async move {
+                matches!(pods.get_opt("after-the-sleep").await, Ok(Some(p)) if p
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.node_name.as_deref())
+                    == Some(name.as_str()))
+            }
+        })
+    };
+    let watchers = vec![
+        valid_secret("csr-signer"),
+        valid_secret("kube-controller-manager-client-cert-key"),
+        valid_files(vec![
+            run.kcm.cert_file("secrets/csr-signer/tls.crt"),
+            run.kcm
+                .cert_file("secrets/kube-controller-manager-client-cert-key/tls.crt"),
+        ]),
+        valid_files(vec![run.kcm.scheduler.client_file("tls.crt")]),
+        lease_renewed("kube-system", "kube-controller-manager"),
+        lease_renewed(SCHEDULER_NS, "kube-scheduler"),
+        signed,
+        new_on_disk,
+        ready,
+        bound,
+    ];
+    times.extend(run.collect(&NAMES[4..], watchers).await);
+
+    // The issued certificate: this node's, signed by the recovered csr-signer (not the slept
+    // one), and the one the kubelet now has on its disk.
     let recovered_signer = tls_crt(&kcm_secrets.get("csr-signer").await.unwrap());
-    let issued: Vec<String> = kubelet_csrs()
+    let issued: Vec<String> = csrs
+        .list(&ListParams::default())
         .await
+        .expect("the CSRs")
+        .items
         .into_iter()
+        .filter(bootstrap_csr)
         .filter_map(|c| c.status?.certificate)
         .map(|b| String::from_utf8(b.0).expect("PEM"))
         .collect();
+    assert!(!issued.is_empty(), "a certificate was issued");
     for pem in &issued {
         assert!(
             issued_by(pem, &recovered_signer),
@@ -414,55 +465,10 @@ async fn recover_once() -> Vec<Duration> {
             cert.subject()
         );
     }
-    let on_disk = run.kcm.kubelet_client_cert();
-    times.push(
-        run.reach(NAMES[11], || {
-            let (file, issued) = (on_disk.clone(), issued.clone());
-            async move {
-                std::fs::read_to_string(&file).is_ok_and(|pem| {
-                    not_after(&pem) > now()
-                        && issued.iter().any(|i| first_der(i) == first_der(&pem))
-                })
-            }
-        })
-        .await,
-    );
-    let nodes: Api<KubeNode> = Api::all(admin.clone());
-    let node_name = run.woken.node.name.clone();
-    times.push(
-        run.reach(NAMES[12], || {
-            let (nodes, name) = (nodes.clone(), node_name.clone());
-            async move {
-                matches!(nodes.get_opt(&name).await, Ok(Some(n)) if n
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.conditions.as_ref())
-                    .into_iter()
-                    .flatten()
-                    .any(|c| c.type_ == "Ready" && c.status == "True"))
-            }
-        })
-        .await,
-    );
-
-    // The scheduler binds a pod to the node (a host-network pause pod: no CNI on the node).
-    let workloads: Api<Pod> = Api::namespaced(admin.clone(), "default");
-    workloads
-        .create(&PostParams::default(), &workload("after-the-sleep"))
-        .await
-        .expect("create the workload pod");
-    times.push(
-        run.reach(NAMES[13], || {
-            let (pods, name) = (workloads.clone(), node_name.clone());
-            async move {
-                matches!(pods.get_opt("after-the-sleep").await, Ok(Some(p)) if p
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.node_name.as_deref())
-                    == Some(name.as_str()))
-            }
-        })
-        .await,
+    let current = std::fs::read_to_string(&on_disk).expect("the kubelet's certificate");
+    assert!(
+        issued.iter().any(|i| first_der(i) == first_der(&current)),
+        "the kubelet's certificate on disk is the one its CSR got"
     );
 
     // In place: kube-controller-manager and kube-scheduler were never restarted (their new
@@ -484,18 +490,33 @@ async fn recover_once() -> Vec<Duration> {
         "kube-controller-manager and kube-scheduler each ran in one container, never restarted"
     );
 
-    // Observed one after the other, in order; the approval (watched alongside) between the
-    // kube-apiserver's answer and the signature.
-    let sequential: Vec<Duration> = times
-        .iter()
-        .enumerate()
-        .filter(|(index, _)| *index != 3)
-        .map(|(_, t)| *t)
-        .collect();
-    for pair in sequential.windows(2) {
-        assert!(pair[0] <= pair[1], "milestones in order: {times:?}");
+    // What causes what: each step after the one it needs.
+    let t = &times;
+    let after = |later: usize, earlier: usize| {
+        assert!(
+            t[earlier] <= t[later],
+            "{} (+{:?}) before {} (+{:?})",
+            NAMES[later],
+            t[later],
+            NAMES[earlier],
+            t[earlier]
+        );
+    };
+    after(1, 0);
+    after(2, 1);
+    after(3, 1);
+    for step in 4..=7 {
+        after(step, 1);
     }
-    assert!(times[1] <= times[3] && times[3] <= times[10], "{times:?}");
+    after(6, 4);
+    after(6, 5);
+    after(8, 6);
+    after(9, 7);
+    after(10, 3);
+    after(10, 8);
+    after(11, 10);
+    after(12, 11);
+    after(13, 9);
     times
 }
 
