@@ -4,7 +4,8 @@
 //! `localhost-recovery` SNI name) into a resource directory with atomic directory swaps.
 //!
 //! `regenerate` is the regeneration controller: it regenerates signers, CA bundles and
-//! certificates declared in a config file, by default only when they are expired or missing.
+//! certificates declared in a config file or a built-in profile, by default only when they are
+//! expired or missing.
 //!
 //! `node` keeps one host file (the kubelet's client-CA bundle, say) assembled from keys of
 //! ConfigMaps and Secrets, on every node.
@@ -15,46 +16,36 @@
 //! `inspect` lists the certificates of directories or of a namespace, with what is wrong
 //! with them.
 //!
+//! The modules are folders in layers, lowest first: `base` (small types), `pki` (parse, verify,
+//! issue), `kube` (the Kubernetes plumbing), the jobs (`sync`, `regenerate`, `node`, `approve`,
+//! `inspect`: one per subcommand, none using another) and `app` (the flags, the access each
+//! subcommand needs, the shared sidecar start-up). A module never uses a layer above its own
+//! (`scripts/check-module-cycles`).
+//!
 //! The public surface is small on purpose: [`cli`] (the flags, as data), [`run`] (one
 //! subcommand to completion), [`regenerate::config`] (the rotation config parser, public so
-//! that it can be fuzzed and checked by tests) and [`access`] (the API access each subcommand
-//! needs for given flags: what RBAC must grant). Everything else is internal.
+//! that it can be fuzzed and checked by tests), [`access`] (the API access each subcommand
+//! needs for given flags: what RBAC must grant), [`error`] and [`kind`]. Everything else is
+//! internal.
 
-pub mod access;
-mod approve;
-pub mod cli;
-mod connection;
-mod decode;
-pub mod error;
-mod events;
-#[cfg(test)]
-mod fake_api;
-mod fetched;
-mod health;
-mod input_file;
-mod inspect;
-pub mod kind;
-mod leader;
-mod metrics;
-mod names;
-mod node;
+mod app;
+mod base;
+mod kube;
 mod pki;
+
+mod approve;
+mod inspect;
+mod node;
 pub mod regenerate;
-mod shutdown;
 mod sync;
-mod time;
-mod watch;
+
+pub use app::{access, cli};
+pub use base::{error, kind};
 
 /// Runs one subcommand until it finishes or is shut down (SIGTERM/SIGINT).
 ///
 /// Errors that come from bad flags or configuration are [`error::ConfigError`]s (exit code 2 in
 /// the binary); anything else is a runtime failure.
 pub async fn run(command: cli::Command) -> anyhow::Result<()> {
-    match command.job()? {
-        cli::Job::Sync(settings) => sync::run(settings).await,
-        cli::Job::Regenerate(settings) => regenerate::run(settings).await,
-        cli::Job::Inspect(settings) => inspect::run(settings).await,
-        cli::Job::Node(settings) => node::run(settings).await,
-        cli::Job::ApproveKubeletCsr(settings) => approve::run(settings).await,
-    }
+    app::run(command).await
 }

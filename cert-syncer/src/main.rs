@@ -1,19 +1,22 @@
-//! `cert-syncer`: the sidecar of a control-plane static pod.
+//! `cert-syncer`: the sidecars that keep a control plane's certificates in step with the
+//! Kubernetes API, one subcommand each:
 //!
-//! `sync` mirrors named Secrets and ConfigMaps from the apiserver (over localhost, through the
-//! `localhost-recovery` SNI name) into a resource directory with atomic directory swaps.
+//! - `sync` mirrors named Secrets and ConfigMaps from the apiserver (over localhost, through the
+//!   `localhost-recovery` SNI name) into a resource directory with atomic directory swaps;
+//! - `regenerate` regenerates signers, CA bundles and certificates declared in a config file or
+//!   a built-in profile (`--profile openshift-kube-apiserver`,
+//!   `openshift-kube-controller-manager`, `openshift-kube-scheduler`), by default only when they
+//!   are expired or missing;
+//! - `node` keeps one host CA bundle (the kubelet's `kubelet-ca.crt`: `--preset
+//!   openshift-kubelet-ca`) assembled from API objects on every node;
+//! - `approve-kubelet-csr` (opt-in) approves this node's kubelet client CSR while its
+//!   certificate on disk is expired or absent;
+//! - `inspect` lists certificates on disk or in a namespace and what is wrong with them.
 //!
-//! `regenerate` is the regeneration controller: it regenerates signers, CA bundles and
-//! certificates declared in a config file or a built-in profile, by default only when they are
-//! expired or missing.
-//!
-//! `node` keeps one host CA bundle (the kubelet's `kubelet-ca.crt`) assembled from API objects on
-//! every node; `inspect` lists certificates on disk or in a namespace and what is wrong with them;
-//! `approve-kubelet-csr` (opt-in) approves this node's kubelet client CSR while its certificate
-//! on disk is expired or absent.
-//!
-//! The work lives in the library (`src/lib.rs`); `main` parses flags, installs logging and maps the outcome to an exit code: 0 after a clean
-//! shutdown, 1 on a fatal runtime error, 2 on bad flags or configuration.
+//! The work lives in the library (`src/lib.rs`, in layers: `app` over the jobs over `kube`,
+//! `pki` and `base`; ARCHITECTURE.md, "Inside cert-syncer"). `main` parses the flags, installs
+//! logging and maps the outcome to an exit code: 0 after a clean shutdown, 1 on a fatal runtime
+//! error, 2 on bad flags or configuration.
 
 use std::process::ExitCode;
 

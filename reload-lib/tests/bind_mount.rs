@@ -1,4 +1,4 @@
-//! Issue 14, item 7: a bind mount over a watched directory. inotify reports nothing (the watch
+//! A bind mount over a watched directory. inotify reports nothing (the watch
 //! stays on the covered directory's inode), so the resync, or an explicit reload, must repair
 //! the watch: from then on writes into the mounted directory are seen by events.
 //!

@@ -1,4 +1,4 @@
-//! Issue 14, item 6: a directory replaced while the inotify queue overflowed is watched again.
+//! A directory replaced while the inotify queue overflowed is watched again.
 //! Alone in its test binary: the queue size is fixed when the process's inotify instance is
 //! created, so this test shrinks `max_queued_events` around that moment (as `overflow.rs`).
 //!

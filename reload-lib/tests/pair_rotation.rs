@@ -1,4 +1,4 @@
-//! A certificate and its key in two files, replaced one after the other (issue 19 item 4): the
+//! A certificate and its key in two files, replaced one after the other: the
 //! set waits for the second file instead of parsing, rejecting and reporting the pair caught
 //! half way, and a pair that really does not match is still rejected, reported and never
 //! served. Real files, real renames, real inotify.

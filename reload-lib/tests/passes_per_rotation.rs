@@ -1,4 +1,4 @@
-//! How many reload passes one rotation costs, per writer style (issue 19 item 4), counted through
+//! How many reload passes one rotation costs, per writer style, counted through
 //! `Status::passes`. The counts depend on timing (whether a writer's next step is already queued
 //! when the watcher reads), so only bounds that hold under load are asserted; the figures are
 //! printed (`--no-capture`).

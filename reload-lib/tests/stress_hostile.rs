@@ -1,4 +1,4 @@
-//! Issue 14's stress run, bounded for CI (well under a minute): hostile files at every watched
+//! The hostile-files stress run, bounded for CI (well under a minute): hostile files at every watched
 //! path (certificate, key, client-CA bundle, CRL) — FIFOs, `/dev/zero`, directories, 100 MiB
 //! files, one-line keys, DER/garbage/empty CRLs — while clients keep handshaking. Must show: no
 //! hang (every rejection and every handshake within a bound), bounded RSS, no fail-open (a

@@ -1,4 +1,4 @@
-//! Issue 14, items 6 and 13: the inotify watch limit reached mid-run falls back to polling, and a
+//! The inotify watch limit reached mid-run falls back to polling, and a
 //! subscribe that fails halfway (the limit reached on its second directory) leaves no watch
 //! behind. The limit is the watcher's own cap (`watch::__limit_watches`), which fails exactly as
 //! the kernel's `max_user_watches` does, so no system-wide setting is touched.

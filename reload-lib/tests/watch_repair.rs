@@ -1,4 +1,4 @@
-//! Issue 14, items 5-7: watches that used to be lost for good (a parent's watch dropped for
+//! Watches that used to be lost for good (a parent's watch dropped for
 //! another role, symlinked revision directories, symlinked files, renamed parents, `mkdir -p`
 //! races). Every set here has no resync, so only events (or an explicit repair) can see a
 //! change.

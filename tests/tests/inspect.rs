@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use e2e::syncer::{NS, bundle_config_map, tls_secret};
 use e2e::{
@@ -514,14 +514,6 @@ both_backends!(
     a_refused_connection_exits_1_with_the_reason,
 );
 
-fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !condition() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 async fn a_namespace_is_inspected_through_the_api_as_its_synced_files_are(backend: Backend) {
     install_crypto_provider();
     let tmp = tempfile::tempdir().unwrap();
@@ -626,7 +618,7 @@ async fn a_namespace_is_inspected_through_the_api_as_its_synced_files_are(backen
             "serving-ca",
         ],
     );
-    wait_until("the synced files", || {
+    e2e::wait_until("the synced files", Duration::from_secs(20), || async {
         [
             "secrets/good-serving/tls.key",
             "secrets/old-serving/tls.key",
@@ -634,7 +626,8 @@ async fn a_namespace_is_inspected_through_the_api_as_its_synced_files_are(backen
         ]
         .iter()
         .all(|f| dest.join(f).exists())
-    });
+    })
+    .await;
     let (code, dir_rows, _) = tokio::task::block_in_place(|| inspect_json(&["--dir", path(&dest)]));
     assert_eq!(code, 1);
     assert_eq!(dir_rows.len(), api_rows.len());

@@ -14,7 +14,7 @@ use std::os::unix::fs::MetadataExt;
 use std::time::{Duration, Instant};
 
 use e2e::install_crypto_provider;
-use e2e::node::profile_objects::CM;
+use e2e::node::profile_objects::{CM, OP};
 use e2e::node::scenario::{WakeOptions, Woken, first_der, not_after, now};
 use e2e::node::scheduler::{CLIENT_CERT, NAMESPACE, POD, SCHEDULER, SchedulerPod};
 use e2e::tls::serial_of;
@@ -47,6 +47,13 @@ fn common_name(pem: &str) -> String {
         .and_then(|cn| cn.as_str().ok())
         .unwrap_or_default()
         .to_owned()
+}
+
+/// The issuer DN of the first certificate of `pem`, and its subject DN.
+fn issuer_and_subject(pem: &str) -> (String, String) {
+    let der = first_der(pem);
+    let (_, cert) = x509_parser::parse_x509_certificate(&der).expect("a certificate");
+    (cert.issuer().to_string(), cert.subject().to_string())
 }
 
 /// Polls `probe` every 100 ms until it returns `Some`; fails after [`STEP`] with the kubelet's
@@ -151,6 +158,19 @@ async fn the_scheduler_authenticates_with_its_synced_client_certificate_and_bind
     )
     .await;
     assert_eq!(common_name(&issued), "system:kube-scheduler");
+    // Issued by the recovered (valid) kube-control-plane-signer.
+    let signers: Api<Secret> = Api::namespaced(admin.clone(), OP);
+    let signer = tls_crt(&signers.get("kube-control-plane-signer").await.unwrap())
+        .expect("the signer's tls.crt");
+    assert!(
+        not_after(&signer) > now(),
+        "kube-control-plane-signer recovered"
+    );
+    assert_eq!(
+        issuer_and_subject(&issued).0,
+        issuer_and_subject(&signer).1,
+        "issued by the recovered kube-control-plane-signer"
+    );
 
     // The scheduler pod, its cert dir empty: the scheduler has no client certificate but the
     // one its sidecars bring.

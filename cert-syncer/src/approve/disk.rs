@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use crate::input_file;
+use crate::base::input_file;
 
 /// Largest file read (a certificate and its key: a few KiB).
 const MAX_FILE: u64 = 1024 * 1024;
@@ -36,19 +36,19 @@ impl KubeletCert {
         };
         // Only the CERTIFICATE blocks: the file also holds the private key, which is never
         // parsed, kept or shown.
-        let blocks = match pem::parse_many(&bytes) {
+        let blocks = match crate::pki::pem::blocks_skipping_torn(&bytes) {
             Ok(blocks) => blocks,
             Err(err) => {
                 return KubeletCert::Unknown(format!("{what} {}: not PEM ({err})", path.display()));
             }
         };
-        let Some(first) = blocks.iter().find(|b| b.tag() == "CERTIFICATE") else {
+        let Some(first) = blocks.into_iter().find(|b| b.label == "CERTIFICATE") else {
             return KubeletCert::Unknown(format!(
                 "{what} {}: no CERTIFICATE block",
                 path.display()
             ));
         };
-        let der = rustls_pki_types::CertificateDer::from(first.contents().to_vec());
+        let der = rustls_pki_types::CertificateDer::from(first.der);
         match crate::pki::Cert::from_der(der) {
             Ok(cert) if cert.not_after <= now => KubeletCert::Expired {
                 not_after: cert.not_after,
@@ -70,7 +70,7 @@ mod tests {
     use testkit::pki::{Ca, CertSpec};
 
     fn now() -> i64 {
-        crate::time::unix_now()
+        crate::base::time::unix_now()
     }
 
     #[test]

@@ -23,7 +23,6 @@ mod rules;
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -39,14 +38,16 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 
-use crate::health::Readiness;
+use crate::base::error::ConfigError;
+use crate::base::readiness::Readiness;
+use crate::kube::sidecar::Sidecar;
 pub use disk::KubeletCert;
 pub use rules::{Decision, Policy, REASON, SIGNER};
 
-/// What `approve-kubelet-csr` is asked to do (from [`crate::cli::ApproveKubeletCsrArgs`]).
+/// What `approve-kubelet-csr` is asked to do (from [`crate::app::cli::ApproveKubeletCsrArgs`]).
 #[derive(Debug, Clone)]
 pub struct Settings {
-    pub connection: crate::connection::Settings,
+    pub connection: crate::kube::connection::Settings,
     pub policy: Policy,
     /// The kubelet's client certificate (`kubelet-client-current.pem`).
     pub kubelet_client_cert: PathBuf,
@@ -55,34 +56,39 @@ pub struct Settings {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ResultLabels {
+pub(crate) struct ResultLabels {
     result: &'static str,
 }
 
-/// Runs until SIGTERM/SIGINT.
-pub async fn run(settings: Settings) -> anyhow::Result<()> {
-    let connection = crate::connection::connect(&settings.connection).await?;
-    let shutdown = crate::shutdown::on_signal()?;
-    let mut registry = Registry::default();
+/// The approver's metric (its decisions) and the CSR list blocking readiness until listed.
+pub(crate) fn register(
+    registry: &mut Registry,
+    readiness: &Readiness,
+) -> Result<Family<ResultLabels, Counter>, ConfigError> {
     let decisions: Family<ResultLabels, Counter> = Family::default();
     registry.register(
         "cert_syncer_kubelet_csr_decisions",
         "Kubelet client CSRs approved, left alone (once per CSR and reason) or whose approval failed",
         decisions.clone(),
     );
-    let readiness = Readiness::default();
     readiness.block("csrs", "not listed yet");
-    if let Some(addr) = settings.metrics_listen {
-        let registry = Arc::new(registry);
-        let (readiness, shutdown) = (readiness.clone(), shutdown.clone());
-        tokio::spawn(async move {
-            if let Err(err) = crate::health::serve(addr, registry, readiness, shutdown).await {
-                tracing::error!(error = %err, "metrics server stopped");
-            }
-        });
-    }
+    Ok(decisions)
+}
+
+/// Runs until SIGTERM/SIGINT.
+pub(crate) async fn run(
+    settings: Settings,
+    sidecar: Sidecar,
+    decisions: Family<ResultLabels, Counter>,
+) -> anyhow::Result<()> {
+    let Sidecar {
+        connection,
+        shutdown,
+        readiness,
+        ..
+    } = sidecar;
     let api: Api<CertificateSigningRequest> = Api::all(connection.client.clone());
-    let config = crate::watch::config(connection.watch_timeout_seconds)
+    let config = crate::kube::watch::config(connection.watch_timeout_seconds)
         .fields(&format!("spec.signerName={SIGNER}"));
     let stream = kube::runtime::watcher::watcher(api.clone(), config).default_backoff();
     futures::pin_mut!(stream);
@@ -165,7 +171,10 @@ impl Approver {
     /// The kubelet's certificate file, read afresh for each event and recheck: it expires, or
     /// the kubelet writes a new one, with no CSR event.
     fn disk(&self) -> KubeletCert {
-        KubeletCert::read(&self.settings.kubelet_client_cert, crate::time::unix_now())
+        KubeletCert::read(
+            &self.settings.kubelet_client_cert,
+            crate::base::time::unix_now(),
+        )
     }
 
     async fn decide(&mut self, name: &str, disk: &KubeletCert) {

@@ -97,12 +97,12 @@ fn check(
     let disk = match disk {
         KubeletCert::Absent => "absent".to_owned(),
         KubeletCert::Expired { not_after } => {
-            format!("expired at {}", crate::time::rfc3339(*not_after))
+            format!("expired at {}", crate::base::time::rfc3339(*not_after))
         }
         KubeletCert::Valid { not_after } => {
             return Err(format!(
                 "the kubelet's client certificate on disk is valid until {}: not a recovery",
-                crate::time::rfc3339(*not_after)
+                crate::base::time::rfc3339(*not_after)
             ));
         }
         KubeletCert::Unknown(why) => {
@@ -119,14 +119,18 @@ fn check(
 
 /// Parses and checks the PKCS#10 request; returns whether its key is RSA.
 fn check_request(pem_bytes: &[u8], policy: &Policy) -> Result<bool, String> {
-    let block = ::pem::parse(pem_bytes).map_err(|err| format!("request is not PEM: {err}"))?;
-    if block.tag() != "CERTIFICATE REQUEST" {
+    let block = crate::pki::pem::blocks_skipping_torn(pem_bytes)
+        .map_err(|err| format!("request is not PEM: {err}"))?
+        .into_iter()
+        .next()
+        .ok_or_else(|| "request is not PEM: no PEM block".to_owned())?;
+    if block.label != "CERTIFICATE REQUEST" {
         return Err(format!(
             "request is a {:?} block, not CERTIFICATE REQUEST",
-            block.tag()
+            block.label
         ));
     }
-    let (rest, request) = X509CertificationRequest::from_der(block.contents())
+    let (rest, request) = X509CertificationRequest::from_der(&block.der)
         .map_err(|err| format!("request does not parse: {err}"))?;
     if !rest.is_empty() {
         return Err("request has trailing bytes".to_owned());

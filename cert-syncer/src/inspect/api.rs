@@ -8,21 +8,19 @@ use kube::Api;
 use kube::api::ListParams;
 
 use super::source::{Entry, Group, Origin};
-use crate::connection::{self, Target, connect};
-use crate::decode::Raw;
-use crate::fetched::ToFetched;
-use crate::kind::Kind;
+use crate::base::kind::Kind;
+use crate::kube::connection::{Connection, Target};
+use crate::kube::decode::Raw;
+use crate::kube::fetched::ToFetched;
 
 /// Every Secret, then every ConfigMap of `namespace`, each in name order.
 ///
 /// # Errors
-/// When the connection cannot be set up (bad kubeconfig or flags: exit code 2) or a list fails
-/// (TLS refused, 401/403, unreachable: exit code 1).
+/// When a list fails (TLS refused, 401/403, unreachable: exit code 1).
 pub(super) async fn namespace(
-    args: &connection::Settings,
+    connection: &Connection,
     namespace: &str,
 ) -> anyhow::Result<Vec<Group>> {
-    let connection = connect(args).await?;
     // Raw: one object that does not decode is reported alone, and no response body is logged.
     let secrets: Api<Raw<Secret>> = Api::namespaced(connection.client.clone(), namespace);
     let config_maps: Api<Raw<ConfigMap>> = Api::namespaced(connection.client.clone(), namespace);

@@ -28,9 +28,9 @@ use super::report::{
     Row, Status, span, time_left,
 };
 use super::source::{Entry, Group, Origin};
-use crate::error::ConfigError;
+use crate::base::error::ConfigError;
+use crate::base::time::rfc3339;
 use crate::pki::{self, Cert, ChainError};
-use crate::time::rfc3339;
 
 /// CA certificates a leaf may chain to.
 #[derive(Debug, Clone)]

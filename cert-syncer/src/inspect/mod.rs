@@ -21,14 +21,15 @@ use std::io::Write;
 
 use anyhow::Context;
 
-use crate::error::ConfigError;
-use crate::time::unix_now;
+use crate::base::error::ConfigError;
+use crate::base::time::unix_now;
+use crate::kube::connection::Connection;
 
 /// What `inspect` looks at and how it reports.
 #[derive(Debug)]
 pub(crate) struct Settings {
-    /// Used with `namespace`.
-    pub connection: crate::connection::Settings,
+    /// Used with `namespace` (connected by the app shell).
+    pub connection: crate::kube::connection::Settings,
     /// Directories to read, recursively.
     pub dirs: Vec<std::path::PathBuf>,
     /// A namespace whose Secrets and ConfigMaps are read through the API.
@@ -45,7 +46,8 @@ pub(crate) struct Settings {
 
 /// Inspects what the settings name and prints the rows. `Err` when any row has a problem (exit
 /// code 1, one line per problem on stderr), or when nothing could be inspected at all.
-pub(crate) async fn run(args: Settings) -> anyhow::Result<()> {
+/// `connection` is the app shell's, set when `namespace` is.
+pub(crate) async fn run(args: Settings, connection: Option<Connection>) -> anyhow::Result<()> {
     let now = args.now.unwrap_or_else(unix_now);
     let required = args
         .ca_bundles
@@ -56,8 +58,8 @@ pub(crate) async fn run(args: Settings) -> anyhow::Result<()> {
     for dir in &args.dirs {
         groups.extend(scan::directory(dir)?);
     }
-    if let Some(namespace) = &args.namespace {
-        groups.extend(api::namespace(&args.connection, namespace).await?);
+    if let (Some(namespace), Some(connection)) = (&args.namespace, &connection) {
+        groups.extend(api::namespace(connection, namespace).await?);
     }
     let rows = check::inspect(&groups, &required, now, args.warn_within);
 

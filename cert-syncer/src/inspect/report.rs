@@ -6,7 +6,7 @@ use std::io::Write;
 
 use serde::Serialize;
 
-use crate::kind::Kind;
+use crate::base::kind::Kind;
 
 /// One certificate (or one entry that could not be read).
 #[derive(Debug, Serialize)]

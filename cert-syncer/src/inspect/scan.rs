@@ -10,7 +10,7 @@
 use std::path::{Path, PathBuf};
 
 use super::source::{Entry, Group, Origin};
-use crate::error::ConfigError;
+use crate::base::error::ConfigError;
 
 /// Deeper than any resource directory; stops pathological trees.
 const MAX_DEPTH: usize = 16;

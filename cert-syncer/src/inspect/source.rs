@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use crate::kind::Kind;
+use crate::base::kind::Kind;
 
 /// Entries that belong together: the files of one directory, or the keys of one object.
 /// Certificates are paired with keys and bundles within a group first.

@@ -7,6 +7,8 @@ use std::collections::HashSet;
 
 use sha2::{Digest, Sha256};
 
+use crate::pki::pem;
+
 /// One certificate: its DER and the facts the metrics need.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Certificate {
@@ -49,21 +51,10 @@ pub enum Invalid {
 /// Every PEM block of `bytes` must be a parsable certificate, and there must be at least one.
 /// Text outside the blocks (comments, blank lines) is ignored, as Go's `pem.Decode` does.
 pub fn parse_certificates(bytes: &[u8]) -> Result<Vec<Certificate>, Invalid> {
-    let blocks = pem::parse_many(bytes).map_err(|err| Invalid::Malformed {
-        index: count_begins_before_error(bytes),
-        reason: err.to_string(),
+    let blocks = pem::blocks(bytes).map_err(|err| Invalid::Malformed {
+        index: err.index,
+        reason: err.reason,
     })?;
-    // `pem` skips a BEGIN line it cannot pair with an END: count them to catch a torn block.
-    let begins = bytes
-        .windows(b"-----BEGIN ".len())
-        .filter(|w| *w == b"-----BEGIN ")
-        .count();
-    if begins != blocks.len() {
-        return Err(Invalid::Malformed {
-            index: blocks.len(),
-            reason: "a BEGIN line without its END line".to_owned(),
-        });
-    }
     if blocks.is_empty() {
         return Err(Invalid::Empty);
     }
@@ -71,29 +62,21 @@ pub fn parse_certificates(bytes: &[u8]) -> Result<Vec<Certificate>, Invalid> {
         .into_iter()
         .enumerate()
         .map(|(index, block)| {
-            if block.tag() != "CERTIFICATE" {
+            if block.label != "CERTIFICATE" {
                 return Err(Invalid::NotACertificate {
                     index,
-                    label: block.tag().to_owned(),
+                    label: block.label,
                 });
             }
-            let info = reload_lib::CertInfo::from_der(block.contents())
+            let info = reload_lib::CertInfo::from_der(&block.der)
                 .map_err(|reason| Invalid::Unparsable { index, reason })?;
             Ok(Certificate {
-                der: block.into_contents(),
+                der: block.der,
                 not_after: info.not_after,
                 is_ca: info.is_ca,
             })
         })
         .collect()
-}
-
-fn count_begins_before_error(bytes: &[u8]) -> usize {
-    bytes
-        .windows(b"-----BEGIN ".len())
-        .filter(|w| *w == b"-----BEGIN ")
-        .count()
-        .saturating_sub(1)
 }
 
 /// The assembled file.
@@ -137,13 +120,13 @@ pub fn assemble<'a>(parts: impl IntoIterator<Item = &'a [Certificate]>) -> Bundl
 
 /// PEM for `certificates`, `\n` line ends.
 pub fn encode(certificates: &[Certificate]) -> Vec<u8> {
-    let blocks: Vec<pem::Pem> = certificates
+    let blocks: Vec<::pem::Pem> = certificates
         .iter()
-        .map(|c| pem::Pem::new("CERTIFICATE", c.der.clone()))
+        .map(|c| ::pem::Pem::new("CERTIFICATE", c.der.clone()))
         .collect();
-    pem::encode_many_config(
+    ::pem::encode_many_config(
         &blocks,
-        pem::EncodeConfig::new().set_line_ending(pem::LineEnding::LF),
+        ::pem::EncodeConfig::new().set_line_ending(::pem::LineEnding::LF),
     )
     .into_bytes()
 }
@@ -161,16 +144,16 @@ pub fn certificate_ders(bytes: &[u8]) -> Option<Vec<Vec<u8>>> {
 /// `CERTIFICATE` blocks that parse, whatever else is there. What the file's consumer trusts
 /// now, for the guard against a bundle that would take all of it away.
 pub fn held_certificates(bytes: &[u8]) -> Vec<Certificate> {
-    let Ok(blocks) = pem::parse_many(bytes) else {
+    let Ok(blocks) = pem::blocks_skipping_torn(bytes) else {
         return Vec::new();
     };
     blocks
         .into_iter()
-        .filter(|block| block.tag() == "CERTIFICATE")
+        .filter(|block| block.label == "CERTIFICATE")
         .filter_map(|block| {
-            let info = reload_lib::CertInfo::from_der(block.contents()).ok()?;
+            let info = reload_lib::CertInfo::from_der(&block.der).ok()?;
             Some(Certificate {
-                der: block.into_contents(),
+                der: block.der,
                 not_after: info.not_after,
                 is_ca: info.is_ca,
             })

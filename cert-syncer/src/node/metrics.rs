@@ -89,6 +89,16 @@ pub struct Metrics {
 }
 
 impl Metrics {
+    /// The families, with every source of `file` not valid (until it is seen).
+    pub fn register_for(registry: &mut Registry, file: &str, sources: &[Source]) -> Metrics {
+        let metrics = Metrics::register(registry);
+        for source in sources {
+            let labels = SourceLabels::new(file, source);
+            metrics.source_valid.get_or_create(&labels).set(0);
+        }
+        metrics
+    }
+
     pub fn register(registry: &mut Registry) -> Metrics {
         let m = Metrics::default();
         let r = registry;

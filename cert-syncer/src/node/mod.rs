@@ -23,28 +23,25 @@
 
 mod action;
 mod bundle;
-mod filewatch;
 mod guard;
 mod metrics;
 mod settings;
 mod sources;
 mod target;
 
-pub use settings::{
-    ObjectRef, PostWrite, Preset, Settings, SignalTarget, Source, parse_mode, parse_owner,
-    parse_signal,
-};
+pub use settings::{ObjectRef, PostWrite, Preset, Settings, SignalTarget, Source};
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use prometheus_client::registry::Registry;
 use tokio::sync::mpsc;
 
-use crate::events::EventRecorder;
-use crate::health::Readiness;
-use crate::kind::Kind;
+use crate::base::error::ConfigError;
+use crate::base::kind::Kind;
+use crate::base::readiness::Readiness;
+use crate::kube::events::EventRecorder;
+use crate::kube::sidecar::Sidecar;
 use bundle::Certificate;
 use metrics::{ForeignLabels, Metrics, PathLabels, RefusalLabels, ResultLabels, SourceLabels};
 use sources::Seen;
@@ -55,40 +52,45 @@ const POLL_WITHOUT_INOTIFY: Duration = Duration::from_secs(2);
 /// A failed write is retried after this long.
 const WRITE_RETRY: Duration = Duration::from_secs(5);
 
-/// Runs until SIGTERM/SIGINT.
-pub async fn run(settings: Settings) -> anyhow::Result<()> {
+/// Node mode's metrics, with every source invalid and the file and sources blocking readiness
+/// until seen.
+///
+/// # Errors
+/// The file's directory does not exist (the host directory is not mounted).
+pub(crate) fn register(
+    settings: &Settings,
+    registry: &mut Registry,
+    readiness: &Readiness,
+) -> Result<Metrics, ConfigError> {
     let dir = settings.file.parent().unwrap_or(std::path::Path::new("/"));
     if !dir.is_dir() {
-        return Err(crate::error::ConfigError(format!(
+        return Err(ConfigError(format!(
             "--file {}: its directory does not exist (mount the host directory)",
             settings.file.display()
-        ))
-        .into());
+        )));
     }
-    let connection = crate::connection::connect(&settings.connection).await?;
-    let client = connection.client.clone();
-    let shutdown = crate::shutdown::on_signal()?;
-    let mut registry = Registry::default();
-    let metrics = Metrics::register(&mut registry);
-    let readiness = Readiness::default();
     readiness.block("file", "not written yet");
-    let path_label = settings.file.display().to_string();
     for source in &settings.sources {
         readiness.block(&source.to_string(), "not seen yet");
-        metrics
-            .source_valid
-            .get_or_create(&SourceLabels::new(&path_label, source))
-            .set(0);
     }
-    if let Some(addr) = settings.metrics_listen {
-        let registry = Arc::new(registry);
-        let (readiness, shutdown) = (readiness.clone(), shutdown.clone());
-        tokio::spawn(async move {
-            if let Err(err) = crate::health::serve(addr, registry, readiness, shutdown).await {
-                tracing::error!(error = %err, "metrics server stopped");
-            }
-        });
-    }
+    let file = settings.file.display().to_string();
+    Ok(Metrics::register_for(registry, &file, &settings.sources))
+}
+
+/// Runs until SIGTERM/SIGINT.
+pub(crate) async fn run(
+    settings: Settings,
+    sidecar: Sidecar,
+    metrics: Metrics,
+) -> anyhow::Result<()> {
+    let Sidecar {
+        connection,
+        shutdown,
+        readiness,
+        events,
+    } = sidecar;
+    let client = connection.client.clone();
+    let path_label = settings.file.display().to_string();
     let objects = settings.objects();
     let (tx, mut rx) = mpsc::unbounded_channel::<(usize, Seen)>();
     let mut tasks = Vec::new();
@@ -107,11 +109,13 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         }));
     }
     drop(tx);
-    let (file_changed, poll) = match filewatch::watch(&settings.file) {
-        Ok(notify) => (notify, settings.resync_interval),
-        Err(err) => {
-            tracing::warn!(error = %err, file = %settings.file.display(), "cannot watch the file's directory; polling it");
-            (Arc::new(tokio::sync::Notify::new()), POLL_WITHOUT_INOTIFY)
+    // reload-lib's watcher (its directory: a rename over the file is seen).
+    let file_watch = reload_lib::watch::FileWatch::new([&settings.file]);
+    let poll = match file_watch.mode() {
+        reload_lib::WatchMode::Inotify => settings.resync_interval,
+        reload_lib::WatchMode::Polling(reason) => {
+            tracing::warn!(%reason, file = %settings.file.display(), "cannot watch the file's directory; polling it");
+            POLL_WITHOUT_INOTIFY
         }
     };
     tracing::info!(
@@ -122,7 +126,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         "starting node mode"
     );
     let mut node = Node {
-        events: EventRecorder::for_node(client.clone(), settings.node_name.as_deref()),
+        events,
         target: Target::new(
             settings.file.clone(),
             settings.mode,
@@ -161,7 +165,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
                 Some((index, seen)) => node.seen(index, seen).await,
                 None => break,
             },
-            () = file_changed.notified() => {}
+            () = file_watch.changed() => {}
             () = sleep_until(deadline) => {}
             _ = resync.tick() => {}
             () = shutdown.cancelled() => break,
@@ -363,7 +367,7 @@ impl Node {
         }
         let outcome = tokio::task::block_in_place(|| {
             self.target
-                .reconcile(&bundle, Instant::now(), crate::time::unix_now())
+                .reconcile(&bundle, Instant::now(), crate::base::time::unix_now())
         });
         let path = self.target.path().display().to_string();
         match outcome {
@@ -378,7 +382,7 @@ impl Node {
                 self.metrics
                     .last_write
                     .get_or_create(&labels)
-                    .set(crate::time::unix_now());
+                    .set(crate::base::time::unix_now());
                 let fingerprint = bundle::fingerprint(&bundle.pem);
                 tracing::info!(file = %path, certificates = bundle.certificates.len(), duplicates = bundle.duplicates, sha256 = %fingerprint, "host file written");
                 if let Some(theirs) = &replaced {

@@ -1,14 +1,14 @@
 //! What `cert-syncer node` is asked to do, as plain data: the sources of the host file in
 //! order, the file and how to write it, how to live with another writer, and the optional
-//! post-write action. Built from the command line by [`crate::cli::NodeArgs`]; the job never
+//! post-write action. Built from the command line by [`crate::app::cli::NodeArgs`]; the job never
 //! sees flags.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::error::ConfigError;
-use crate::kind::Kind;
+use crate::base::error::ConfigError;
+use crate::base::kind::Kind;
 
 /// One key of one object: a part of the host file.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -32,10 +32,10 @@ impl Source {
             return Err(bad("not four parts"));
         };
         let kind = Kind::parse(kind).ok_or_else(|| bad("KIND must be secret or configmap"))?;
-        if !crate::names::is_dns_subdomain(namespace) || namespace.len() > 63 {
+        if !crate::base::names::is_dns_subdomain(namespace) || namespace.len() > 63 {
             return Err(bad("invalid NAMESPACE"));
         }
-        if !crate::names::is_dns_subdomain(name) {
+        if !crate::base::names::is_dns_subdomain(name) {
             return Err(bad("invalid NAME"));
         }
         if key.is_empty()
@@ -137,7 +137,7 @@ pub enum PostWrite {
 #[derive(Debug)]
 pub struct Settings {
     /// How to reach the apiserver.
-    pub connection: crate::connection::Settings,
+    pub connection: crate::kube::connection::Settings,
     /// The sources, in the order their certificates appear in the file.
     pub sources: Vec<Source>,
     /// The host file (absolute).
@@ -205,53 +205,6 @@ impl Settings {
     }
 }
 
-/// Parses an octal mode (`0644`, `644`).
-pub fn parse_mode(text: &str) -> Result<u32, String> {
-    u32::from_str_radix(text.trim_start_matches("0o"), 8)
-        .ok()
-        .filter(|mode| mode & !0o777 == 0)
-        .ok_or_else(|| format!("invalid mode {text:?} (octal, at most 0777)"))
-}
-
-/// Parses `UID:GID` (numbers: the container has no host user database).
-pub fn parse_owner(text: &str) -> Result<(u32, u32), String> {
-    let (uid, gid) = text
-        .split_once(':')
-        .ok_or_else(|| format!("invalid owner {text:?} (expected UID:GID)"))?;
-    let number = |n: &str| {
-        n.parse::<u32>()
-            .map_err(|_| format!("invalid owner {text:?} (numeric UID:GID)"))
-    };
-    Ok((number(uid)?, number(gid)?))
-}
-
-/// Parses a signal name (`HUP`, `SIGHUP`) or number.
-pub fn parse_signal(text: &str) -> Result<i32, String> {
-    if let Ok(number) = text.parse::<i32>()
-        && (1..=64).contains(&number)
-    {
-        return Ok(number);
-    }
-    let name = text
-        .strip_prefix("SIG")
-        .unwrap_or(text)
-        .to_ascii_uppercase();
-    let signal = match name.as_str() {
-        "HUP" => libc::SIGHUP,
-        "INT" => libc::SIGINT,
-        "QUIT" => libc::SIGQUIT,
-        "TERM" => libc::SIGTERM,
-        "USR1" => libc::SIGUSR1,
-        "USR2" => libc::SIGUSR2,
-        _ => {
-            return Err(format!(
-                "unknown signal {text:?} (HUP, USR1, USR2, TERM, INT, QUIT or a number)"
-            ));
-        }
-    };
-    Ok(signal)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -286,19 +239,5 @@ mod tests {
             let err = Source::parse(text).unwrap_err().0;
             assert!(err.contains(why), "{text}: {err}");
         }
-    }
-
-    #[test]
-    fn modes_owners_and_signals_parse() {
-        assert_eq!(parse_mode("0644"), Ok(0o644));
-        assert_eq!(parse_mode("600"), Ok(0o600));
-        assert!(parse_mode("4755").is_err());
-        assert!(parse_mode("9").is_err());
-        assert_eq!(parse_owner("0:0"), Ok((0, 0)));
-        assert!(parse_owner("root:root").is_err());
-        assert_eq!(parse_signal("HUP"), Ok(libc::SIGHUP));
-        assert_eq!(parse_signal("SIGUSR1"), Ok(libc::SIGUSR1));
-        assert_eq!(parse_signal("15"), Ok(15));
-        assert!(parse_signal("SIGNOPE").is_err());
     }
 }

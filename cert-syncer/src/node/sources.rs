@@ -8,8 +8,8 @@ use kube::runtime::WatchStreamExt;
 use tokio::sync::mpsc;
 
 use super::settings::ObjectRef;
-use crate::decode::Raw;
-use crate::fetched::{Fetched, TryFetched};
+use crate::kube::decode::Raw;
+use crate::kube::fetched::{Fetched, TryFetched};
 
 /// What a source object's watcher reports.
 pub enum Seen {
@@ -36,7 +36,8 @@ pub async fn follow<K>(
     Raw<K>: TryFetched,
 {
     let api: Api<Raw<K>> = Api::namespaced(client, &object.namespace);
-    let stream = crate::watch::watch_object(api, &object.name, timeout_seconds).default_backoff();
+    let stream =
+        crate::kube::watch::watch_object(api, &object.name, timeout_seconds).default_backoff();
     forward(stream, index, tx).await;
 }
 

@@ -14,7 +14,7 @@
 //! it would remove every unexpired certificate the file holds): the file then keeps what it
 //! holds, whoever wrote it.
 //!
-//! The file is read with the crate's safe reader ([`crate::input_file`]): a FIFO, a device or a
+//! The file is read with the crate's safe reader ([`crate::base::input_file`]): a FIFO, a device or a
 //! directory at the path is an error at once, never a blocked `open`.
 //!
 //! "Unchanged" is the file's identity (inode, size, mtime, ctime): a writer that keeps
@@ -182,13 +182,13 @@ impl Target {
     fn read(&self) -> Result<Option<(Vec<u8>, std::fs::Metadata)>, WriteError> {
         // Regular files only, opened non-blocking: a FIFO here would block a plain `open`
         // forever (and the whole loop with it).
-        crate::input_file::read_if_exists("host file", &self.path, MAX_READ).map_err(|message| {
-            WriteError {
+        crate::base::input_file::read_if_exists("host file", &self.path, MAX_READ).map_err(
+            |message| WriteError {
                 step: "read",
                 path: self.path.clone(),
                 source: std::io::Error::other(message),
-            }
-        })
+            },
+        )
     }
 
     /// Writes atomically (reload-lib's writer: temporary file, fsync, rename, directory
@@ -266,7 +266,7 @@ mod tests {
     }
 
     fn wall() -> i64 {
-        crate::time::unix_now()
+        crate::base::time::unix_now()
     }
 
     #[test]

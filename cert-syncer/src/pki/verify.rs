@@ -1,18 +1,136 @@
-//! The chain check of a target (`verify_chain`) and the names it is checked for: what decides
+//! Whether certificates chain: to a set of CAs ([`chains_to`], [`issued_by`]) and, for a target,
+//! for its [`Identity`] ([`verify_chain`]). The chain check of a target (`verify_chain`) and the names it is checked for: what decides
 //! `ChainBroken`, and what must never (a bundle CA webpki cannot parse, a wildcard, an error of
 //! the verifier itself).
 
 use std::sync::Arc;
 
-use rcgen::KeyPair;
 use rustls::RootCertStore;
 use rustls::client::WebPkiServerVerifier;
 use rustls::client::danger::ServerCertVerifier;
 use rustls::server::WebPkiClientVerifier;
-use rustls_pki_types::{ServerName, UnixTime};
+use rustls_pki_types::{CertificateDer, ServerName, UnixTime};
 
-use super::{Cert, Identity, KeyPairPem, ca_params, issued_by, new_leaf_of};
-use crate::regenerate::KeyType;
+use super::parse::{Cert, KeyPairPem};
+
+/// What a leaf certificate is for: serving some hostnames, or a client's user and groups. The
+/// identity a leaf is issued for (`pki::issue`) and verified for (`verify_chain`); each
+/// target of the rotation config has one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Identity {
+    /// A serving certificate for these names (DNS names and IP addresses), sorted, deduplicated.
+    Serving { hostnames: Vec<String> },
+    /// A client certificate: subject CN = user, O = groups (sorted, deduplicated).
+    Client { user: String, groups: Vec<String> },
+}
+
+/// Why a certificate does not chain to a set of CAs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChainError {
+    /// No CA of the set has the certificate's issuer name (nor does the certificate's own chain
+    /// lead to one): the set is not the certificate's trust, as opposed to a broken chain.
+    UnknownIssuer,
+    /// A path exists by name but fails: bad signature, an expired CA, a CA that may not sign,
+    /// a usage the CA does not allow. The text is the verifier's.
+    Invalid(String),
+}
+
+impl std::fmt::Display for ChainError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ChainError::UnknownIssuer => f.write_str("no CA of the bundle issued it"),
+            ChainError::Invalid(why) => f.write_str(why),
+        }
+    }
+}
+
+/// Whether `chain` (leaf first, then the intermediates it was served with) leads to one of
+/// `anchors`, checked by webpki at `at` (seconds since the Unix epoch) for any TLS usage
+/// (server auth, else client auth).
+///
+/// A CA certificate (a signer's own `tls.crt`) is not an end entity for webpki: it chains when
+/// it is one of `anchors`, or when an anchor with its issuer's name verifies its signature.
+pub fn chains_to(chain: &[Cert], anchors: &[Cert], at: i64) -> Result<(), ChainError> {
+    let Some(leaf) = chain.first() else {
+        return Err(ChainError::Invalid("no certificate".to_owned()));
+    };
+    if leaf.is_ca {
+        return ca_chains_to(leaf, anchors);
+    }
+    let trust: Vec<_> = anchors
+        .iter()
+        .filter_map(|ca| webpki::anchor_from_trusted_cert(&ca.der).ok())
+        .collect();
+    let end_entity = webpki::EndEntityCert::try_from(&leaf.der).map_err(|err| {
+        ChainError::Invalid(format!("not a usable end-entity certificate: {err}"))
+    })?;
+    let intermediates: Vec<CertificateDer<'_>> = chain[1..].iter().map(|c| c.der.clone()).collect();
+    let provider = rustls::crypto::aws_lc_rs::default_provider();
+    let algorithms = provider.signature_verification_algorithms.all;
+    let time = UnixTime::since_unix_epoch(std::time::Duration::from_secs(at.max(0) as u64));
+    let verify = |usage: webpki::KeyUsage| {
+        end_entity
+            .verify_for_usage(algorithms, &trust, &intermediates, time, usage, None, None)
+            .map(|_| ())
+    };
+    #[allow(deprecated)] // RequiredEkuNotFound: older webpki releases still return it
+    let result = match verify(webpki::KeyUsage::server_auth()) {
+        Err(webpki::Error::RequiredEkuNotFound | webpki::Error::RequiredEkuNotFoundContext(_)) => {
+            verify(webpki::KeyUsage::client_auth())
+        }
+        other => other,
+    };
+    result.map_err(|err| match err {
+        webpki::Error::UnknownIssuer => ChainError::UnknownIssuer,
+        other => ChainError::Invalid(format!("{other}")),
+    })
+}
+
+fn ca_chains_to(ca: &Cert, anchors: &[Cert]) -> Result<(), ChainError> {
+    if anchors.iter().any(|anchor| anchor.der == ca.der) {
+        return Ok(());
+    }
+    let (_, parsed) = x509_parser::parse_x509_certificate(&ca.der)
+        .map_err(|err| ChainError::Invalid(err.to_string()))?;
+    let mut issuers = anchors
+        .iter()
+        .filter(|anchor| anchor.info.subject == ca.info.issuer)
+        .peekable();
+    if issuers.peek().is_none() {
+        return Err(ChainError::UnknownIssuer);
+    }
+    let mut last = String::new();
+    for issuer in issuers {
+        let Ok((_, issuer)) = x509_parser::parse_x509_certificate(&issuer.der) else {
+            continue;
+        };
+        match parsed.verify_signature(Some(issuer.public_key())) {
+            Ok(()) => return Ok(()),
+            Err(err) => {
+                last = format!(
+                    "the signature does not verify with the CA {}: {err}",
+                    issuer.subject()
+                )
+            }
+        }
+    }
+    Err(ChainError::Invalid(last))
+}
+
+/// Whether `cert` was issued by `ca`: the issuer name is the CA's subject and the signature
+/// verifies with the CA's key (names alone are not proof).
+pub fn issued_by(cert: &Cert, ca: &Cert) -> bool {
+    if cert.info.issuer != ca.info.subject {
+        return false;
+    }
+    let (Ok((_, cert)), Ok((_, ca))) = (
+        x509_parser::parse_x509_certificate(&cert.der),
+        x509_parser::parse_x509_certificate(&ca.der),
+    ) else {
+        return false;
+    };
+    cert.verify_signature(Some(ca.public_key())).is_ok()
+}
 
 /// Whether `leaf` chains to one of `roots` and is valid at `now`, for its identity's usage.
 ///
@@ -145,49 +263,6 @@ pub fn reference_name(hostnames: &[String]) -> Result<ServerName<'static>, Strin
     ServerName::try_from(chosen.clone()).map_err(|err| format!("{chosen}: {err}"))
 }
 
-/// Whether a serving certificate for `hostnames` is one every verifier takes: rcgen issues it,
-/// webpki accepts each name as issued (a wildcard for a name it covers), and the names read
-/// back from the certificate are exactly `hostnames` (sorted, deduplicated, as the config
-/// gives them). Checked once at config load with a throwaway certificate, so a hostname no
-/// verifier accepts is a config error instead of a certificate that never settles.
-pub fn check_serving_names(hostnames: &[String]) -> Result<(), String> {
-    let key = KeyPair::generate().map_err(|e| e.to_string())?;
-    let signer = {
-        let params = ca_params("hostname check", 0, 4_000_000_000)?;
-        let cert = params.self_signed(&key).map_err(|e| e.to_string())?;
-        KeyPairPem {
-            chain: vec![Cert::from_der(cert.der().clone())?],
-            key_pem: key.serialize_pem(),
-        }
-    };
-    let identity = Identity::Serving {
-        hostnames: hostnames.to_vec(),
-    };
-    let leaf = new_leaf_of(
-        KeyType::EcdsaP256,
-        &signer,
-        &identity,
-        1,
-        std::time::Duration::ZERO,
-        std::time::Duration::from_secs(3600),
-    )?;
-    if leaf.cert().hostnames != hostnames {
-        return Err(format!(
-            "the certificate would carry {:?}, not {hostnames:?}",
-            leaf.cert().hostnames
-        ));
-    }
-    let end_entity = webpki::EndEntityCert::try_from(&leaf.cert().der)
-        .map_err(|err| format!("not a certificate webpki accepts: {err}"))?;
-    for name in hostnames {
-        let reference = reference_name(std::slice::from_ref(name))?;
-        end_entity
-            .verify_is_valid_for_subject_name(&reference)
-            .map_err(|err| format!("{name}: webpki refuses it ({err})"))?;
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -196,12 +271,12 @@ mod tests {
     use rustls_pki_types::pem::PemObject;
 
     use super::*;
-    use crate::pki::{self, parse_certs};
+    use crate::pki::{self, KeyType, check_serving_names, parse_certs};
 
     const DAY: u64 = 86_400;
 
     fn now() -> i64 {
-        crate::time::unix_now()
+        crate::base::time::unix_now()
     }
 
     fn cert_of(pem: &str) -> Cert {

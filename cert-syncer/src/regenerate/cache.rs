@@ -4,9 +4,9 @@
 //! of declared objects, one list+watch per object by name (a `metadata.name` field selector:
 //! RBAC grants it by `resourceNames`, so the token cannot read the namespace's other Secrets,
 //! etcd's client keys among them); above it, one namespace-wide list+watch
-//! ([`crate::watch::namespace_wide`]). Both are reduced to the declared names by
-//! [`crate::watch::NamedObjects`]. [`watch_plan`] is the one decision, for the watches and for
-//! the RBAC they need ([`crate::access`]).
+//! ([`crate::kube::watch::namespace_wide`]). Both are reduced to the declared names by
+//! [`crate::kube::watch::NamedObjects`]. [`watch_plan`] is the one decision, for the watches and for
+//! the RBAC they need ([`crate::app::access`]).
 //!
 //! - A pass reads here; an object that does not exist is absent here, as a 404 was.
 //! - The loop's first pass waits until every watch has listed ([`Cache::ready`]).
@@ -36,9 +36,9 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::config::{ObjectRef, Rotation};
-use crate::decode::{DecodeError, Raw};
-use crate::kind::Kind;
-use crate::watch::{Changes, NamedObjects};
+use crate::base::kind::Kind;
+use crate::kube::decode::{DecodeError, Raw};
+use crate::kube::watch::{Changes, NamedObjects};
 
 /// One declared object as last seen: its resourceVersion and the object, or why it does not
 /// decode (reported by the pass as the item's failure, by field, never with a value).
@@ -206,7 +206,7 @@ impl Cache {
     ) {
         let api: Api<Raw<K>> = Api::namespaced(client, &key.namespace);
         let mut named = NamedObjects::new(names);
-        let stream = crate::watch::list_watch(api, key.name.as_deref(), timeout_seconds);
+        let stream = crate::kube::watch::list_watch(api, key.name.as_deref(), timeout_seconds);
         futures::pin_mut!(stream);
         while let Some(event) = stream.next().await {
             match event {
@@ -216,7 +216,7 @@ impl Cache {
                     }
                     self.observe_watch::<K>(&key, named.observe(event));
                 }
-                Err(err) if matches!(crate::watch::error_status(&err), Some(401 | 403)) => {
+                Err(err) if matches!(crate::kube::watch::error_status(&err), Some(401 | 403)) => {
                     // Say what is missing, not just that a watch failed.
                     let needs = match &key.name {
                         None => format!(
@@ -230,10 +230,10 @@ impl Cache {
                             key.namespace
                         ),
                     };
-                    tracing::error!(watch = %key, error = %crate::error::chain(&err), "the apiserver refuses to list and watch {key}; regenerate needs {needs} (see manifests/rbac/ and `--namespace-watch-threshold`); no pass runs until it can; retrying with backoff")
+                    tracing::error!(watch = %key, error = %crate::base::error::chain(&err), "the apiserver refuses to list and watch {key}; regenerate needs {needs} (see manifests/rbac/ and `--namespace-watch-threshold`); no pass runs until it can; retrying with backoff")
                 }
                 Err(err) => {
-                    tracing::warn!(watch = %key, error = %crate::error::chain(&err), "watch failed; retrying with backoff")
+                    tracing::warn!(watch = %key, error = %crate::base::error::chain(&err), "watch failed; retrying with backoff")
                 }
             }
         }

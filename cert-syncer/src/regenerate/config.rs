@@ -53,10 +53,10 @@ use serde::Deserialize;
 
 pub use crate::pki::Identity;
 
-use crate::error::ConfigError;
-use crate::kind::Kind;
-use crate::names::{canonical_hostname, is_dns_label, is_dns_subdomain, is_hostname_or_ip};
-use crate::time::parse_duration;
+use crate::base::error::ConfigError;
+use crate::base::kind::Kind;
+use crate::base::names::{canonical_hostname, is_dns_label, is_dns_subdomain, is_hostname_or_ip};
+use crate::base::time::parse_duration;
 
 /// A namespaced object name.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -176,7 +176,7 @@ pub struct Rotation {
     /// Items that were skipped.
     pub broken: Vec<Broken>,
     /// The type of newly generated keys (`key-type`, default RSA-2048).
-    pub key_type: super::keys::KeyType,
+    pub key_type: crate::pki::KeyType,
     /// Annotations written on each object whenever it is written (the file's top-level
     /// `annotations` merged with the item's own): see `annotations`.
     pub annotations: BTreeMap<(Kind, ObjectRef), BTreeMap<String, String>>,
@@ -187,6 +187,18 @@ impl Rotation {
     /// sources of copies that are not written themselves ([`Rotation::read_only`]).
     pub fn objects(&self) -> impl Iterator<Item = (Kind, &ObjectRef)> {
         self.written().chain(self.read_only())
+    }
+
+    /// The refresh period of the signer, target or intermediate CA at `object`, if it is one.
+    pub fn refresh_of(&self, object: &ObjectRef) -> Option<Duration> {
+        let signers = self.signers.iter().map(|s| (&s.object, s.refresh));
+        let targets = self.targets.iter().map(|t| (&t.object, t.refresh));
+        let intermediates = self.intermediates.iter().map(|i| (&i.object, i.refresh));
+        signers
+            .chain(targets)
+            .chain(intermediates)
+            .find(|(declared, _)| *declared == object)
+            .map(|(_, refresh)| refresh)
     }
 
     /// Every object the config writes.
@@ -241,7 +253,7 @@ struct File {
     #[serde(default)]
     backdate: Option<String>,
     #[serde(default, rename = "key-type")]
-    key_type: Option<super::keys::KeyType>,
+    key_type: Option<crate::pki::KeyType>,
     #[serde(default)]
     annotations: BTreeMap<String, String>,
     #[serde(default)]
@@ -402,22 +414,46 @@ pub fn parse(text: &str) -> Result<Rotation, ConfigError> {
         Some(text) => config_duration(text).map_err(|e| ConfigError(format!("backdate: {e}")))?,
         None => Duration::from_secs(5 * 60),
     };
-    let mut rotation = Rotation {
-        backdate,
-        key_type: file.key_type.unwrap_or_default(),
-        ..Rotation::default()
+    let mut parser = Parser {
+        default_namespace,
+        common_annotations: file.annotations,
+        seen: BTreeSet::new(),
+        signer_names: Vec::new(),
+        rotation: Rotation {
+            backdate,
+            key_type: file.key_type.unwrap_or_default(),
+            ..Rotation::default()
+        },
     };
-    let common_annotations = file.annotations;
-    let annotate = |own: BTreeMap<String, String>| -> Result<BTreeMap<String, String>, String> {
-        let mut all = common_annotations.clone();
-        all.extend(own);
-        super::annotations::check_keys(&all)?;
-        Ok(all)
-    };
-    let mut seen: BTreeSet<(Kind, ObjectRef)> = BTreeSet::new();
-    let object = |name: &str, namespace: Option<String>| -> Result<ObjectRef, String> {
+    // Signers first: bundles and targets refer to them by name; unions to bundles.
+    parser.signers(file.signers);
+    parser.bundles(file.bundles);
+    parser.targets(file.targets);
+    parser.intermediates(file.intermediates);
+    parser.unions(file.unions);
+    parser.copies(file.copies);
+    Ok(parser.rotation)
+}
+
+/// Per-object annotations, as declared (the file's common ones under the item's own).
+type Annotations = BTreeMap<String, String>;
+
+/// The state of one parse: the file's defaults, what is declared so far, the result.
+struct Parser {
+    default_namespace: Option<String>,
+    common_annotations: Annotations,
+    /// Every object declared so far (an object is managed by one item only).
+    seen: BTreeSet<(Kind, ObjectRef)>,
+    /// Each signer item's name, with its index in `rotation.signers` (`None`: broken).
+    signer_names: Vec<(String, Option<usize>)>,
+    rotation: Rotation,
+}
+
+impl Parser {
+    /// The object `name` in `namespace` (or the file's default namespace), checked.
+    fn object(&self, name: &str, namespace: Option<String>) -> Result<ObjectRef, String> {
         let namespace = namespace
-            .or_else(|| default_namespace.clone())
+            .or_else(|| self.default_namespace.clone())
             .ok_or("no namespace (set it on the item or at the top)")?;
         if !is_dns_label(&namespace) {
             return Err(format!("namespace {namespace:?} is not a DNS label"));
@@ -429,394 +465,429 @@ pub fn parse(text: &str) -> Result<Rotation, ConfigError> {
             namespace,
             name: name.to_owned(),
         })
-    };
+    }
 
-    // Signers first: bundles and targets refer to them by name.
-    let mut signer_names: Vec<(String, Option<usize>)> = Vec::new();
-    for (i, value) in file.signers.into_iter().enumerate() {
-        let label = format!("signers[{i}]");
-        let name = item_name(&value);
-        let outcome = serde_norway::from_value::<SignerItem>(value)
-            .map_err(|e| e.to_string())
-            .and_then(|item| {
-                let object = object(&item.name, item.namespace)?;
-                let validity =
-                    config_duration(&item.validity).map_err(|e| format!("validity: {e}"))?;
-                let refresh =
-                    config_duration(&item.refresh).map_err(|e| format!("refresh: {e}"))?;
-                check_periods(validity, refresh, backdate)?;
-                let annotations = annotate(item.annotations)?;
-                if !seen.insert((Kind::Secret, object.clone())) {
-                    return Err(format!("secret {object} is declared twice"));
-                }
-                Ok((
-                    Signer {
-                        object,
-                        validity,
-                        refresh,
-                    },
-                    annotations,
-                ))
-            });
-        match outcome {
-            Ok((signer, annotations)) => {
-                rotation
-                    .annotations
-                    .insert((Kind::Secret, signer.object.clone()), annotations);
-                signer_names.push((signer.object.name.clone(), Some(rotation.signers.len())));
-                rotation.signers.push(signer);
-            }
-            Err(reason) => {
-                if let Some(name) = name {
-                    signer_names.push((name, None));
-                }
-                rotation.broken.push(Broken {
-                    item: label,
-                    reason,
-                });
-            }
+    /// The file's common annotations with the item's own over them, checked.
+    fn annotate(&self, own: Annotations) -> Result<Annotations, String> {
+        let mut all = self.common_annotations.clone();
+        all.extend(own);
+        super::annotations::check_keys(&all)?;
+        Ok(all)
+    }
+
+    /// Claims `object` for the item being parsed: an object is declared once.
+    fn declare(&mut self, kind: Kind, object: &ObjectRef) -> Result<(), String> {
+        if self.seen.insert((kind, object.clone())) {
+            Ok(())
+        } else {
+            Err(format!("{} {object} is declared twice", kind.label()))
         }
     }
-    let find_signer = |name: &str| -> Result<usize, String> {
-        match signer_names.iter().find(|(n, _)| n == name) {
+
+    /// The index of the signer named `name`.
+    fn find_signer(&self, name: &str) -> Result<usize, String> {
+        match self.signer_names.iter().find(|(n, _)| n == name) {
             Some((_, Some(index))) => Ok(*index),
             Some((_, None)) => Err(format!("signer {name} is broken (see its own error)")),
             None => Err(format!("signer {name} is not declared")),
         }
-    };
+    }
 
-    parse_list(
-        "bundles",
-        file.bundles,
-        &mut rotation.broken,
-        |item: BundleItem| {
-            let make = &object;
-            let object = make(&item.name, item.namespace)?;
-            if item.signers.is_empty() {
-                return Err("no signers".to_owned());
-            }
-            let signers = item
-                .signers
-                .iter()
-                .map(|name| find_signer(name))
-                .collect::<Result<Vec<_>, _>>()?;
-            let annotations = annotate(item.annotations)?;
-            if !seen.insert((Kind::ConfigMap, object.clone())) {
-                return Err(format!("configmap {object} is declared twice"));
-            }
-            let include = item
-                .include
-                .iter()
-                .map(|reference| {
-                    let (namespace, name) = reference
-                        .split_once('/')
-                        .ok_or_else(|| format!("include {reference:?} is not namespace/name"))?;
-                    let included = make(name, Some(namespace.to_owned()))?;
-                    if included == object {
-                        return Err(format!("includes itself ({object})"));
-                    }
-                    Ok(included)
-                })
-                .collect::<Result<Vec<_>, String>>()?;
-            Ok((
-                Bundle {
-                    object,
-                    signers,
-                    include,
-                },
-                annotations,
-            ))
-        },
-        |(bundle, annotations)| {
-            rotation
-                .annotations
-                .insert((Kind::ConfigMap, bundle.object.clone()), annotations);
-            rotation.bundles.push(bundle);
-        },
-    );
+    /// An item that failed, as `list[index]` with the reason.
+    fn broken(&mut self, item: String, reason: String) {
+        self.rotation.broken.push(Broken { item, reason });
+    }
 
-    parse_list(
-        "targets",
-        file.targets,
-        &mut rotation.broken,
-        |item: TargetItem| {
-            let object = object(&item.name, item.namespace)?;
-            let signer = find_signer(&item.signer)?;
-            if !rotation.bundles.iter().any(|b| b.signers.contains(&signer)) {
-                return Err(format!(
-                    "signer {} is in no bundle: nothing would trust this certificate",
-                    item.signer
-                ));
+    /// Parses each entry of the list `list` as a `T` with `parse` and hands what passes to
+    /// `keep`, in order; an entry that fails is recorded as broken (`list[index]`), and left out.
+    fn list<T: serde::de::DeserializeOwned, R>(
+        &mut self,
+        list: &str,
+        values: Vec<serde_norway::Value>,
+        parse: fn(&mut Self, T) -> Result<R, String>,
+        keep: fn(&mut Self, R),
+    ) {
+        for (i, value) in values.into_iter().enumerate() {
+            match item::<T>(value).and_then(|item| parse(self, item)) {
+                Ok(parsed) => keep(self, parsed),
+                Err(reason) => self.broken(format!("{list}[{i}]"), reason),
             }
-            let identity = match (item.serving, item.client) {
-                (Some(serving), None) => {
-                    let mut hostnames: Vec<String> = serving
-                        .hostnames
-                        .iter()
-                        .map(|h| canonical_hostname(h))
-                        .collect();
-                    if let Some(bad) = hostnames.iter().find(|h| !is_hostname_or_ip(h)) {
-                        return Err(format!("hostname {bad:?} is not a DNS name or IP"));
-                    }
-                    hostnames.sort();
-                    hostnames.dedup();
-                    if hostnames.is_empty() {
-                        return Err("serving: no hostnames".to_owned());
-                    }
-                    // A name no verifier accepts would be re-issued on every pass, forever.
-                    if let Err(err) = crate::pki::verify::check_serving_names(&hostnames) {
-                        for name in &hostnames {
-                            crate::pki::verify::check_serving_names(std::slice::from_ref(name))
-                                .map_err(|err| format!("hostname {name:?}: {err}"))?;
-                        }
-                        return Err(format!("hostnames: {err}"));
-                    }
-                    Identity::Serving { hostnames }
-                }
-                (None, Some(client)) => {
-                    if client.user.is_empty() {
-                        return Err("client: empty user".to_owned());
-                    }
-                    let mut groups = client.groups;
-                    groups.sort();
-                    groups.dedup();
-                    Identity::Client {
-                        user: client.user,
-                        groups,
-                    }
-                }
-                _ => return Err("exactly one of serving or client is required".to_owned()),
-            };
-            let validity = config_duration(&item.validity).map_err(|e| format!("validity: {e}"))?;
-            let refresh = config_duration(&item.refresh).map_err(|e| format!("refresh: {e}"))?;
-            check_periods(validity, refresh, backdate)?;
-            let annotations = annotate(item.annotations)?;
-            if !seen.insert((Kind::Secret, object.clone())) {
-                return Err(format!("secret {object} is declared twice"));
-            }
-            Ok((
-                Target {
-                    object,
-                    signer,
-                    identity,
-                    validity,
-                    refresh,
-                },
-                annotations,
-            ))
-        },
-        |(target, annotations)| {
-            rotation
-                .annotations
-                .insert((Kind::Secret, target.object.clone()), annotations);
-            rotation.targets.push(target);
-        },
-    );
-    // Intermediates: issued by a declared signer, like targets.
-    parse_list(
-        "intermediates",
-        file.intermediates,
-        &mut rotation.broken,
-        |item: IntermediateItem| {
-            let make = &object;
-            let object = make(&item.name, item.namespace.clone())?;
-            let signer = find_signer(&item.signer)?;
-            if !rotation.bundles.iter().any(|b| b.signers.contains(&signer)) {
-                return Err(format!(
-                    "signer {} is in no bundle: nothing would trust this CA",
-                    item.signer
-                ));
-            }
-            if !is_dns_subdomain(&item.common_name) {
-                return Err(format!(
-                    "common-name {:?} is not a DNS subdomain",
-                    item.common_name
-                ));
-            }
-            let validity = config_duration(&item.validity).map_err(|e| format!("validity: {e}"))?;
-            let refresh = config_duration(&item.refresh).map_err(|e| format!("refresh: {e}"))?;
-            check_periods(validity, refresh, backdate)?;
-            let annotations = annotate(item.annotations)?;
-            let bundle = item
-                .bundle
-                .as_deref()
-                .map(|name| make(name, Some(object.namespace.clone())))
-                .transpose()?;
-            let publish = item
-                .publish
-                .map(|p| -> Result<Publish, String> {
-                    let delay = match p.delay.as_deref() {
-                        Some(text) => {
-                            config_duration(text).map_err(|e| format!("publish.delay: {e}"))?
-                        }
-                        None => Duration::ZERO,
-                    };
-                    Ok(Publish {
-                        object: make(p.name.as_deref().unwrap_or(&item.name), Some(p.namespace))?,
-                        delay,
-                        copy_annotations: p.copy_annotations,
-                    })
-                })
-                .transpose()?;
-            if !seen.insert((Kind::Secret, object.clone())) {
-                return Err(format!("secret {object} is declared twice"));
-            }
-            if let Some(bundle) = &bundle
-                && !seen.insert((Kind::ConfigMap, bundle.clone()))
-            {
-                seen.remove(&(Kind::Secret, object.clone()));
-                return Err(format!("configmap {bundle} is declared twice"));
-            }
-            if let Some(publish) = &publish
-                && !seen.insert((Kind::Secret, publish.object.clone()))
-            {
-                seen.remove(&(Kind::Secret, object.clone()));
-                if let Some(bundle) = &bundle {
-                    seen.remove(&(Kind::ConfigMap, bundle.clone()));
-                }
-                return Err(format!("secret {} is declared twice", publish.object));
-            }
-            Ok((
-                Intermediate {
-                    object,
-                    signer,
-                    common_name: item.common_name,
-                    validity,
-                    refresh,
-                    bundle,
-                    publish,
-                },
-                annotations,
-            ))
-        },
-        |(intermediate, annotations)| {
-            rotation.annotations.insert(
-                (Kind::Secret, intermediate.object.clone()),
-                annotations.clone(),
-            );
-            if let Some(bundle) = &intermediate.bundle {
-                rotation
-                    .annotations
-                    .insert((Kind::ConfigMap, bundle.clone()), annotations);
-            }
-            rotation.intermediates.push(intermediate);
-        },
-    );
-
-    // Unions of declared bundles (of signers or of intermediates), by name or namespace/name.
-    parse_list(
-        "unions",
-        file.unions,
-        &mut rotation.broken,
-        |item: UnionItem| {
-            let make = &object;
-            let object = make(&item.name, item.namespace)?;
-            if item.bundles.is_empty() {
-                return Err("no bundles".to_owned());
-            }
-            let declared: Vec<&ObjectRef> = rotation
-                .bundles
-                .iter()
-                .map(|b| &b.object)
-                .chain(
-                    rotation
-                        .intermediates
-                        .iter()
-                        .filter_map(|i| i.bundle.as_ref()),
-                )
-                .collect();
-            let sources = item
-                .bundles
-                .iter()
-                .map(|reference| {
-                    let matches: Vec<&&ObjectRef> = declared
-                        .iter()
-                        .filter(|b| b.to_string() == *reference || b.name == *reference)
-                        .collect();
-                    match matches[..] {
-                        [one] => Ok((*one).clone()),
-                        // Another component's bundle, read only (OpenShift's `client-ca` folds
-                        // in the installer's and the kube-controller-manager's CAs).
-                        [] if reference.contains('/') => {
-                            let (namespace, name) = reference.split_once('/').unwrap_or_default();
-                            let external = make(name, Some(namespace.to_owned()))?;
-                            if external == object {
-                                return Err(format!("includes itself ({object})"));
-                            }
-                            Ok(external)
-                        }
-                        [] => Err(format!("bundle {reference} is not declared (or broken)")),
-                        _ => Err(format!(
-                            "bundle {reference} is ambiguous: name it as namespace/name"
-                        )),
-                    }
-                })
-                .collect::<Result<Vec<_>, _>>()?;
-            let annotations = annotate(item.annotations)?;
-            if !seen.insert((Kind::ConfigMap, object.clone())) {
-                return Err(format!("configmap {object} is declared twice"));
-            }
-            Ok((Union { object, sources }, annotations))
-        },
-        |(union, annotations)| {
-            rotation
-                .annotations
-                .insert((Kind::ConfigMap, union.object.clone()), annotations);
-            rotation.unions.push(union);
-        },
-    );
-
-    // Copies: any source (another component's object too); the copy is written by us alone.
-    parse_list(
-        "copies",
-        file.copies,
-        &mut rotation.broken,
-        |item: CopyItem| {
-            let (kind, name) = match (item.secret, item.configmap) {
-                (Some(name), None) => (Kind::Secret, name),
-                (None, Some(name)) => (Kind::ConfigMap, name),
-                _ => return Err("exactly one of secret or configmap is required".to_owned()),
-            };
-            let from = object(&name, item.namespace)?;
-            let to = object(
-                item.to.name.as_deref().unwrap_or(&name),
-                Some(item.to.namespace),
-            )?;
-            if from == to {
-                return Err(format!("copies {from} onto itself"));
-            }
-            if !seen.insert((kind, to.clone())) {
-                return Err(format!("{} {to} is declared twice", kind.plural()));
-            }
-            Ok(ObjectCopy { kind, from, to })
-        },
-        |copy| rotation.copies.push(copy),
-    );
-    Ok(rotation)
-}
-
-/// Parses every entry of the file's list `list` as a `T`, checks and converts it with `parse`,
-/// and hands what passes to `keep`, in order; an entry that fails either step is recorded in
-/// `broken` as `list[index]` with the reason, and left out.
-fn parse_list<T: serde::de::DeserializeOwned, R>(
-    list: &str,
-    values: Vec<serde_norway::Value>,
-    broken: &mut Vec<Broken>,
-    mut parse: impl FnMut(T) -> Result<R, String>,
-    mut keep: impl FnMut(R),
-) {
-    for (i, value) in values.into_iter().enumerate() {
-        match serde_norway::from_value::<T>(value)
-            .map_err(|e| e.to_string())
-            .and_then(&mut parse)
-        {
-            Ok(parsed) => keep(parsed),
-            Err(reason) => broken.push(Broken {
-                item: format!("{list}[{i}]"),
-                reason,
-            }),
         }
     }
+
+    /// The annotations written on `object` whenever it is written.
+    fn keep_annotations(&mut self, kind: Kind, object: &ObjectRef, annotations: Annotations) {
+        self.rotation
+            .annotations
+            .insert((kind, object.clone()), annotations);
+    }
+
+    /// An item's validity and refresh period, checked against each other and the backdate.
+    fn periods(&self, validity: &str, refresh: &str) -> Result<(Duration, Duration), String> {
+        let validity = config_duration(validity).map_err(|e| format!("validity: {e}"))?;
+        let refresh = config_duration(refresh).map_err(|e| format!("refresh: {e}"))?;
+        check_periods(validity, refresh, self.rotation.backdate)?;
+        Ok((validity, refresh))
+    }
+
+    fn signers(&mut self, values: Vec<serde_norway::Value>) {
+        for (i, value) in values.into_iter().enumerate() {
+            let name = item_name(&value);
+            match item::<SignerItem>(value).and_then(|item| self.signer(item)) {
+                Ok((signer, annotations)) => {
+                    self.keep_annotations(Kind::Secret, &signer.object, annotations);
+                    self.signer_names.push((
+                        signer.object.name.clone(),
+                        Some(self.rotation.signers.len()),
+                    ));
+                    self.rotation.signers.push(signer);
+                }
+                Err(reason) => {
+                    if let Some(name) = name {
+                        self.signer_names.push((name, None));
+                    }
+                    self.broken(format!("signers[{i}]"), reason);
+                }
+            }
+        }
+    }
+
+    fn signer(&mut self, item: SignerItem) -> Result<(Signer, Annotations), String> {
+        let object = self.object(&item.name, item.namespace)?;
+        let (validity, refresh) = self.periods(&item.validity, &item.refresh)?;
+        let annotations = self.annotate(item.annotations)?;
+        self.declare(Kind::Secret, &object)?;
+        Ok((
+            Signer {
+                object,
+                validity,
+                refresh,
+            },
+            annotations,
+        ))
+    }
+
+    fn bundles(&mut self, values: Vec<serde_norway::Value>) {
+        self.list::<BundleItem, _>(
+            "bundles",
+            values,
+            Self::bundle,
+            |parser, (bundle, annotations)| {
+                parser.keep_annotations(Kind::ConfigMap, &bundle.object, annotations);
+                parser.rotation.bundles.push(bundle);
+            },
+        );
+    }
+
+    fn bundle(&mut self, item: BundleItem) -> Result<(Bundle, Annotations), String> {
+        let object = self.object(&item.name, item.namespace)?;
+        if item.signers.is_empty() {
+            return Err("no signers".to_owned());
+        }
+        let signers = item
+            .signers
+            .iter()
+            .map(|name| self.find_signer(name))
+            .collect::<Result<Vec<_>, _>>()?;
+        let annotations = self.annotate(item.annotations)?;
+        self.declare(Kind::ConfigMap, &object)?;
+        let include = item
+            .include
+            .iter()
+            .map(|reference| {
+                let (namespace, name) = reference
+                    .split_once('/')
+                    .ok_or_else(|| format!("include {reference:?} is not namespace/name"))?;
+                let included = self.object(name, Some(namespace.to_owned()))?;
+                if included == object {
+                    return Err(format!("includes itself ({object})"));
+                }
+                Ok(included)
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        Ok((
+            Bundle {
+                object,
+                signers,
+                include,
+            },
+            annotations,
+        ))
+    }
+
+    fn targets(&mut self, values: Vec<serde_norway::Value>) {
+        self.list::<TargetItem, _>(
+            "targets",
+            values,
+            Self::target,
+            |parser, (target, annotations)| {
+                parser.keep_annotations(Kind::Secret, &target.object, annotations);
+                parser.rotation.targets.push(target);
+            },
+        );
+    }
+
+    fn target(&mut self, item: TargetItem) -> Result<(Target, Annotations), String> {
+        let object = self.object(&item.name, item.namespace)?;
+        let signer = self.find_signer(&item.signer)?;
+        if !self
+            .rotation
+            .bundles
+            .iter()
+            .any(|b| b.signers.contains(&signer))
+        {
+            return Err(format!(
+                "signer {} is in no bundle: nothing would trust this certificate",
+                item.signer
+            ));
+        }
+        let identity = identity(item.serving, item.client)?;
+        let (validity, refresh) = self.periods(&item.validity, &item.refresh)?;
+        let annotations = self.annotate(item.annotations)?;
+        self.declare(Kind::Secret, &object)?;
+        Ok((
+            Target {
+                object,
+                signer,
+                identity,
+                validity,
+                refresh,
+            },
+            annotations,
+        ))
+    }
+
+    /// Intermediates: issued by a declared signer, like targets.
+    fn intermediates(&mut self, values: Vec<serde_norway::Value>) {
+        self.list::<IntermediateItem, _>(
+            "intermediates",
+            values,
+            Self::intermediate,
+            |parser, (intermediate, annotations)| {
+                if let Some(bundle) = &intermediate.bundle {
+                    parser.keep_annotations(Kind::ConfigMap, bundle, annotations.clone());
+                }
+                parser.keep_annotations(Kind::Secret, &intermediate.object, annotations);
+                parser.rotation.intermediates.push(intermediate);
+            },
+        );
+    }
+
+    fn intermediate(
+        &mut self,
+        item: IntermediateItem,
+    ) -> Result<(Intermediate, Annotations), String> {
+        let object = self.object(&item.name, item.namespace.clone())?;
+        let signer = self.find_signer(&item.signer)?;
+        if !self
+            .rotation
+            .bundles
+            .iter()
+            .any(|b| b.signers.contains(&signer))
+        {
+            return Err(format!(
+                "signer {} is in no bundle: nothing would trust this CA",
+                item.signer
+            ));
+        }
+        if !is_dns_subdomain(&item.common_name) {
+            return Err(format!(
+                "common-name {:?} is not a DNS subdomain",
+                item.common_name
+            ));
+        }
+        let (validity, refresh) = self.periods(&item.validity, &item.refresh)?;
+        let annotations = self.annotate(item.annotations)?;
+        let bundle = item
+            .bundle
+            .as_deref()
+            .map(|name| self.object(name, Some(object.namespace.clone())))
+            .transpose()?;
+        let publish = item
+            .publish
+            .map(|p| -> Result<Publish, String> {
+                let delay = match p.delay.as_deref() {
+                    Some(text) => {
+                        config_duration(text).map_err(|e| format!("publish.delay: {e}"))?
+                    }
+                    None => Duration::ZERO,
+                };
+                Ok(Publish {
+                    object: self
+                        .object(p.name.as_deref().unwrap_or(&item.name), Some(p.namespace))?,
+                    delay,
+                    copy_annotations: p.copy_annotations,
+                })
+            })
+            .transpose()?;
+        // All three objects, or none (a broken item claims nothing).
+        self.declare(Kind::Secret, &object)?;
+        if let Some(bundle) = &bundle
+            && let Err(err) = self.declare(Kind::ConfigMap, bundle)
+        {
+            self.seen.remove(&(Kind::Secret, object.clone()));
+            return Err(err);
+        }
+        if let Some(publish) = &publish
+            && let Err(err) = self.declare(Kind::Secret, &publish.object)
+        {
+            self.seen.remove(&(Kind::Secret, object.clone()));
+            if let Some(bundle) = &bundle {
+                self.seen.remove(&(Kind::ConfigMap, bundle.clone()));
+            }
+            return Err(err);
+        }
+        Ok((
+            Intermediate {
+                object,
+                signer,
+                common_name: item.common_name,
+                validity,
+                refresh,
+                bundle,
+                publish,
+            },
+            annotations,
+        ))
+    }
+
+    /// Unions of declared bundles (of signers or of intermediates), by name or namespace/name.
+    fn unions(&mut self, values: Vec<serde_norway::Value>) {
+        self.list::<UnionItem, _>(
+            "unions",
+            values,
+            Self::union,
+            |parser, (union, annotations)| {
+                parser.keep_annotations(Kind::ConfigMap, &union.object, annotations);
+                parser.rotation.unions.push(union);
+            },
+        );
+    }
+
+    fn union(&mut self, item: UnionItem) -> Result<(Union, Annotations), String> {
+        let object = self.object(&item.name, item.namespace)?;
+        if item.bundles.is_empty() {
+            return Err("no bundles".to_owned());
+        }
+        let declared: Vec<&ObjectRef> = self
+            .rotation
+            .bundles
+            .iter()
+            .map(|b| &b.object)
+            .chain(
+                self.rotation
+                    .intermediates
+                    .iter()
+                    .filter_map(|i| i.bundle.as_ref()),
+            )
+            .collect();
+        let sources = item
+            .bundles
+            .iter()
+            .map(|reference| {
+                let matches: Vec<&&ObjectRef> = declared
+                    .iter()
+                    .filter(|b| b.to_string() == *reference || b.name == *reference)
+                    .collect();
+                match matches[..] {
+                    [one] => Ok((*one).clone()),
+                    // Another component's bundle, read only (OpenShift's `client-ca` folds in
+                    // the installer's and the kube-controller-manager's CAs).
+                    [] if reference.contains('/') => {
+                        let (namespace, name) = reference.split_once('/').unwrap_or_default();
+                        let external = self.object(name, Some(namespace.to_owned()))?;
+                        if external == object {
+                            return Err(format!("includes itself ({object})"));
+                        }
+                        Ok(external)
+                    }
+                    [] => Err(format!("bundle {reference} is not declared (or broken)")),
+                    _ => Err(format!(
+                        "bundle {reference} is ambiguous: name it as namespace/name"
+                    )),
+                }
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let annotations = self.annotate(item.annotations)?;
+        self.declare(Kind::ConfigMap, &object)?;
+        Ok((Union { object, sources }, annotations))
+    }
+
+    /// Copies: any source (another component's object too); the copy is written by us alone.
+    fn copies(&mut self, values: Vec<serde_norway::Value>) {
+        self.list::<CopyItem, _>("copies", values, Self::copy, |parser, copy| {
+            parser.rotation.copies.push(copy);
+        });
+    }
+
+    fn copy(&mut self, item: CopyItem) -> Result<ObjectCopy, String> {
+        let (kind, name) = match (item.secret, item.configmap) {
+            (Some(name), None) => (Kind::Secret, name),
+            (None, Some(name)) => (Kind::ConfigMap, name),
+            _ => return Err("exactly one of secret or configmap is required".to_owned()),
+        };
+        let from = self.object(&name, item.namespace)?;
+        let to = self.object(
+            item.to.name.as_deref().unwrap_or(&name),
+            Some(item.to.namespace),
+        )?;
+        if from == to {
+            return Err(format!("copies {from} onto itself"));
+        }
+        if !self.seen.insert((kind, to.clone())) {
+            return Err(format!("{} {to} is declared twice", kind.plural()));
+        }
+        Ok(ObjectCopy { kind, from, to })
+    }
+}
+
+/// A target's identity: exactly one of `serving` (checked, canonical, sorted hostnames) or
+/// `client`.
+fn identity(serving: Option<ServingItem>, client: Option<ClientItem>) -> Result<Identity, String> {
+    match (serving, client) {
+        (Some(serving), None) => {
+            let mut hostnames: Vec<String> = serving
+                .hostnames
+                .iter()
+                .map(|h| canonical_hostname(h))
+                .collect();
+            if let Some(bad) = hostnames.iter().find(|h| !is_hostname_or_ip(h)) {
+                return Err(format!("hostname {bad:?} is not a DNS name or IP"));
+            }
+            hostnames.sort();
+            hostnames.dedup();
+            if hostnames.is_empty() {
+                return Err("serving: no hostnames".to_owned());
+            }
+            // A name no verifier accepts would be re-issued on every pass, forever.
+            if let Err(err) = crate::pki::check_serving_names(&hostnames) {
+                for name in &hostnames {
+                    crate::pki::check_serving_names(std::slice::from_ref(name))
+                        .map_err(|err| format!("hostname {name:?}: {err}"))?;
+                }
+                return Err(format!("hostnames: {err}"));
+            }
+            Ok(Identity::Serving { hostnames })
+        }
+        (None, Some(client)) => {
+            if client.user.is_empty() {
+                return Err("client: empty user".to_owned());
+            }
+            let mut groups = client.groups;
+            groups.sort();
+            groups.dedup();
+            Ok(Identity::Client {
+                user: client.user,
+                groups,
+            })
+        }
+        _ => Err("exactly one of serving or client is required".to_owned()),
+    }
+}
+
+/// One entry of a list as a `T`.
+fn item<T: serde::de::DeserializeOwned>(value: serde_norway::Value) -> Result<T, String> {
+    serde_norway::from_value::<T>(value).map_err(|e| e.to_string())
 }
 
 fn item_name(value: &serde_norway::Value) -> Option<String> {
@@ -1103,12 +1174,9 @@ targets:
     annotations: { "auth.openshift.io/certificate-not-after": "forged" }
 "#;
         let rotation = parse(text).unwrap();
-        assert_eq!(
-            rotation.key_type,
-            crate::regenerate::keys::KeyType::EcdsaP256
-        );
+        assert_eq!(rotation.key_type, crate::pki::KeyType::EcdsaP256);
         let signer = &rotation.annotations[&(
-            crate::kind::Kind::Secret,
+            crate::base::kind::Kind::Secret,
             rotation.signers[0].object.clone(),
         )];
         assert_eq!(signer.len(), 2);

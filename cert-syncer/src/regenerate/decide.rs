@@ -8,10 +8,11 @@
 //! with library-go, never trusted: missing, corrupt or mismatched data counts as missing.
 
 use std::fmt;
+use std::time::Duration;
 
 use super::config::{Identity, Signer, Target};
+use crate::base::time::rfc3339;
 use crate::pki::{Cert, KeyPairPem};
-use crate::time::rfc3339;
 
 /// When to act.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -120,8 +121,27 @@ impl Reason {
     pub const TRIGGER_LABEL: &'static str = "annotation";
 }
 
-/// What was found in a Secret's `tls.crt`/`tls.key`.
-pub type Found = Option<Result<KeyPairPem, String>>;
+/// What a Secret holds in `tls.crt`/`tls.key`, as read: the one state every decision about a
+/// signer, target, intermediate CA or published CA starts from.
+#[derive(Debug)]
+pub enum Stored {
+    /// No such Secret.
+    Missing,
+    /// The Secret exists, but its pair is not usable (why, without key bytes).
+    Unusable(String),
+    /// A certificate and the key that fits it.
+    Usable(KeyPairPem),
+}
+
+impl Stored {
+    /// The usable pair, if any.
+    pub fn pair(&self) -> Option<&KeyPairPem> {
+        match self {
+            Stored::Usable(pair) => Some(pair),
+            Stored::Missing | Stored::Unusable(_) => None,
+        }
+    }
+}
 
 /// The 80 % point of a certificate's lifetime.
 fn lifetime_fraction_point(cert: &Cert) -> i64 {
@@ -130,11 +150,11 @@ fn lifetime_fraction_point(cert: &Cert) -> i64 {
 
 /// The CA certificate `found` holds when it is usable, a CA and unexpired at `now`; otherwise
 /// why it must be regenerated (the first checks for signers and intermediate CAs alike).
-pub fn usable_ca(found: &Found, now: i64) -> Result<&Cert, Reason> {
+pub fn usable_ca(found: &Stored, now: i64) -> Result<&Cert, Reason> {
     let pair = match found {
-        None => return Err(Reason::Missing),
-        Some(Err(why)) => return Err(Reason::Unusable(why.clone())),
-        Some(Ok(pair)) => pair,
+        Stored::Missing => return Err(Reason::Missing),
+        Stored::Unusable(why) => return Err(Reason::Unusable(why.clone())),
+        Stored::Usable(pair) => pair,
     };
     let cert = pair.cert();
     if !cert.is_ca {
@@ -149,29 +169,18 @@ pub fn usable_ca(found: &Found, now: i64) -> Result<&Cert, Reason> {
 }
 
 /// Whether the signer must be regenerated.
-pub fn signer(found: &Found, config: &Signer, mode: Mode, now: i64) -> Option<Reason> {
+pub fn signer(found: &Stored, config: &Signer, mode: Mode, now: i64) -> Option<Reason> {
     let cert = match usable_ca(found, now) {
         Ok(cert) => cert,
         Err(reason) => return Some(reason),
     };
-    if mode == Mode::ExpiredOnly {
-        return None;
-    }
-    let at = lifetime_fraction_point(cert);
-    if now > at {
-        return Some(Reason::PastLifetimeFraction { at });
-    }
-    let at = cert.not_before + config.refresh.as_secs() as i64;
-    if now > at {
-        return Some(Reason::PastRefresh { at });
-    }
-    None
+    rotation_due(cert, config.refresh, None, mode, now)
 }
 
 /// Whether the target must be regenerated. `roots` is the target's CA bundle as it will be
 /// after this pass; `signer` is the current signer.
 pub fn target(
-    found: &Found,
+    found: &Stored,
     config: &Target,
     roots: &[Cert],
     signer: &Cert,
@@ -179,9 +188,9 @@ pub fn target(
     now: i64,
 ) -> Option<Reason> {
     let pair = match found {
-        None => return Some(Reason::Missing),
-        Some(Err(why)) => return Some(Reason::Unusable(why.clone())),
-        Some(Ok(pair)) => pair,
+        Stored::Missing => return Some(Reason::Missing),
+        Stored::Unusable(why) => return Some(Reason::Unusable(why.clone())),
+        Stored::Usable(pair) => pair,
     };
     let cert = pair.cert();
     if cert.is_expired_at(now) {
@@ -206,9 +215,24 @@ pub fn target(
     }
     // A certificate nothing trusts is as good as expired, in either mode. The rotation
     // operator keeps old CAs in the bundle until they expire, so this never fights it.
-    if let Err(why) = crate::pki::verify::verify_chain(pair, roots, &config.identity, now) {
+    if let Err(why) = crate::pki::verify_chain(pair, roots, &config.identity, now) {
         return Some(Reason::ChainBroken(why));
     }
+    rotation_due(cert, config.refresh, Some(signer), mode, now)
+}
+
+/// Rotate mode's rule, the one for every kind of certificate (signers, targets, intermediate
+/// CAs): past 80 % of its lifetime, or past its refresh time (`notBefore + refresh`). A
+/// certificate issued by a signer (`issuer`) waits past its refresh time until the current
+/// signer has been out a tenth of the refresh period ([`signer_settled_at`]), so clients have
+/// the new CA before servers present certificates from it. Expired-only mode: never.
+pub fn rotation_due(
+    cert: &Cert,
+    refresh: Duration,
+    issuer: Option<&Cert>,
+    mode: Mode,
+    now: i64,
+) -> Option<Reason> {
     if mode == Mode::ExpiredOnly {
         return None;
     }
@@ -216,14 +240,21 @@ pub fn target(
     if now > at {
         return Some(Reason::PastLifetimeFraction { at });
     }
-    // Past its refresh time, but only once the current signer has been published for a tenth
-    // of the refresh period, so clients have the new CA before servers present leaves from it.
-    let at = cert.not_before + config.refresh.as_secs() as i64;
-    let signer_settled = signer.not_before + (config.refresh.as_secs() / 10) as i64;
-    if now > at && now > signer_settled {
+    let at = refresh_point(cert, refresh);
+    if now > at && issuer.is_none_or(|signer| now > signer_settled_at(signer, refresh)) {
         return Some(Reason::PastRefresh { at });
     }
     None
+}
+
+/// The refresh time of a certificate: its notBefore plus the refresh period.
+fn refresh_point(cert: &Cert, refresh: Duration) -> i64 {
+    cert.not_before + refresh.as_secs() as i64
+}
+
+/// When a signer has been out a tenth of the refresh period of what it issues.
+fn signer_settled_at(signer: &Cert, refresh: Duration) -> i64 {
+    signer.not_before + (refresh.as_secs() / 10) as i64
 }
 
 /// The bundle's content after this pass: every CA already in it that has not expired, plus the
@@ -289,9 +320,9 @@ pub fn same_set(a: &[Cert], b: &[Cert]) -> bool {
 /// still holds the previous CA, which stays until it expires. Expired-only mode leaves the leaf
 /// (as library-go's RefreshOnlyWhenExpired does); a normal rotation waits for the new signer to
 /// settle ([`target`]).
-pub fn after_trigger(found: &Found, signer: &Cert, triggered: bool, mode: Mode) -> Option<Reason> {
+pub fn after_trigger(found: &Stored, signer: &Cert, triggered: bool, mode: Mode) -> Option<Reason> {
     match found {
-        Some(Ok(pair))
+        Stored::Usable(pair)
             if triggered && mode == Mode::Rotate && !crate::pki::issued_by(pair.cert(), signer) =>
         {
             Some(Reason::SignerRotatedByTrigger)
@@ -311,9 +342,9 @@ pub fn trusted_now(local: i64, apiserver: Option<i64>) -> i64 {
 /// Whether a certificate starts later than `now` plus the backdate margin: valid at neither
 /// clock (`now` is [`trusted_now`]). [`clock_check`] has already refused the pass if only the
 /// local clock thinks so, so what is left was written by a regenerate whose clock was ahead.
-pub fn not_yet_valid(found: &Found, margin: std::time::Duration, now: i64) -> Option<Reason> {
+pub fn not_yet_valid(found: &Stored, margin: Duration, now: i64) -> Option<Reason> {
     match found {
-        Some(Ok(pair)) if pair.cert().not_before > now + margin.as_secs() as i64 => {
+        Stored::Usable(pair) if pair.cert().not_before > now + margin.as_secs() as i64 => {
             Some(Reason::NotYetValid {
                 not_before: pair.cert().not_before,
             })
@@ -333,7 +364,7 @@ pub fn not_yet_valid(found: &Found, margin: std::time::Duration, now: i64) -> Op
 /// apiserver time (`None`), any such certificate refuses, as before.
 pub fn clock_check<'a>(
     seen: impl IntoIterator<Item = (&'a str, &'a Cert)>,
-    margin: std::time::Duration,
+    margin: Duration,
     now: i64,
     apiserver: Option<i64>,
 ) -> Result<(), String> {
@@ -364,11 +395,15 @@ pub fn clock_check<'a>(
 /// The times at which a decision about `cert` can change by time alone: its expiry and, in
 /// rotate mode, its 80 % point and its refresh time (each plus one second, as the rules use
 /// "after").
-pub fn deadlines(cert: &Cert, refresh: std::time::Duration, mode: Mode) -> Vec<i64> {
+///
+/// `issuer`: the signer whose settling a refresh waits for (see [`rotation_due`]); its settle
+/// point is a deadline too.
+pub fn deadlines(cert: &Cert, refresh: Duration, issuer: Option<&Cert>, mode: Mode) -> Vec<i64> {
     let mut points = vec![cert.not_after];
     if mode == Mode::Rotate {
         points.push(lifetime_fraction_point(cert) + 1);
-        points.push(cert.not_before + refresh.as_secs() as i64 + 1);
+        points.push(refresh_point(cert, refresh) + 1);
+        points.extend(issuer.map(|signer| signer_settled_at(signer, refresh) + 1));
     }
     points
 }
@@ -425,28 +460,28 @@ mod tests {
     fn expired_only_leaves_a_signer_at_99_percent_alone_and_rotate_replaces_it() {
         let now = 1_800_000_000;
         let config = signer_config();
-        let found = Some(Ok(ca(now - 99 * DAY)));
+        let found = Stored::Usable(ca(now - 99 * DAY));
         assert_eq!(signer(&found, &config, Mode::ExpiredOnly, now), None);
         assert!(matches!(
             signer(&found, &config, Mode::Rotate, now),
             Some(Reason::PastLifetimeFraction { .. })
         ));
-        let expired = Some(Ok(ca(now - 101 * DAY)));
+        let expired = Stored::Usable(ca(now - 101 * DAY));
         assert!(matches!(
             signer(&expired, &config, Mode::ExpiredOnly, now),
             Some(Reason::Expired { .. })
         ));
         assert_eq!(
-            signer(&None, &config, Mode::ExpiredOnly, now),
+            signer(&Stored::Missing, &config, Mode::ExpiredOnly, now),
             Some(Reason::Missing)
         );
-        let garbage = Some(Err("tls.crt is not PEM".to_owned()));
+        let garbage = Stored::Unusable("tls.crt is not PEM".to_owned());
         assert!(matches!(
             signer(&garbage, &config, Mode::ExpiredOnly, now),
             Some(Reason::Unusable(_))
         ));
         // Rotate: past notBefore + refresh (50 d) but before 80 %.
-        let refreshed = Some(Ok(ca(now - 60 * DAY)));
+        let refreshed = Stored::Usable(ca(now - 60 * DAY));
         assert!(matches!(
             signer(&refreshed, &config, Mode::Rotate, now),
             Some(Reason::PastRefresh { .. })
@@ -471,7 +506,7 @@ mod tests {
             .unwrap()
         };
         // Fresh leaf: kept in both modes.
-        let fresh = Some(Ok(leaf(now - 1)));
+        let fresh = Stored::Usable(leaf(now - 1));
         assert_eq!(
             target(
                 &fresh,
@@ -484,7 +519,7 @@ mod tests {
             None
         );
         // A leaf never outlives its signer.
-        let Some(Ok(pair)) = &fresh else {
+        let Stored::Usable(pair) = &fresh else {
             unreachable!()
         };
         assert_eq!(pair.cert().not_after, signer_pair.cert().not_after);
@@ -545,7 +580,7 @@ mod tests {
             Duration::from_secs(100 * DAY as u64),
         )
         .unwrap();
-        let found = Some(Ok(leaf));
+        let found = Stored::Usable(leaf);
         let new_signer = ca(now - DAY);
         let roots = vec![old_signer.cert().clone(), new_signer.cert().clone()];
         // The new signer is 1 day old; refresh/10 = 5 days: wait.
@@ -628,11 +663,11 @@ mod tests {
         let cert = pair.cert();
         let refresh = Duration::from_secs(50 * DAY as u64);
         assert_eq!(
-            deadlines(cert, refresh, Mode::ExpiredOnly),
+            deadlines(cert, refresh, None, Mode::ExpiredOnly),
             vec![cert.not_after]
         );
         assert_eq!(
-            deadlines(cert, refresh, Mode::Rotate),
+            deadlines(cert, refresh, None, Mode::Rotate),
             vec![
                 cert.not_after,
                 lifetime_fraction_point(cert) + 1,
@@ -650,7 +685,7 @@ mod tests {
         let config = signer_config();
         let pair = ca(real - 10 * DAY);
         let cert = pair.cert().clone();
-        let found = Some(Ok(pair));
+        let found = Stored::Usable(pair);
         // The local clock alone would call it expired and prune it from the bundle.
         assert!(matches!(
             signer(&found, &config, Mode::ExpiredOnly, ahead),
@@ -711,7 +746,7 @@ mod tests {
         let from_the_future = ca(real + 3 * YEAR);
         let cert = from_the_future.cert().clone();
         let seen = [("secret ns/signer", &cert)];
-        let found = Some(Ok(from_the_future));
+        let found = Stored::Usable(from_the_future);
         // Without the apiserver's clock: refused, as before (cannot tell the two apart).
         assert!(clock_check(seen, margin, real, None).is_err());
         // The apiserver agrees with the local clock: the certificate is what is wrong.
@@ -729,7 +764,7 @@ mod tests {
             err.contains("apiserver") && err.contains("refusing"),
             "{err}"
         );
-        assert_eq!(not_yet_valid(&Some(Ok(fresh)), margin, real), None);
+        assert_eq!(not_yet_valid(&Stored::Usable(fresh), margin, real), None);
     }
     #[test]
     fn a_bundle_in_another_order_is_the_same_set_and_combined_bundles_group_by_signer() {
@@ -768,7 +803,7 @@ mod tests {
             Duration::from_secs(10 * DAY as u64),
         )
         .unwrap();
-        let found = Some(Ok(leaf));
+        let found = Stored::Usable(leaf);
         assert_eq!(
             after_trigger(&found, new.cert(), true, Mode::Rotate),
             Some(Reason::SignerRotatedByTrigger)

@@ -1,6 +1,6 @@
 //! Intermediate CAs (library-go's `SignerRotation`, the kube-controller-manager's `csr-signer`)
 //! and what is built from them: the decisions and the generation, as pure functions of what was
-//! read and the time (the I/O is `intermediate_pass`).
+//! read and the time (the I/O is `phases::intermediates`).
 //!
 //! OpenShift's chain (cluster-kube-controller-manager-operator, `CSRSigningCert` rotator and
 //! `CSRController`): the self-signed `csr-signer-signer` issues the intermediate `csr-signer`
@@ -22,17 +22,17 @@ use std::time::Duration;
 use rcgen::Issuer;
 
 use super::config::Intermediate;
-use super::decide::{self, Found, Mode, Reason};
-use super::keys::KeyType;
+use super::decide::{self, Mode, Reason, Stored};
+use crate::pki::KeyType;
 use crate::pki::{self, Cert, KeyPairPem};
 
 /// Whether the intermediate must be regenerated: missing or unusable, not a CA, expired, named
 /// for another signer name, or no longer chaining to its signer's bundle (`roots`, as it will
 /// be after this pass); in rotate mode also past 80 % of its lifetime, or past its refresh time
-/// once the current signer (`signer`) has been out a tenth of the refresh period — the rules
-/// of [`super::decide::target`], for a CA.
+/// once the current signer (`signer`) has been out a tenth of the refresh period
+/// ([`decide::rotation_due`], as for a target).
 pub fn decide(
-    found: &Found,
+    found: &Stored,
     config: &Intermediate,
     roots: &[Cert],
     signer: &Cert,
@@ -57,19 +57,7 @@ pub fn decide(
     if let Err(why) = pki::chains_to(std::slice::from_ref(cert), roots, now) {
         return Some(Reason::ChainBroken(why.to_string()));
     }
-    if mode == Mode::ExpiredOnly {
-        return None;
-    }
-    let at = cert.not_after - (cert.not_after - cert.not_before) / 5;
-    if now > at {
-        return Some(Reason::PastLifetimeFraction { at });
-    }
-    let at = cert.not_before + config.refresh.as_secs() as i64;
-    let signer_settled = signer.not_before + (config.refresh.as_secs() / 10) as i64;
-    if now > at && now > signer_settled {
-        return Some(Reason::PastRefresh { at });
-    }
-    None
+    decide::rotation_due(cert, config.refresh, Some(signer), mode, now)
 }
 
 /// What to do with the published copy of an intermediate.
@@ -86,25 +74,25 @@ pub enum Publication {
 /// Whether to publish `source` (the intermediate as stored now) over `published`.
 pub fn publication(
     source: &Cert,
-    published: &Found,
+    published: &Stored,
     delay: Duration,
     backdate: Duration,
     now: i64,
 ) -> Publication {
     let current = match published {
-        None => {
+        Stored::Missing => {
             return Publication::Now {
                 label: "missing",
                 reason: "missing".to_owned(),
             };
         }
-        Some(Err(why)) => {
+        Stored::Unusable(why) => {
             return Publication::Now {
                 label: "unusable",
                 reason: format!("unusable: {why}"),
             };
         }
-        Some(Ok(pair)) => pair.cert(),
+        Stored::Usable(pair) => pair.cert(),
     };
     if current.der == source.der {
         return Publication::Current;
@@ -114,7 +102,7 @@ pub fn publication(
             label: "expired",
             reason: format!(
                 "the published CA expired at {}",
-                crate::time::rfc3339(current.not_after)
+                crate::base::time::rfc3339(current.not_after)
             ),
         };
     }
@@ -124,7 +112,7 @@ pub fn publication(
             label: "delay-passed",
             reason: format!(
                 "a new CA, made at {}, has had {}s to reach every bundle",
-                crate::time::rfc3339(source.not_before + backdate.as_secs() as i64),
+                crate::base::time::rfc3339(source.not_before + backdate.as_secs() as i64),
                 delay.as_secs()
             ),
         }
@@ -281,7 +269,7 @@ mod tests {
     fn expired_only_keeps_a_valid_intermediate_and_rotate_moves_it_after_the_signer_settles() {
         let signer = root(NOW - 20 * DAY);
         let roots = [signer.cert().clone()];
-        let found = Some(Ok(intermediate(&signer, NOW - 16 * DAY)));
+        let found = Stored::Usable(intermediate(&signer, NOW - 16 * DAY));
         let cfg = config();
         assert_eq!(
             decide(&found, &cfg, &roots, signer.cert(), Mode::ExpiredOnly, NOW),
@@ -313,7 +301,14 @@ mod tests {
             Some(Reason::Expired { .. })
         ));
         assert_eq!(
-            decide(&None, &cfg, &roots, signer.cert(), Mode::ExpiredOnly, NOW),
+            decide(
+                &Stored::Missing,
+                &cfg,
+                &roots,
+                signer.cert(),
+                Mode::ExpiredOnly,
+                NOW
+            ),
             Some(Reason::Missing)
         );
         let stranger = root(NOW - DAY);
@@ -341,7 +336,7 @@ mod tests {
         .unwrap();
         assert_eq!(
             decide(
-                &Some(Ok(leaf)),
+                &Stored::Usable(leaf),
                 &cfg,
                 &roots,
                 signer.cert(),
@@ -372,7 +367,7 @@ mod tests {
         let new = intermediate(&signer, NOW);
         let delay = Duration::from_secs(300);
         let backdate = Duration::from_secs(60);
-        let published = Some(Ok(old));
+        let published = Stored::Usable(old);
         // Made at NOW - 0 (backdate 0 in the fixture, 60 s in the config): until NOW + 360.
         assert_eq!(
             publication(new.cert(), &published, delay, backdate, NOW),
@@ -400,7 +395,7 @@ mod tests {
             }
         ));
         assert!(matches!(
-            publication(new.cert(), &None, delay, backdate, NOW),
+            publication(new.cert(), &Stored::Missing, delay, backdate, NOW),
             Publication::Now {
                 label: "missing",
                 ..
@@ -409,7 +404,7 @@ mod tests {
         assert!(matches!(
             publication(
                 new.cert(),
-                &Some(Err("garbage".into())),
+                &Stored::Unusable("garbage".into()),
                 delay,
                 backdate,
                 NOW
@@ -420,10 +415,10 @@ mod tests {
             }
         ));
         // The same CA: nothing to do (however long it has been).
-        let same = Some(Ok(KeyPairPem {
+        let same = Stored::Usable(KeyPairPem {
             chain: vec![new.cert().clone()],
             key_pem: new.key_pem.clone(),
-        }));
+        });
         assert_eq!(
             publication(new.cert(), &same, delay, backdate, NOW + DAY),
             Publication::Current
@@ -435,7 +430,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn the_publication_deadline_wakes_the_loop_exactly_when_the_delay_has_passed() {
         let signer = root(NOW - 40 * DAY);
-        let published = Some(Ok(intermediate(&signer, NOW - 20 * DAY)));
+        let published = Stored::Usable(intermediate(&signer, NOW - 20 * DAY));
         let new = intermediate(&signer, NOW);
         let (delay, backdate) = (Duration::from_secs(300), Duration::ZERO);
         let start = tokio::time::Instant::now();

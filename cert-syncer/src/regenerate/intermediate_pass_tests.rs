@@ -1,15 +1,15 @@
-//! Unit tests of the intermediate step of a [`Pass`] (`intermediate_pass`, `copies`) against
-//! an in-memory apiserver ([`crate::fake_api`]): the whole kube-controller-manager chain created,
+//! Unit tests of the intermediate step of a [`Pass`] (`phases::intermediates`, `phases::copies`) against
+//! an in-memory apiserver ([`crate::kube::fake_api`]): the whole kube-controller-manager chain created,
 //! left alone when healthy, rotated by the manual trigger, and published after the delay. (A
-//! file of its own, beside `intermediate_pass.rs`.)
+//! file of its own, beside `phases/`.)
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 
 use super::Mode;
 use super::config::{self, Rotation};
 use super::pass::{Pass, Reads, Report};
-use crate::events::EventRecorder;
-use crate::fake_api::FakeApi;
+use crate::kube::events::EventRecorder;
+use crate::kube::fake_api::FakeApi;
 use crate::pki::{self, Cert, KeyPairPem};
 
 /// The kube-controller-manager's chain in two namespaces, with a 60 s publication delay.
@@ -37,7 +37,7 @@ copies:
 
 async fn pass(api: &FakeApi, rotation: &Rotation, mode: Mode, now: i64) -> Report {
     let client = api.client();
-    let events = EventRecorder::new(client.clone(), "op", None);
+    let events = std::sync::Arc::new(EventRecorder::new(client.clone(), "op", None));
     Pass {
         client: &client,
         rotation,
@@ -92,7 +92,7 @@ async fn the_chain_is_created_then_left_alone_and_a_new_ca_is_published_after_th
     let api = FakeApi::new();
     let rotation = config::parse(CONFIG).unwrap();
     assert!(rotation.broken.is_empty(), "{:?}", rotation.broken);
-    let now = crate::time::unix_now();
+    let now = crate::base::time::unix_now();
     // The kube-apiserver's client certificate the copy follows.
     let client_pair = pki::new_signer(
         "client",
@@ -227,7 +227,7 @@ bundles:
     assert!(rotation.broken.is_empty(), "{:?}", rotation.broken);
     let read_only: Vec<String> = rotation.read_only().map(|(_, o)| o.to_string()).collect();
     assert_eq!(read_only, ["managed/csr-controller-ca"]);
-    let now = crate::time::unix_now();
+    let now = crate::base::time::unix_now();
     // Absent: the bundle is its signer's CA alone, and that is not a failure.
     let report = pass(&api, &rotation, Mode::ExpiredOnly, now).await;
     assert!(report.failures.is_empty(), "{:?}", report.failures);
@@ -296,7 +296,7 @@ async fn an_intermediates_bundle_collects_the_ca_and_its_verified_issuer_only() 
     // unrelated CA (or a leaf) put there became trusted for every client certificate.
     let api = FakeApi::new();
     let rotation = config::parse(CONFIG).unwrap();
-    let now = crate::time::unix_now();
+    let now = crate::base::time::unix_now();
     let report = pass(&api, &rotation, Mode::ExpiredOnly, now).await;
     assert!(report.failures.is_empty(), "{:?}", report.failures);
     let ca = pair(&api, "op", "csr-signer");
@@ -404,7 +404,7 @@ async fn a_copy_is_never_replaced_by_an_emptied_truncated_expired_or_garbage_sou
     let api = FakeApi::new();
     let rotation = config::parse(COPIES).unwrap();
     assert!(rotation.broken.is_empty(), "{:?}", rotation.broken);
-    let now = crate::time::unix_now();
+    let now = crate::base::time::unix_now();
     let day = std::time::Duration::from_secs(86_400);
     let good = pki::new_signer("good", now, Default::default(), day).unwrap();
     let expired = pki::new_signer("old", now - 10 * 86_400, Default::default(), day).unwrap();
@@ -417,7 +417,11 @@ async fn a_copy_is_never_replaced_by_an_emptied_truncated_expired_or_garbage_sou
     );
     put_bundle(&api, "src", "ca", &good.cert_pem());
     let client = api.client();
-    let events = EventRecorder::new(client.clone(), "op", Some("regenerate-pod"));
+    let events = std::sync::Arc::new(EventRecorder::new(
+        client.clone(),
+        "op",
+        Some("regenerate-pod"),
+    ));
     let run = || Pass {
         client: &client,
         rotation: &rotation,
@@ -463,7 +467,7 @@ async fn a_copy_is_never_replaced_by_an_emptied_truncated_expired_or_garbage_sou
         assert_eq!(report.failures.len(), 2, "{what}: {:?}", report.failures);
         for failure in &report.failures {
             assert!(
-                failure.contains("not copied from src/"),
+                failure.reason.contains("not copied from src/"),
                 "{what}: {failure}"
             );
         }
@@ -503,5 +507,90 @@ async fn a_copy_is_never_replaced_by_an_emptied_truncated_expired_or_garbage_sou
     assert_eq!(
         written(&report),
         ["copy dst/ca changed", "copy dst/client changed"]
+    );
+}
+
+/// A copy goes through the one write: a destination Secret of a type regenerate does not own
+/// is refused (kept, failed, an Event names it); once the Lease is lost nothing is written.
+#[tokio::test]
+async fn a_copy_is_refused_onto_a_foreign_secret_type_and_after_the_lease_is_lost() {
+    let api = FakeApi::new();
+    let rotation = config::parse(COPIES).unwrap();
+    let now = crate::base::time::unix_now();
+    let day = std::time::Duration::from_secs(86_400);
+    let good = pki::new_signer("good", now, Default::default(), day).unwrap();
+    put_secret(
+        &api,
+        "src",
+        "client",
+        good.cert_pem().as_bytes(),
+        good.key_pem.as_bytes(),
+    );
+    put_bundle(&api, "src", "ca", &good.cert_pem());
+    let pull_secret = serde_json::json!({
+        "metadata": { "name": "client", "namespace": "dst" },
+        "type": "kubernetes.io/dockerconfigjson",
+        "data": { ".dockerconfigjson": "e30=" },
+    });
+    api.put("/api/v1/namespaces/dst/secrets/client", pull_secret);
+    let client = api.client();
+    let events = std::sync::Arc::new(EventRecorder::new(
+        client.clone(),
+        "op",
+        Some("regenerate-pod"),
+    ));
+    let lost = tokio_util::sync::CancellationToken::new();
+    let run = || Pass {
+        client: &client,
+        rotation: &rotation,
+        mode: Mode::ExpiredOnly,
+        now,
+        apiserver_now: None,
+        events: &events,
+        reads: Reads::Live,
+        lease_lost: Some(&lost),
+        brake: None,
+    };
+
+    let report = run().run().await;
+    assert_eq!(written(&report), ["copy dst/ca missing"]);
+    let failures: Vec<String> = report.failures.iter().map(ToString::to_string).collect();
+    assert_eq!(failures.len(), 1, "{failures:?}");
+    assert!(
+        failures[0].starts_with("secret dst/client: ")
+            && failures[0].contains("kubernetes.io/dockerconfigjson")
+            && failures[0].contains("does not manage"),
+        "{failures:?}"
+    );
+    let kept = secret(&api, "dst", "client");
+    assert!(kept.data.unwrap().contains_key(".dockerconfigjson"));
+    let refused: Vec<String> = api
+        .objects_under("/api/v1/namespaces/op/events/")
+        .into_iter()
+        .filter(|e| e["reason"] == "CertificateRegenerationRefused")
+        .map(|e| e["message"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert!(
+        refused.iter().any(|m| m.contains("dst/client")),
+        "{refused:?}"
+    );
+
+    // The source changes, but this replica has lost the Lease: nothing is written.
+    let renewed = pki::new_signer("renewed", now, Default::default(), day).unwrap();
+    put_bundle(&api, "src", "ca", &renewed.cert_pem());
+    lost.cancel();
+    let report = run().run().await;
+    assert!(report.written.is_empty(), "{:?}", report.written);
+    let failures: Vec<String> = report.failures.iter().map(ToString::to_string).collect();
+    assert!(
+        failures.iter().any(|f| f.starts_with(
+            "configmap dst/ca: not written: this replica \
+             lost the leader-election lease"
+        )),
+        "{failures:?}"
+    );
+    assert_eq!(
+        config_map(&api, "dst", "ca").data.unwrap()["ca-bundle.crt"],
+        good.cert_pem()
     );
 }

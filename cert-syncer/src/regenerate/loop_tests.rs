@@ -16,14 +16,18 @@ use super::pass_tests::{
     CONFIG, DAY, config_map_path, now, pass, secret_path, signer_at, stored_bundle, stored_pair,
     tls_secret, writes, written,
 };
-use crate::events::EventRecorder;
-use crate::fake_api::FakeApi;
+use crate::kube::events::EventRecorder;
+use crate::kube::fake_api::FakeApi;
 use crate::pki::{self, KeyPairPem};
 
 /// A pass as the controller's loop makes it: with the per-object write budget.
 async fn braked_pass(api: &FakeApi, rotation: &Rotation, now: i64, brake: &Brake) -> Report {
     let client = api.client();
-    let events = EventRecorder::new(client.clone(), "ns", Some("regenerate-pod"));
+    let events = std::sync::Arc::new(EventRecorder::new(
+        client.clone(),
+        "ns",
+        Some("regenerate-pod"),
+    ));
     let report = Pass {
         client: &client,
         reads: Reads::Live,
@@ -180,7 +184,12 @@ async fn a_foreign_future_ca_in_a_bundle_does_not_stop_the_pass_without_the_apis
         tls_secret("signer", &future, "kubernetes.io/tls"),
     );
     let report = pass(&other, &rotation, now).await;
-    let failures = report.failures.join("\n");
+    let failures = report
+        .failures
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("\n");
     assert!(failures.contains("secret ns/signer: skipped"), "{failures}");
     assert_eq!(writes(&other), 0);
 }

@@ -17,7 +17,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use super::pass::Report;
+use super::report::Report;
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct WriteLabels {
@@ -126,6 +126,6 @@ impl Metrics {
                 .get_or_create(&CertLabels { kind, object })
                 .set(not_after);
         }
-        self.last_pass.set(crate::time::unix_now());
+        self.last_pass.set(crate::base::time::unix_now());
     }
 }

@@ -6,12 +6,18 @@
 //!   hostnames for them;
 //! - `annotations`: OpenShift's labels and annotations, and the manual rotation trigger;
 //! - `decide`: pure decisions from parsed certificates and the time;
-//! - `keys`: the type of new keys (RSA-2048 by default, ECDSA P-256);
 //! - `crate::pki` (shared with `inspect`): parsing and generation (rcgen);
-//! - `pass`: one pass in dependency order with optimistic concurrency;
-//! - `intermediate`, `intermediate_pass`: intermediate CAs (the kube-controller-manager's
-//!   `csr-signer`), the bundles built from them, their delayed publication; `copies`: plain
-//!   copies of objects (resource-sync);
+//! - `pass`: one pass, a short sequence of `phases` in dependency order (read + clock check,
+//!   signers, bundles, targets, intermediates, copies), one file each, none calling another;
+//!   `ctx`: what every phase works with (the inputs, the reads, what one phase hands the
+//!   next, the one `decide::Stored` state of a Secret); `write`: the one write (create or
+//!   replace, conflict and re-read, owned Secret types, the brake and the Lease, Events off the
+//!   write path) every object kind goes through; `objects`: how a managed Secret and a CA
+//!   bundle look; `report`: what a pass did, failures typed (kind, object, reason);
+//! - `intermediate`: the rules of intermediate CAs (the kube-controller-manager's
+//!   `csr-signer`), the bundles built from them and their delayed publication (its phase is
+//!   `phases::intermediates`); `phases::copies`: plain copies of objects (resource-sync);
+//! - `clock`: the apiserver's clock;
 //! - `cache`: the declared objects as one list+watch per namespace and kind saw them (passes
 //!   read there, not with a GET per object);
 //! - this module: the loop. A pass runs once every watched namespace has been listed, whenever
@@ -32,25 +38,29 @@
 mod annotations;
 mod brake;
 mod cache;
+mod clock;
 pub mod config;
-mod copies;
+mod ctx;
 mod decide;
 mod intermediate;
-mod intermediate_pass;
 #[cfg(test)]
 mod intermediate_pass_tests;
-mod keys;
 #[cfg(test)]
 mod loop_tests;
 mod metrics;
+mod objects;
 mod pass;
 #[cfg(test)]
 mod pass_tests;
+mod phases;
 mod profile;
 pub mod release;
+mod report;
 mod settings;
 #[cfg(test)]
 mod settle_tests;
+mod timer;
+mod write;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -60,156 +70,73 @@ use tokio_util::sync::CancellationToken;
 
 pub(crate) use cache::watch_plan;
 pub use decide::Mode;
-pub use keys::KeyType;
 pub use profile::Profile;
 pub(crate) use settings::Settings;
 
-use crate::error::ConfigError;
-use crate::events::EventRecorder;
-use crate::health::Readiness;
-use crate::leader::{self, Elector};
-use crate::time::{rfc3339, unix_now};
+use crate::base::error::ConfigError;
+use crate::base::readiness::Readiness;
+use crate::base::time::unix_now;
+use crate::kube::connection::Connection;
+use crate::kube::events::EventRecorder;
+use crate::kube::leader::{self, Elector};
+use crate::kube::sidecar::Sidecar;
 use cache::Cache;
+use clock::clocks;
 use metrics::Metrics;
 use pass::{Pass, Reads};
+use timer::PassTimer;
 
-/// The longest the loop sleeps without a reason (a guard against clock jumps; not a poll:
-/// the pass it triggers normally finds nothing to do).
-const MAX_SLEEP: Duration = Duration::from_secs(6 * 3600);
-
-/// When the loop runs its next pass (watch events wake it earlier): one second after the next
-/// deadline a pass reported (an expiry or a rotation point), at most [`MAX_SLEEP`]; after a
-/// failed pass, a backoff from 1 s doubling to 60 s, reset by a pass that succeeds.
-#[derive(Debug)]
-struct PassTimer {
-    retry: Duration,
-}
-
-impl Default for PassTimer {
-    fn default() -> PassTimer {
-        PassTimer {
-            retry: Duration::from_secs(1),
-        }
-    }
-}
-
-impl PassTimer {
-    /// The sleep after a pass that succeeded at `pass_now` (Unix seconds).
-    fn after_success(&mut self, next_deadline: Option<i64>, pass_now: i64) -> Duration {
-        self.retry = Duration::from_secs(1);
-        next_deadline
-            .map(|at| Duration::from_secs((at - pass_now).max(0) as u64 + 1))
-            .unwrap_or(MAX_SLEEP)
-            .min(MAX_SLEEP)
-    }
-
-    /// The sleep after `report`'s pass (made at `pass_now`): after a failure the backoff,
-    /// else until the next deadline; a pass that wrote without failures is followed by another
-    /// at once (a write can change the decision for an item earlier in the order: a bundle
-    /// prunes an expired CA once the leaves it issued are re-issued; the cache already holds our
-    /// writes, so their watch events wake nothing). Never longer than until a write the brake
-    /// held may be made. What bounds the passes a write loop makes is the brake (each object's
-    /// write budget): a pass that only holds writes writes nothing, and the loop sleeps.
-    fn after_pass(&mut self, report: &pass::Report, pass_now: i64) -> Duration {
-        let sleep = if !report.failures.is_empty() {
-            self.after_failure()
-        } else if !report.written.is_empty() {
-            self.retry = Duration::from_secs(1);
-            Duration::ZERO
-        } else {
-            self.after_success(report.next_deadline, pass_now)
-        };
-        report
-            .held
-            .iter()
-            .map(|held| held.release_in)
-            .fold(sleep, Duration::min)
-    }
-
-    /// The sleep after a pass with failures.
-    fn after_failure(&mut self) -> Duration {
-        let sleep = self.retry;
-        self.retry = (self.retry * 2).min(Duration::from_secs(60));
-        sleep
-    }
-}
-
-/// Runs the controller (or one pass with `--once`).
-pub(crate) async fn run(args: Settings) -> anyhow::Result<()> {
-    let fixed_now = args.now;
-    let connection = crate::connection::connect(&args.connection).await?;
-    let client = connection.client.clone();
-    let rotation = load_rotation(&args, &client).await?;
-    let events = EventRecorder::new(
-        client.clone(),
-        args.events_namespace(),
-        args.pod_name.as_deref(),
-    );
-    let mut registry = Registry::default();
-    let metrics = Metrics::register(&mut registry);
-    metrics.broken.set(rotation.broken.len() as i64);
-    let now = || fixed_now.unwrap_or_else(unix_now);
-
-    if args.once {
-        let (now, apiserver_now) = clocks(&client, &rotation, now()).await;
-        let report = Pass {
-            client: &client,
-            reads: Reads::Live,
-            rotation: &rotation,
-            mode: args.mode,
-            now,
-            apiserver_now,
-            events: &events,
-            brake: None,
-            lease_lost: None,
-        }
-        .run()
-        .await;
-        metrics.record(&report);
-        log_report(&report);
-        record_failures(&events, &report).await;
-        let mut failures = report.failures;
-        failures.extend(
-            rotation
-                .broken
-                .iter()
-                .map(|b| format!("config {}: {}", b.item, b.reason)),
-        );
-        return if failures.is_empty() {
-            Ok(())
-        } else {
-            Err(anyhow::anyhow!(
-                "{} item(s) failed:\n  {}",
-                failures.len(),
-                failures.join("\n  ")
-            ))
-        };
-    }
-
-    let shutdown = crate::shutdown::on_signal()?;
-    let readiness = Readiness::default();
-    // A standby (--leader-elect, waiting for the Lease) is Ready while it can read the Lease:
-    // it acts the moment it takes over, and a NotReady sidecar would make the static pod
-    // NotReady on every master but one. The leader is Ready once a pass completed.
+/// The controller's metrics, and readiness blocked until its first pass (with
+/// `--leader-elect`, until the Lease is read: a standby is Ready while it can read the Lease;
+/// it acts the moment it takes over, and a NotReady sidecar would make the static pod NotReady
+/// on every master but one).
+pub(crate) fn register(
+    args: &Settings,
+    registry: &mut Registry,
+    readiness: &Readiness,
+) -> Result<Metrics, ConfigError> {
     if args.leader_elect {
         readiness.block("lease", "the lease has not been read yet");
     } else {
         readiness.block("pass", "no pass completed yet");
     }
+    Ok(Metrics::register(registry))
+}
+
+/// `--once`: one pass, on the app shell's connection and Events (no signals: the default
+/// SIGTERM ends it; no health server).
+pub(crate) async fn run_once(
+    args: Settings,
+    connection: Connection,
+    events: EventRecorder,
+) -> anyhow::Result<()> {
+    let client = connection.client.clone();
+    let rotation = load_rotation(&args, &client).await?;
+    let metrics = Metrics::register(&mut Registry::default());
+    metrics.broken.set(rotation.broken.len() as i64);
+    let now = args.now.unwrap_or_else(unix_now);
+    once(&client, &rotation, &args, &Arc::new(events), &metrics, now).await
+}
+
+/// Runs the controller until SIGTERM/SIGINT (`Ok`) or until the Lease is lost (`Err`).
+pub(crate) async fn run(args: Settings, sidecar: Sidecar, metrics: Metrics) -> anyhow::Result<()> {
+    let Sidecar {
+        connection,
+        shutdown,
+        readiness,
+        events,
+    } = sidecar;
+    let fixed_now = args.now;
+    let client = connection.client.clone();
+    let rotation = load_rotation(&args, &client).await?;
+    let events = Arc::new(events);
+    metrics.broken.set(rotation.broken.len() as i64);
+    let now = || fixed_now.unwrap_or_else(unix_now);
     if !rotation.broken.is_empty() {
         readiness.block(
             "config",
             format!("{} config item(s) broken", rotation.broken.len()),
         );
-    }
-    if let Some(addr) = args.metrics_listen {
-        let registry = Arc::new(registry);
-        let (readiness, shutdown) = (readiness.clone(), shutdown.clone());
-        tokio::spawn(async move {
-            if let Err(err) = crate::health::serve(addr, registry, readiness, shutdown).await {
-                tracing::error!(error = %format!("{err:#}"), "metrics server stopped");
-            }
-        });
     }
 
     // With --leader-elect, act only while holding the Lease; losing it ends the process (the
@@ -250,10 +177,59 @@ pub(crate) async fn run(args: Settings) -> anyhow::Result<()> {
         }));
     }
 
+    let leadership = Leadership {
+        lost,
+        lost_reason,
+        holder,
+    };
+    control(
+        &client,
+        &rotation,
+        &args,
+        &events,
+        &metrics,
+        &readiness,
+        &shutdown,
+        leadership,
+        connection.watch_timeout_seconds,
+        now,
+    )
+    .await?;
+    drop(connection);
+    Ok(())
+}
+
+/// With `--leader-elect`: cancelled when the Lease is lost, and why; the task holding it.
+struct Leadership {
+    lost: CancellationToken,
+    lost_reason: Arc<std::sync::Mutex<String>>,
+    holder: Option<tokio::task::JoinHandle<()>>,
+}
+
+/// The controller's loop: the watches' cache, then a pass whenever a declared object changes
+/// or a deadline comes, until shutdown (`Ok`) or the Lease is lost (`Err`).
+#[allow(clippy::too_many_arguments)]
+async fn control(
+    client: &kube::Client,
+    rotation: &config::Rotation,
+    args: &Settings,
+    events: &Arc<EventRecorder>,
+    metrics: &Metrics,
+    readiness: &Readiness,
+    shutdown: &CancellationToken,
+    leadership: Leadership,
+    watch_timeout_seconds: u32,
+    now: impl Fn() -> i64,
+) -> anyhow::Result<()> {
+    let Leadership {
+        lost,
+        lost_reason,
+        holder,
+    } = leadership;
     // One list+watch per declared object, or per namespace and kind above
     // --namespace-watch-threshold; any change of a declared object wakes the loop.
-    let cache = Arc::new(Cache::new(&rotation, args.namespace_watch_threshold));
-    let watches = cache.spawn_watches(&client, connection.watch_timeout_seconds);
+    let cache = Arc::new(Cache::new(rotation, args.namespace_watch_threshold));
+    let watches = cache.spawn_watches(client, watch_timeout_seconds);
     tracing::info!(mode = ?args.mode, signers = rotation.signers.len(), bundles = rotation.bundles.len(), targets = rotation.targets.len(), watches = ?cache.watched().map(ToString::to_string).collect::<Vec<_>>(), "regeneration controller started");
     let stop = |watches: Vec<tokio::task::JoinHandle<()>>| {
         for watch in watches {
@@ -296,15 +272,15 @@ pub(crate) async fn run(args: Settings) -> anyhow::Result<()> {
         }
         // Changes from here on wake the next pass; this one reads everything up to now.
         changes.borrow_and_update();
-        let (pass_now, apiserver_now) = clocks(&client, &rotation, now()).await;
+        let (pass_now, apiserver_now) = clocks(client, rotation, now()).await;
         let report = Pass {
-            client: &client,
+            client,
             reads: Reads::Cached(&cache),
-            rotation: &rotation,
+            rotation,
             mode: args.mode,
             now: pass_now,
             apiserver_now,
-            events: &events,
+            events,
             brake: Some(&brake),
             lease_lost: Some(&lost),
         }
@@ -326,11 +302,12 @@ pub(crate) async fn run(args: Settings) -> anyhow::Result<()> {
                 "lost leadership during a pass: {reason}; exiting so the kubelet restarts us as a candidate"
             ));
         }
-        record_failures(&events, &report).await;
+        record_failures(events, &report).await;
         if report.failures.is_empty() {
             readiness.clear("pass");
         } else {
-            readiness.block("pass", report.failures.join("; "));
+            let failures: Vec<String> = report.failures.iter().map(ToString::to_string).collect();
+            readiness.block("pass", failures.join("; "));
         }
         if report.held.is_empty() {
             readiness.clear("loop");
@@ -345,11 +322,57 @@ pub(crate) async fn run(args: Settings) -> anyhow::Result<()> {
         // Releases the Lease so a standby takes over at once.
         let _ = holder.await;
     }
-    drop(connection);
     Ok(())
 }
 
-/// The objects a built-in profile manages (hostnames are placeholders: for RBAC, not for use).
+/// `--once`: one pass reading by GET, its failures (and the broken config items) the exit
+/// status.
+async fn once(
+    client: &kube::Client,
+    rotation: &config::Rotation,
+    args: &Settings,
+    events: &Arc<EventRecorder>,
+    metrics: &Metrics,
+    local_now: i64,
+) -> anyhow::Result<()> {
+    let (now, apiserver_now) = clocks(client, rotation, local_now).await;
+    let report = Pass {
+        client,
+        reads: Reads::Live,
+        rotation,
+        mode: args.mode,
+        now,
+        apiserver_now,
+        events,
+        brake: None,
+        lease_lost: None,
+    }
+    .run()
+    .await;
+    metrics.record(&report);
+    log_report(&report);
+    record_failures(events, &report).await;
+    let mut failures: Vec<String> = report.failures.iter().map(ToString::to_string).collect();
+    failures.extend(
+        rotation
+            .broken
+            .iter()
+            .map(|b| format!("config {}: {}", b.item, b.reason)),
+    );
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(anyhow::anyhow!(
+            "{} item(s) failed:\n  {}",
+            failures.len(),
+            failures.join("\n  ")
+        ))
+    }
+}
+
+/// The objects a built-in profile declares, without a cluster (hostnames are placeholders: for
+/// RBAC and the manifests' checks, not for use): what `app::access` grants for `--profile`, and
+/// what the e2e tests compare the shipped manifests with.
 ///
 /// # Errors
 /// Never for the built-in profiles (their tests parse them).
@@ -404,29 +427,6 @@ async fn load_rotation(
     Ok(rotation)
 }
 
-/// The time one pass decides at, and the apiserver's clock it was checked against: the local
-/// clock (`local`), but never later than the apiserver's (see `decide::trusted_now`). A local
-/// clock ahead of the apiserver's by more than the backdate margin is logged: expiry is then
-/// judged at the apiserver's time, so a jump forward destroys nothing still valid there.
-async fn clocks(
-    client: &kube::Client,
-    rotation: &config::Rotation,
-    local: i64,
-) -> (i64, Option<i64>) {
-    let apiserver = pass::apiserver_time(client).await;
-    if let Some(at) = apiserver
-        && local - at > rotation.backdate.as_secs() as i64
-    {
-        tracing::warn!(
-            local = %rfc3339(local),
-            apiserver = %rfc3339(at),
-            ahead_seconds = local - at,
-            "the local clock is ahead of the apiserver's: expiry and generation use the apiserver's time"
-        );
-    }
-    (decide::trusted_now(local, apiserver), apiserver)
-}
-
 /// What `/readyz` says while the brake holds writes.
 fn held_summary(held: &[brake::Held]) -> String {
     let objects: Vec<String> = held
@@ -450,21 +450,20 @@ fn held_summary(held: &[brake::Held]) -> String {
 }
 
 /// One Warning Event per failed item (rate-limited per item by the recorder).
-async fn record_failures(events: &EventRecorder, report: &pass::Report) {
+async fn record_failures(events: &EventRecorder, report: &report::Report) {
     for failure in &report.failures {
-        let object = failure.split(':').next().unwrap_or("regenerate");
         events
             .record(
                 "CertificateRegenerationFailed",
-                object,
-                failure.clone(),
+                &failure.subject(),
+                failure.to_string(),
                 true,
             )
             .await;
     }
 }
 
-fn log_report(report: &pass::Report) {
+fn log_report(report: &report::Report) {
     for failure in &report.failures {
         tracing::error!(%failure, "regeneration failed for an item");
     }
@@ -487,53 +486,4 @@ fn identity(pod_name: Option<&str>) -> String {
             .unwrap_or_else(|_| "unknown-host".to_owned());
         format!("{host}_{}", std::process::id())
     })
-}
-
-#[cfg(test)]
-mod timer_tests {
-    use super::{MAX_SLEEP, PassTimer};
-    use std::time::Duration;
-
-    #[test]
-    fn the_next_pass_is_a_second_after_the_deadline_and_never_later_than_max_sleep() {
-        let mut timer = PassTimer::default();
-        assert_eq!(
-            timer.after_success(Some(1_100), 1_000),
-            Duration::from_secs(101)
-        );
-        // A deadline already past: at once (one second, so the clock has moved past it).
-        assert_eq!(
-            timer.after_success(Some(900), 1_000),
-            Duration::from_secs(1)
-        );
-        assert_eq!(timer.after_success(None, 1_000), MAX_SLEEP);
-        assert_eq!(timer.after_success(Some(i64::MAX / 2), 0), MAX_SLEEP);
-    }
-
-    #[test]
-    fn failures_back_off_to_a_minute_and_a_success_resets_the_backoff() {
-        let mut timer = PassTimer::default();
-        let backoff: Vec<u64> = (0..8).map(|_| timer.after_failure().as_secs()).collect();
-        assert_eq!(backoff, [1, 2, 4, 8, 16, 32, 60, 60]);
-        timer.after_success(Some(10), 0);
-        assert_eq!(timer.after_failure(), Duration::from_secs(1));
-    }
-
-    /// On tokio's paused clock: a pass whose next deadline is 100 s away sleeps until a second
-    /// after it, not before (the loop's `sleep(sleep_for)` with the timer's value).
-    #[tokio::test(start_paused = true)]
-    async fn the_timer_wakes_the_loop_just_after_the_deadline_on_tokios_clock() {
-        let mut timer = PassTimer::default();
-        let start = tokio::time::Instant::now();
-        let sleep = tokio::time::sleep(timer.after_success(Some(100), 0));
-        tokio::pin!(sleep);
-        tokio::time::advance(Duration::from_secs(100)).await;
-        assert!(
-            futures::poll!(&mut sleep).is_pending(),
-            "woke before the deadline had passed"
-        );
-        tokio::time::advance(Duration::from_secs(1)).await;
-        assert!(futures::poll!(&mut sleep).is_ready());
-        assert_eq!(start.elapsed(), Duration::from_secs(101));
-    }
 }

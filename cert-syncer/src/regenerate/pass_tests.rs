@@ -1,4 +1,4 @@
-//! Unit tests of one [`Pass`] against an in-memory apiserver ([`crate::fake_api`]): signers,
+//! Unit tests of one [`Pass`] against an in-memory apiserver ([`crate::kube::fake_api`]): signers,
 //! bundles and targets each on their own, what is written, what is left alone, and how
 //! conflicts and foreign objects are handled; and a pass reading from the watches' cache: no
 //! GET, its own writes remembered, a stale copy costing a conflict and never a blind write.
@@ -14,12 +14,12 @@ use super::Mode;
 use super::cache::Cache;
 use super::config::{self, Rotation};
 use super::pass::{Pass, Reads, Report};
-use crate::decode::Raw;
-use crate::events::EventRecorder;
-use crate::fake_api::FakeApi;
-use crate::kind::Kind;
+use crate::base::kind::Kind;
+use crate::kube::decode::Raw;
+use crate::kube::events::EventRecorder;
+use crate::kube::fake_api::FakeApi;
+use crate::kube::watch::Changes;
 use crate::pki::{self, Cert, KeyPairPem};
-use crate::watch::Changes;
 
 pub(super) const DAY: u64 = 86_400;
 
@@ -43,7 +43,7 @@ pub(super) fn config_map_path(name: &str) -> String {
 
 pub(super) async fn pass(api: &FakeApi, rotation: &Rotation, now: i64) -> Report {
     let client = api.client();
-    let events = EventRecorder::new(client.clone(), "ns", None);
+    let events = std::sync::Arc::new(EventRecorder::new(client.clone(), "ns", None));
     Pass {
         client: &client,
         reads: Reads::Live,
@@ -60,7 +60,7 @@ pub(super) async fn pass(api: &FakeApi, rotation: &Rotation, now: i64) -> Report
 }
 
 pub(super) fn now() -> i64 {
-    crate::time::unix_now()
+    crate::base::time::unix_now()
 }
 
 /// The pair stored in a Secret.
@@ -190,7 +190,12 @@ async fn signers_an_expired_one_is_replaced_and_a_foreign_secret_type_is_refused
     );
     let report = pass(&foreign, &rotation, now).await;
     assert!(report.written.is_empty(), "{:?}", written(&report));
-    let failures = report.failures.join("\n");
+    let failures = report
+        .failures
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("\n");
     assert!(failures.contains("refusing"), "{failures}");
     assert!(
         failures.contains("configmap ns/ca: skipped, signer ns/signer unavailable"),
@@ -301,7 +306,7 @@ fn watched_secret(api: &FakeApi, name: &str) -> Changes<Raw<Secret>> {
 
 async fn cached_pass(api: &FakeApi, cache: &Cache, rotation: &Rotation, now: i64) -> Report {
     let client = api.client();
-    let events = EventRecorder::new(client.clone(), "ns", None);
+    let events = std::sync::Arc::new(EventRecorder::new(client.clone(), "ns", None));
     Pass {
         client: &client,
         reads: Reads::Cached(cache),
@@ -423,7 +428,12 @@ async fn a_conflict_the_watch_never_explains_gives_the_item_up_until_the_next_pa
     );
     let report = cached_pass(&api, &cache, &rotation, now).await;
     assert_eq!(report.conflicts, 1);
-    let failures = report.failures.join("\n");
+    let failures = report
+        .failures
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("\n");
     assert!(
         failures.contains("secret ns/signer: after a conflict: changed since read, and the watch has not brought the new version"),
         "{failures}"
@@ -451,7 +461,7 @@ async fn a_pass_writes_nothing_after_the_lease_is_lost() {
         })
     };
     let client = api.client();
-    let events = EventRecorder::new(client.clone(), "ns", None);
+    let events = std::sync::Arc::new(EventRecorder::new(client.clone(), "ns", None));
     let report = Pass {
         client: &client,
         reads: Reads::Live,
@@ -480,7 +490,7 @@ async fn a_pass_writes_nothing_after_the_lease_is_lost() {
         report
             .failures
             .iter()
-            .any(|f| f.contains("lost the leader-election lease")),
+            .any(|f| f.reason.contains("lost the leader-election lease")),
         "{:?}",
         report.failures
     );

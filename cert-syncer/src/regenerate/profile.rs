@@ -16,8 +16,8 @@ use kube::api::{ApiResource, DynamicObject};
 
 use super::config::{self, Rotation};
 use super::release::Release;
-use crate::error::ConfigError;
-use crate::names::canonical_hostname;
+use crate::base::error::ConfigError;
+use crate::base::names::canonical_hostname;
 
 /// The built-in profiles.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -359,7 +359,7 @@ mod tests {
                 "{object}"
             );
         }
-        assert_eq!(rotation.key_type, crate::regenerate::keys::KeyType::Rsa2048);
+        assert_eq!(rotation.key_type, crate::pki::KeyType::Rsa2048);
         // client-ca is the exact union of OpenShift's seven sources, three of them read only.
         let client_ca = &rotation.unions[0];
         assert_eq!(

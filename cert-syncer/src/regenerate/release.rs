@@ -16,9 +16,9 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::config::{ObjectRef, Rotation};
-use crate::error::ConfigError;
-use crate::kind::Kind;
-use crate::time::parse_duration;
+use crate::base::error::ConfigError;
+use crate::base::kind::Kind;
+use crate::base::time::parse_duration;
 
 /// The release a profile models when `--openshift-version` is not given: the newest shipped
 /// line.

@@ -9,13 +9,13 @@ use super::Mode;
 /// The settings of one `regenerate` run (each field is the flag of the same name).
 #[derive(Debug, Clone)]
 pub(crate) struct Settings {
-    pub connection: crate::connection::Settings,
+    pub connection: crate::kube::connection::Settings,
     /// The rotation config file (exactly one of `config` and `profile`).
     pub config: Option<PathBuf>,
     /// A built-in rotation set.
     pub profile: Option<super::Profile>,
     /// The type of new keys, over the config's or profile's.
-    pub key_type: Option<super::KeyType>,
+    pub key_type: Option<crate::pki::KeyType>,
     /// The profile's hostnames when the cluster's config objects do not give them.
     pub service_network_ip: Vec<std::net::IpAddr>,
     /// The OpenShift release the profile models (`release`).

@@ -18,10 +18,10 @@ use serde_json::json;
 use super::Mode;
 use super::config;
 use super::pass::{Pass, Reads, Report};
-use crate::events::EventRecorder;
-use crate::fake_api::FakeApi;
+use crate::kube::events::EventRecorder;
+use crate::kube::fake_api::FakeApi;
+use crate::pki::KeyType;
 use crate::pki::{self, Identity, KeyPairPem};
-use crate::regenerate::KeyType;
 
 /// Cases per run when `PROPTEST_CASES` is not set: about 3 s in a debug build (100: 5 s).
 const DEFAULT_CASES: u32 = 64;
@@ -206,7 +206,7 @@ fn config_text(case: &Case) -> String {
 }
 
 fn seconds(text: &str) -> u64 {
-    crate::time::parse_duration(text).unwrap().as_secs()
+    crate::base::time::parse_duration(text).unwrap().as_secs()
 }
 
 fn secret(name: &str, cert_pem: &str, key_pem: &str) -> serde_json::Value {
@@ -373,7 +373,7 @@ fn seed(api: &FakeApi, case: &Case, rotation: &config::Rotation, now: i64) {
 
 async fn pass(api: &FakeApi, rotation: &config::Rotation, case: &Case, now: i64) -> Report {
     let client = api.client();
-    let events = EventRecorder::new(client.clone(), "ns", None);
+    let events = std::sync::Arc::new(EventRecorder::new(client.clone(), "ns", None));
     Pass {
         client: &client,
         reads: Reads::Live,
@@ -419,7 +419,7 @@ proptest! {
             .enable_all()
             .build()
             .unwrap();
-        let now = crate::time::unix_now();
+        let now = crate::base::time::unix_now();
         let api = FakeApi::new();
         seed(&api, &case, &rotation, now);
         let (first, second) = runtime.block_on(async {

@@ -1,23 +1,21 @@
 //! What an object's state means on disk, for both ways of following (per object and
-//! namespace-wide): write its directory and its `--file` host files, keep or remove its files
-//! when it is absent, keep them when it does not decode; count every outcome, set readiness, and
-//! record a Kubernetes Event once the files are written (spawned, never awaited before a write).
+//! namespace-wide): every [`Sink`] of the object written, kept or cleared alike; count every
+//! outcome, set readiness, and record a Kubernetes Event once the files are written (spawned,
+//! never awaited before a write).
 //!
 //! [`Applier::resync`] re-applies the last state seen to the disk when the resync period comes,
 //! repairing what was changed or removed behind the syncer's back, from memory: no API request.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
-use reload_lib::fs::{AtomicDirWriter, WriteOutcome};
-
-use super::files::{self, FileMapping};
 use super::settings::{ObjectSpec, Settings};
-use crate::decode::DecodeError;
-use crate::events::EventRecorder;
-use crate::fetched::Fetched;
-use crate::health::Readiness;
-use crate::metrics::{KeyLabels, Metrics, ObjectLabels, RepairLabels, ResultLabels};
+use super::sink::{self, Sink, SinkError, Wrote};
+use crate::base::readiness::Readiness;
+use crate::kube::decode::DecodeError;
+use crate::kube::events::EventRecorder;
+use crate::kube::fetched::{Fetched, TryFetched};
+use crate::sync::metrics::{KeyLabels, Metrics, ObjectLabels, RepairLabels, ResultLabels};
 
 /// What a named object should become on disk.
 #[derive(Debug)]
@@ -30,6 +28,17 @@ pub(crate) enum Desired {
     Absent,
 }
 
+impl Desired {
+    /// What a watch (or a GET) says of an object: `None` when it is absent.
+    pub fn of(object: Option<&impl TryFetched>) -> Desired {
+        match object.map(TryFetched::try_fetched) {
+            Some(Ok(fetched)) => Desired::Present(fetched),
+            Some(Err(err)) => Desired::Undecodable(err),
+            None => Desired::Absent,
+        }
+    }
+}
+
 /// Applies states to the disk. One per run, shared by every object's task.
 pub(crate) struct Applier {
     pub settings: Arc<Settings>,
@@ -37,6 +46,9 @@ pub(crate) struct Applier {
     pub readiness: Readiness,
     pub events: Arc<EventRecorder>,
 }
+
+/// What each sink of an object answered, with its path.
+type Answers<T> = Vec<(PathBuf, Result<T, SinkError>)>;
 
 impl Applier {
     /// Writes, keeps or removes; `false` when it failed in a way worth retrying.
@@ -48,8 +60,42 @@ impl Applier {
         }
     }
 
+    /// Whether some sink of `object` holds files that its absence would remove.
+    pub fn holds_files(&self, object: &ObjectSpec) -> bool {
+        sink::for_object(&self.settings, object)
+            .iter()
+            .any(|sink| sink.holds_files())
+    }
+
+    /// Runs `step` on every sink of `object`, in order, off the async workers.
+    async fn each_sink<T: Send + 'static>(
+        &self,
+        object: &ObjectSpec,
+        step: impl Fn(&dyn Sink) -> Result<T, SinkError> + Send + 'static,
+    ) -> Answers<T> {
+        let sinks = sink::for_object(&self.settings, object);
+        let paths: Vec<PathBuf> = sinks.iter().map(|s| s.path().to_owned()).collect();
+        match tokio::task::spawn_blocking(move || {
+            sinks
+                .iter()
+                .map(|sink| (sink.path().to_owned(), step(sink.as_ref())))
+                .collect()
+        })
+        .await
+        {
+            Ok(answers) => answers,
+            Err(err) => {
+                let why = format!("file task failed: {}", crate::base::error::chain(&err));
+                paths
+                    .into_iter()
+                    .map(|path| (path, Err(SinkError::Failed(why.clone()))))
+                    .collect()
+            }
+        }
+    }
+
     /// An object that does not decode: its files are kept (never the response body in a log:
-    /// see [`crate::decode`]). Settled: a fix arrives as a watch event.
+    /// see [`crate::kube::decode`]). Settled: a fix arrives as a watch event.
     fn undecodable(&self, object: &ObjectSpec, err: &DecodeError) -> bool {
         let label = object.label();
         tracing::error!(object = %label, field = %err.field, reason = %err.reason, "cannot decode the object; previous files kept");
@@ -64,264 +110,151 @@ impl Applier {
         true
     }
 
+    /// Every sink written. A refusal (content that does not fit a sink) or a failure keeps that
+    /// sink's previous files and counts the object as `error`, with a warning Event; only a
+    /// failure is worth retrying. Otherwise the object is ready, counted `written` when some sink
+    /// changed (with an Event after every file is in place) or `unchanged`.
     async fn write(&self, object: &ObjectSpec, fetched: &Fetched) -> bool {
-        if !object.mirror {
-            // write_files blocks readiness again for a key that is missing or not PEM.
-            self.readiness.clear(&object.label());
-            self.synced(object, fetched);
-            return self.write_files(object, fetched).await;
-        }
-        let dir = self.object_dir(object);
-        let writer = self.writer(object);
-        let payload = fetched.payload(object.kind);
-        let outcome = tokio::task::spawn_blocking(move || writer.write(&payload)).await;
         let label = object.label();
-        let written = match outcome {
-            Ok(Ok(WriteOutcome::Unchanged)) => {
-                tracing::debug!(object = %label, secret.resource_version = %fetched.resource_version, "unchanged on disk");
-                self.count(object, "unchanged");
-                false
+        let shared = fetched.clone();
+        let answers = self
+            .each_sink(object, move |sink| sink.write(&shared))
+            .await;
+        let mut written = Vec::new();
+        let mut refused = None;
+        let mut failed = None;
+        for (path, answer) in answers {
+            match answer {
+                Ok(Wrote::Written) => {
+                    tracing::info!(object = %label, secret.resource_version = %fetched.resource_version, path = %path.display(), keys = ?fetched.data.keys().collect::<Vec<_>>(), "written");
+                    written.push(path);
+                }
+                Ok(Wrote::Unchanged) => {
+                    tracing::debug!(object = %label, secret.resource_version = %fetched.resource_version, path = %path.display(), "unchanged on disk");
+                }
+                Err(SinkError::Refused(why)) => {
+                    tracing::error!(object = %label, path = %path.display(), %why, "refused; previous file kept");
+                    refused.get_or_insert(why);
+                }
+                Err(SinkError::Failed(why)) => {
+                    tracing::error!(object = %label, path = %path.display(), error = %why, "cannot write; previous files kept");
+                    failed.get_or_insert(why);
+                }
             }
-            Ok(Ok(outcome)) => {
-                tracing::info!(object = %label, secret.resource_version = %fetched.resource_version, dir = %dir.display(), keys = ?fetched.data.keys().collect::<Vec<_>>(), ?outcome, "written");
-                self.count(object, "written");
-                true
+        }
+        if let Some(why) = refused.as_ref().or(failed.as_ref()) {
+            self.count(object, "error");
+            self.event(
+                "CertificateUpdateFailed",
+                &label,
+                format!("Cannot write {label}: {why}"),
+                true,
+            );
+            if let Some(why) = refused {
+                self.readiness.block(&label, why);
             }
-            Ok(Err(err)) => {
-                tracing::error!(object = %label, error = %crate::error::chain(&err), "cannot write; previous files kept");
-                self.count(object, "error");
-                self.event(
-                    "CertificateUpdateFailed",
-                    &label,
-                    format!("Cannot write {label}: {err}"),
-                    true,
-                );
-                // A bad key will not fix itself; a failed write (disk full, I/O) may.
-                return matches!(err, reload_lib::fs::Error::InvalidKey { .. });
-            }
-            Err(err) => {
-                tracing::error!(object = %label, error = %crate::error::chain(&err), "write task failed; previous files kept");
-                self.count(object, "error");
-                return false;
-            }
-        };
+            return failed.is_none();
+        }
         self.readiness.clear(&label);
         self.synced(object, fetched);
-        let settled = self.write_files(object, fetched).await;
-        if written {
-            // After every file of the object is in place: consumers never wait for the
-            // apiserver to accept an Event.
+        if written.is_empty() {
+            self.count(object, "unchanged");
+            return true;
+        }
+        self.count(object, "written");
+        // After every file of the object is in place: consumers never wait for the apiserver
+        // to accept an Event.
+        let paths: Vec<String> = written.iter().map(|p| p.display().to_string()).collect();
+        self.event(
+            "CertificateUpdated",
+            &label,
+            format!(
+                "Wrote {label} (resourceVersion {}) to {}",
+                fetched.resource_version,
+                paths.join(", ")
+            ),
+            false,
+        );
+        true
+    }
+
+    async fn absent(&self, object: &ObjectSpec) -> bool {
+        let label = object.label();
+        if object.required {
+            tracing::error!(object = %label, "required object is absent; keeping its files");
+            self.readiness.block(&label, "absent from the apiserver");
+            self.count(object, "error");
+            // Its creation arrives as a watch event.
+            return true;
+        }
+        let mut settled = true;
+        let mut removed = Vec::new();
+        for (path, answer) in self.each_sink(object, |sink| sink.remove()).await {
+            match answer {
+                Ok(true) => removed.push(path.display().to_string()),
+                Ok(false) => {}
+                Err(err) => {
+                    tracing::error!(object = %label, path = %path.display(), error = %err, "cannot remove the files of an absent object");
+                    settled = false;
+                }
+            }
+        }
+        if removed.is_empty() {
+            tracing::debug!(object = %label, "optional object absent; nothing on disk");
+        } else {
+            tracing::info!(object = %label, paths = ?removed, "optional object deleted; its files removed");
+            self.count(object, "removed");
             self.event(
-                "CertificateUpdated",
+                "CertificateRemoved",
                 &label,
-                format!(
-                    "Wrote {label} (resourceVersion {}) to {}",
-                    fetched.resource_version,
-                    dir.display()
-                ),
+                format!("Removed the files of {label}"),
                 false,
             );
         }
         settled
     }
 
-    async fn absent(&self, object: &ObjectSpec) -> bool {
-        let label = object.label();
-        if object.required {
-            if object.mirror {
-                tracing::error!(object = %label, "required object is absent; keeping its files");
-            } else {
-                tracing::error!(object = %label, "the object of a --file mapping is absent; host file kept, not ready");
-            }
-            self.readiness.block(&label, "absent from the apiserver");
-            self.count(object, "error");
-            // Its creation arrives as a watch event.
-            return true;
-        }
-        let writer = self.writer(object);
-        match tokio::task::spawn_blocking(move || writer.remove_all()).await {
-            Ok(Ok(true)) => {
-                tracing::info!(object = %label, "optional object deleted; directory removed");
-                self.count(object, "removed");
-                self.event(
-                    "CertificateRemoved",
-                    &label,
-                    format!("Removed the files of {label}"),
-                    false,
-                );
-            }
-            Ok(Ok(false)) => {
-                tracing::debug!(object = %label, "optional object absent; nothing on disk")
-            }
-            Ok(Err(err)) => {
-                tracing::error!(object = %label, error = %crate::error::chain(&err), "cannot remove the directory");
-                return false;
-            }
-            Err(err) => {
-                tracing::error!(object = %label, error = %crate::error::chain(&err), "remove task failed");
-                return false;
-            }
-        }
-        true
-    }
-
-    /// `--file` mappings of this object: certificates only, replaced atomically. `false` when a
-    /// write failed (retried); content that is not PEM certificates is refused for good.
-    async fn write_files(&self, object: &ObjectSpec, fetched: &Fetched) -> bool {
-        let mut settled = true;
-        for (mapping, content) in self.host_files(object, fetched) {
-            let bytes = match content {
-                Ok(bytes) => bytes,
-                Err(why) => {
-                    tracing::error!(object = %object.label(), path = %mapping.path.display(), %why, "host file kept");
-                    self.readiness.block(&object.label(), why);
-                    continue;
-                }
-            };
-            match write_host_file(&mapping.path, bytes).await {
-                Ok(_) => tracing::info!(
-                    "synced {}/{}/{} key {} from resourceVersion {} to {}",
-                    object.kind.label(),
-                    self.settings.namespace,
-                    object.name,
-                    mapping.key,
-                    fetched.resource_version,
-                    mapping.path.display()
-                ),
-                Err(error) => {
-                    tracing::error!(path = %mapping.path.display(), %error, "cannot write host file");
-                    settled = false;
-                }
-            }
-        }
-        settled
-    }
-
-    /// The `--file` mappings of `object`, each with the bytes it gets or why it gets none (the
-    /// key is missing, or it is not PEM certificates).
-    fn host_files<'a>(
-        &'a self,
-        object: &'a ObjectSpec,
-        fetched: &'a Fetched,
-    ) -> impl Iterator<Item = (&'a FileMapping, Result<&'a [u8], String>)> + 'a {
-        self.settings
-            .files
-            .iter()
-            .filter(move |f| f.kind == object.kind && f.name == object.name)
-            .map(move |mapping| {
-                let key = &mapping.key;
-                let content = match fetched.data.get(key) {
-                    None => Err(format!("--file key {key} missing from the object")),
-                    Some(bytes) => files::check_certificates(bytes)
-                        .map(|_| bytes.as_slice())
-                        .map_err(|reason| {
-                            format!("--file key {key} is not PEM certificates: {reason}")
-                        }),
-                };
-                (mapping, content)
-            })
-    }
-
-    /// Makes the disk match `desired` again (the resync): rewrites an object's directory or
-    /// host file that was changed or removed behind our back, and removes the directory of an
-    /// optional object that is absent. Only files are read and written; each repair is logged
-    /// and counted with its reason (`cert_syncer_resync_repairs_total`); a failed repair is
-    /// logged and tried again at the next resync. `false` when a repair failed.
+    /// Makes the disk match `desired` again (the resync): every sink rewrites what was changed
+    /// or removed behind our back, and the files of an optional object that is absent go. Only
+    /// files are read and written; each repair is logged and counted with its reason
+    /// (`cert_syncer_resync_repairs_total`), every resync counted
+    /// (`cert_syncer_resyncs_total`); a failed repair is logged and tried again at the next
+    /// resync. `false` when a repair failed.
     pub async fn resync(&self, object: &ObjectSpec, desired: &Desired) -> bool {
-        match desired {
+        let answers = match desired {
             Desired::Present(fetched) => {
-                let mut settled = true;
-                if object.mirror {
-                    settled &= self.resync_dir(object, fetched).await;
-                }
-                settled & self.resync_files(object, fetched).await
+                let shared = fetched.clone();
+                self.each_sink(object, move |sink| sink.repair(&shared))
+                    .await
             }
-            Desired::Absent if !object.required && object.mirror => {
-                let dir = self.object_dir(object);
-                if !dir.exists() {
-                    return true;
-                }
-                let writer = self.writer(object);
-                match tokio::task::spawn_blocking(move || writer.remove_all()).await {
-                    Ok(Ok(removed)) => {
-                        if removed {
-                            self.repaired(object, &dir, "unexpected-directory");
-                        }
-                        true
-                    }
-                    Ok(Err(err)) => {
-                        tracing::error!(object = %object.label(), error = %crate::error::chain(&err), "resync: cannot remove the directory of an absent object");
-                        false
-                    }
-                    Err(err) => {
-                        tracing::error!(object = %object.label(), error = %crate::error::chain(&err), "resync: remove task failed");
-                        false
-                    }
-                }
+            Desired::Absent if !object.required => {
+                self.each_sink(object, |sink| sink.repair_absent()).await
             }
             // Kept on purpose: a required object that is absent, one that does not decode.
-            Desired::Absent | Desired::Undecodable(_) => true,
-        }
-    }
-
-    async fn resync_dir(&self, object: &ObjectSpec, fetched: &Fetched) -> bool {
-        let dir = self.object_dir(object);
-        let writer = self.writer(object);
-        let payload = fetched.payload(object.kind);
-        let keys: Vec<String> = payload.keys().cloned().collect();
-        let outcome = tokio::task::spawn_blocking(move || {
-            let before = drift(writer.dir(), &keys);
-            writer.write(&payload).map(|outcome| (before, outcome))
-        })
-        .await;
-        match outcome {
-            Ok(Ok((before, WriteOutcome::Unchanged))) => {
-                // The writer re-creates a removed key link without a new generation.
-                if let Some(reason) = before {
-                    self.repaired(object, &dir, reason);
-                }
-                true
-            }
-            Ok(Ok((before, _written))) => {
-                self.repaired(object, &dir, before.unwrap_or("changed"));
-                true
-            }
-            Ok(Err(err)) => {
-                tracing::error!(object = %object.label(), error = %crate::error::chain(&err), "resync: cannot rewrite the directory; retrying at the next resync");
-                false
-            }
-            Err(err) => {
-                tracing::error!(object = %object.label(), error = %crate::error::chain(&err), "resync: write task failed");
-                false
-            }
-        }
-    }
-
-    async fn resync_files(&self, object: &ObjectSpec, fetched: &Fetched) -> bool {
+            Desired::Absent | Desired::Undecodable(_) => Vec::new(),
+        };
         let mut settled = true;
-        for (mapping, content) in self.host_files(object, fetched) {
-            // Content refused when it arrived (the process is not ready): the host file is kept.
-            let Ok(bytes) = content else {
-                continue;
-            };
-            let existed = mapping.path.exists();
-            match write_host_file(&mapping.path, bytes).await {
-                Ok(true) => self.repaired(
-                    object,
-                    &mapping.path,
-                    if existed { "changed" } else { "missing" },
-                ),
-                Ok(false) => {}
-                Err(error) => {
-                    tracing::error!(path = %mapping.path.display(), %error, "resync: cannot rewrite the host file");
+        for (path, answer) in answers {
+            match answer {
+                Ok(Some(reason)) => self.repaired(object, &path, reason),
+                Ok(None) => {}
+                Err(err) => {
+                    tracing::error!(object = %object.label(), path = %path.display(), error = %err, "resync: cannot repair; retrying at the next resync");
                     settled = false;
                 }
             }
         }
+        self.metrics
+            .resyncs
+            .get_or_create(&ObjectLabels {
+                kind: object.kind.label(),
+                name: object.name.clone(),
+            })
+            .inc();
         settled
     }
 
-    fn repaired(&self, object: &ObjectSpec, path: &Path, reason: &'static str) {
+    fn repaired(&self, object: &ObjectSpec, path: &std::path::Path, reason: &'static str) {
         let label = object.label();
         tracing::warn!(object = %label, path = %path.display(), reason, "resync: the disk did not match the last seen object; repaired");
         self.metrics
@@ -350,20 +283,6 @@ impl Applier {
         tokio::spawn(async move { events.record(reason, &object, message, warning).await });
     }
 
-    /// The writer of an object's directory: no symlink below the destination is followed
-    /// (`secrets/`, `secrets/<name>`), so writes and deletes stay inside it.
-    fn writer(&self, object: &ObjectSpec) -> AtomicDirWriter {
-        AtomicDirWriter::new(self.object_dir(object)).with_root(&self.settings.destination)
-    }
-
-    pub fn object_dir(&self, object: &ObjectSpec) -> PathBuf {
-        // The name was validated as a DNS subdomain: one safe path component.
-        self.settings
-            .destination
-            .join(object.kind.dir())
-            .join(&object.name)
-    }
-
     pub fn count(&self, object: &ObjectSpec, result: &'static str) {
         self.metrics
             .syncs
@@ -382,14 +301,15 @@ impl Applier {
                 kind: object.kind.label(),
                 name: object.name.clone(),
             })
-            .set(crate::time::unix_now());
+            .set(crate::base::time::unix_now());
         for (key, bytes) in &fetched.data {
-            use rustls_pki_types::pem::PemObject;
-            let Some(Ok(first)) = rustls_pki_types::CertificateDer::pem_slice_iter(bytes).next()
+            let Some(first) = crate::pki::pem::blocks_skipping_torn(bytes)
+                .ok()
+                .and_then(|blocks| blocks.into_iter().find(|b| b.label == "CERTIFICATE"))
             else {
                 continue;
             };
-            if let Ok(info) = reload_lib::CertInfo::from_der(&first) {
+            if let Ok(info) = reload_lib::CertInfo::from_der(&first.der) {
                 self.metrics
                     .not_after
                     .get_or_create(&KeyLabels {
@@ -403,46 +323,18 @@ impl Applier {
     }
 }
 
-/// One host file (certificates, 0644), replaced atomically off the runtime. `Ok(true)` when it
-/// was written, `Ok(false)` when it already held exactly these bytes.
-async fn write_host_file(path: &Path, bytes: &[u8]) -> Result<bool, String> {
-    let (path, bytes) = (path.to_owned(), bytes.to_vec());
-    match tokio::task::spawn_blocking(move || {
-        reload_lib::fs::write_file_atomic(&path, &bytes, 0o644)
-    })
-    .await
-    {
-        Ok(Ok(written)) => Ok(written),
-        Ok(Err(err)) => Err(crate::error::chain(&err).to_string()),
-        Err(err) => Err(format!(
-            "host file task failed: {}",
-            crate::error::chain(&err)
-        )),
-    }
-}
-
-/// What is visibly wrong with an object's directory before a resync rewrites it: no committed
-/// generation at all (`missing`), or a key's link gone (`file-removed`). Content that differs
-/// is found by the writer itself (it rewrites: `changed`).
-fn drift(dir: &Path, keys: &[String]) -> Option<&'static str> {
-    if reload_lib::fs::current_generation(dir).is_none() {
-        return Some("missing");
-    }
-    keys.iter()
-        .any(|key| std::fs::symlink_metadata(dir.join(key)).is_err())
-        .then_some("file-removed")
-}
-
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
-    use crate::kind::Kind;
+    use crate::base::kind::Kind;
+    use crate::sync::files::FileMapping;
     use std::collections::BTreeMap;
+    use std::path::Path;
     use std::time::Duration;
 
-    fn applier(destination: &Path, files: Vec<FileMapping>) -> Applier {
+    pub(in crate::sync) fn applier(destination: &Path, files: Vec<FileMapping>) -> Applier {
         let settings = Settings {
-            connection: crate::connection::Settings {
+            connection: crate::kube::connection::Settings {
                 kubeconfig: None,
                 context: None,
                 server: None,
@@ -464,7 +356,7 @@ mod tests {
             write_parallelism: 1,
             resync_interval: Duration::from_secs(600),
         };
-        let client = crate::fake_api::FakeApi::new().client();
+        let client = crate::kube::fake_api::FakeApi::new().client();
         Applier {
             settings: Arc::new(settings),
             metrics: Metrics::default(),
@@ -574,23 +466,5 @@ mod tests {
         assert!(applier.resync(&optional, &Desired::Absent).await);
         assert!(!destination.join("secrets/b").exists());
         assert_eq!(repairs(&applier, "b", "unexpected-directory"), 1);
-    }
-
-    #[test]
-    fn drift_names_a_missing_directory_and_a_removed_key() {
-        let dir = tempfile::tempdir().unwrap();
-        let object = dir.path().join("secrets/a");
-        let keys = vec!["tls.crt".to_owned()];
-        assert_eq!(drift(&object, &keys), Some("missing"));
-        let writer = AtomicDirWriter::new(&object);
-        writer
-            .write(&BTreeMap::from([(
-                "tls.crt".to_owned(),
-                reload_lib::fs::FileContent::new(b"x".to_vec(), 0o600),
-            )]))
-            .unwrap();
-        assert_eq!(drift(&object, &keys), None);
-        std::fs::remove_file(object.join("tls.crt")).unwrap();
-        assert_eq!(drift(&object, &keys), Some("file-removed"));
     }
 }

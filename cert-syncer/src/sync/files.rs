@@ -3,8 +3,8 @@
 
 use std::path::PathBuf;
 
-use crate::error::ConfigError;
-use crate::kind::Kind;
+use crate::base::error::ConfigError;
+use crate::base::kind::Kind;
 
 /// One `--file` mapping.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -3,70 +3,80 @@
 //! writer (`..data` swap), so a reader never sees a half-written object.
 //!
 //! Two ways to follow a kind, chosen by how many objects of it are named
-//! (`--namespace-watch-threshold`):
+//! (`--namespace-watch-threshold`), both feeding the same per-object worker ([`worker`]):
 //! - few: one watcher per object (a `metadata.name` field selector: the least data on the wire
-//!   and RBAC by resourceNames); every change is confirmed with a live GET before it is written
-//!   ([`follow`]);
+//!   and RBAC by resourceNames) ([`follow`]);
 //! - many: one namespace-wide watcher for the kind, filtered here ([`namespace`]): one
 //!   connection, one list at start-up, and work only for objects whose resourceVersion changed.
 //!
-//! Either way the state goes to disk through one [`apply::Applier`] (directories, host files,
-//! metrics, readiness, Events after the files), at most `--write-parallelism` objects at once,
-//! and every `--resync-interval` the disk is checked against the last state seen and repaired
-//! from memory.
+//! The worker holds the newest state, retries failed writes with backoff, confirms with a live
+//! GET only before removing files (the one place that policy is decided), and every
+//! `--resync-interval` checks the disk against the last state seen and repairs it from memory.
+//! It writes through one [`apply::Applier`] (metrics, readiness, Events after the files) to the
+//! object's [`sink`]s (its directory with `..data` swaps, its `--file` host files), at most
+//! `--write-parallelism` objects at once.
 //!
 //! - [`settings`]: what a run is given, validated;
-//! - [`follow`]: per-object watch, confirm, retry, resync, and what following shares;
-//! - [`namespace`]: the namespace-wide watcher and its per-object workers;
-//! - [`apply`]: a state onto the disk;
-//! - [`files`]: `--file` mappings (an object's keys and bytes: `crate::fetched`).
+//! - [`follow`]: per-object watch;
+//! - [`shared`]: what following shares (client, auth, TLS, permits, the live GET);
+//! - [`namespace`]: the namespace-wide watcher and its dispatcher;
+//! - [`worker`]: one object's worker: pending state, GET policy, retry, resync;
+//! - [`apply`]: a state onto the object's sinks;
+//! - [`sink`]: where an object goes on disk, chosen per object;
+//! - [`files`]: `--file` mappings (an object's keys and bytes: `crate::kube::fetched`).
 
 mod apply;
 mod files;
 mod follow;
+mod metrics;
 mod namespace;
 mod settings;
+mod shared;
+mod sink;
+mod worker;
 
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use prometheus_client::registry::Registry;
 
-pub(crate) use settings::{Followed, Named, Settings, followed_objects};
+pub(crate) use settings::{Named, Settings};
 
-use crate::events::EventRecorder;
-use crate::health::Readiness;
-use crate::kind::Kind;
-use crate::metrics::Metrics;
+use crate::base::error::ConfigError;
+use crate::base::kind::Kind;
+use crate::base::readiness::Readiness;
+use crate::kube::sidecar::Sidecar;
+use crate::sync::metrics::Metrics;
 use apply::Applier;
-use follow::Follower;
 use settings::ObjectSpec;
+use shared::Follower;
 
-/// Runs until SIGTERM/SIGINT (exit 0) or until authentication has failed for too long (error).
-pub(crate) async fn run(settings: Settings) -> anyhow::Result<()> {
-    let connection = crate::connection::connect(&settings.connection).await?;
-    let client = connection.client.clone();
-    let shutdown = crate::shutdown::on_signal()?;
-    let mut registry = Registry::default();
-    let metrics = Metrics::register(&mut registry);
-    let readiness = Readiness::default();
+/// Sync's metrics, and every required object blocking readiness until synced.
+pub(crate) fn register(
+    settings: &Settings,
+    registry: &mut Registry,
+    readiness: &Readiness,
+) -> Result<Metrics, ConfigError> {
     for object in settings.objects.iter().filter(|o| o.required) {
         readiness.block(&object.label(), "not synced yet");
     }
-    if let Some(addr) = settings.metrics_listen {
-        let registry = Arc::new(registry);
-        let (readiness, shutdown) = (readiness.clone(), shutdown.clone());
-        tokio::spawn(async move {
-            if let Err(err) = crate::health::serve(addr, registry, readiness, shutdown).await {
-                tracing::error!(error = %format!("{err:#}"), "metrics server stopped");
-            }
-        });
-    }
-    let events = Arc::new(EventRecorder::new(
-        client.clone(),
-        &settings.namespace,
-        settings.pod_name.as_deref(),
-    ));
+    Ok(Metrics::register(registry))
+}
+
+/// Runs until SIGTERM/SIGINT (exit 0) or until authentication has failed for too long (error).
+pub(crate) async fn run(
+    settings: Settings,
+    sidecar: Sidecar,
+    metrics: Metrics,
+) -> anyhow::Result<()> {
+    let Sidecar {
+        connection,
+        shutdown,
+        readiness,
+        events,
+    } = sidecar;
+    let client = connection.client.clone();
+    let events = Arc::new(events);
     let settings = Arc::new(settings);
     let applier = Applier {
         settings: Arc::clone(&settings),
@@ -103,9 +113,7 @@ pub(crate) async fn run(settings: Settings) -> anyhow::Result<()> {
         }
         for object in objects {
             let follower = Arc::clone(&follower);
-            tasks.push(tokio::spawn(
-                async move { follower.follow_object(object).await },
-            ));
+            tasks.push(tokio::spawn(follow::object(follower, object)));
         }
     }
     shutdown.cancelled().await;

@@ -1,14 +1,14 @@
 //! What `sync` runs with: the validated object list and the knobs, as plain values (`cli` turns
-//! the flags into them), and what that means for API access ([`followed_objects`]).
+//! the flags into them; `app::access` derives the API access from the same values).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use super::files::FileMapping;
-use crate::error::ConfigError;
-use crate::kind::Kind;
-use crate::names::is_dns_subdomain;
+use crate::base::error::ConfigError;
+use crate::base::kind::Kind;
+use crate::base::names::is_dns_subdomain;
 
 /// One object to mirror.
 #[derive(Debug, Clone)]
@@ -31,7 +31,7 @@ impl ObjectSpec {
 /// The settings of one `sync` run.
 #[derive(Debug)]
 pub(crate) struct Settings {
-    pub connection: crate::connection::Settings,
+    pub connection: crate::kube::connection::Settings,
     pub namespace: String,
     /// The resource directory: `<destination>/secrets/<name>/<key>`, ...
     pub destination: PathBuf,
@@ -145,35 +145,5 @@ impl Settings {
     /// than the threshold) rather than one watcher per object.
     pub(crate) fn namespace_wide(&self, kind: Kind) -> bool {
         self.objects.iter().filter(|o| o.kind == kind).count() > self.namespace_watch_threshold
-    }
-}
-
-/// The objects `sync` follows for some settings: what [`crate::access`] grants.
-pub(crate) struct Followed {
-    /// Their namespace.
-    pub namespace: String,
-    /// (resource plural, name) of the named objects and those of `--file`.
-    pub objects: Vec<(&'static str, String)>,
-    /// Resource plurals followed with one namespace-wide list+watch (above
-    /// `--namespace-watch-threshold`).
-    pub namespace_wide: Vec<&'static str>,
-}
-
-/// The objects `sync` follows with these settings.
-pub(crate) fn followed_objects(settings: &Settings) -> Followed {
-    let namespace_wide = Kind::ALL
-        .into_iter()
-        .filter(|kind| settings.namespace_wide(*kind))
-        .map(Kind::plural)
-        .collect();
-    let objects = settings
-        .objects
-        .iter()
-        .map(|object| (object.kind.plural(), object.name.clone()))
-        .collect();
-    Followed {
-        namespace: settings.namespace.clone(),
-        objects,
-        namespace_wide,
     }
 }

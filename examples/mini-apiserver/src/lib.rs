@@ -23,7 +23,7 @@
 //!
 //! # Measured against kube-apiserver
 //!
-//! `tests/tests/mini_apiserver_diff.rs` replays a corpus of 456 requests (every verb on every
+//! `tests/tests/mini_apiserver/diff.rs` replays a corpus of 456 requests (every verb on every
 //! served kind, good and bad input, selectors, paging, dry runs, legacy watch paths,
 //! deletecollection, SelfSubjectAccessReviews, Secret/ConfigMap validation: TLS keys, type
 //! and `immutable` changes, the 1 MiB data limit, finalizers, strategic merge patches) against

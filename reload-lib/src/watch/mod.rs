@@ -6,12 +6,17 @@
 //! which directory) may have changed; reloaders re-read those and compare content, so a spurious
 //! wake-up costs one read and no swap. Events it cannot attribute (queue overflow, a failed read)
 //! mark everything.
+//!
+//! [`FileWatch`] offers the same watcher to code that reacts to files itself.
 
 mod changes;
+#[cfg(test)]
+mod file_watch_tests;
 mod inotify;
 
 pub(crate) use changes::{Changes, Dirty, Interest, watch_path};
 
+use std::path::Path;
 use std::sync::Arc;
 
 /// How a reloader learns about changes. Either way, changes are found: polling is a fallback,
@@ -142,4 +147,87 @@ pub fn __limit_watches(max: Option<usize>) {
 /// ```
 pub fn overflow_count() -> u64 {
     inotify::OVERFLOWS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Wakes a task when one of some files may have changed: created, written, renamed over or
+/// removed, including a `..data` swap of a Kubernetes volume. It uses the same inotify instance
+/// and directory watches as the reloaders (never a watch on a file: it would die with the first
+/// rename over it), so it costs no inotify instance of its own.
+///
+/// Wake-ups coalesce (many events before the task looks are one wake-up) and may be spurious:
+/// the caller re-reads the files and compares. When inotify cannot be used, [`mode`] says why
+/// and [`changed`] never resolves: the caller polls instead. Dropping the `FileWatch` removes
+/// the watches nobody else uses.
+///
+/// [`mode`]: FileWatch::mode
+/// [`changed`]: FileWatch::changed
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use std::time::Duration;
+/// use reload_lib::{WatchMode, watch::FileWatch};
+///
+/// let dir = tempfile::tempdir()?;
+/// let bundle = dir.path().join("ca-bundle.crt");
+/// let watch = FileWatch::new([&bundle]);
+/// std::fs::write(&bundle, "new content")?;
+/// match watch.mode() {
+///     WatchMode::Inotify => watch.changed().await,
+///     WatchMode::Polling(_) => tokio::time::sleep(Duration::from_secs(1)).await,
+/// }
+/// // Now re-read the file.
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct FileWatch {
+    changes: Arc<Changes>,
+    /// Holds the directory watches; `None` while polling.
+    _subscription: Option<Subscription>,
+    mode: WatchMode,
+}
+
+impl FileWatch {
+    /// Watches `files`: they need not exist yet, nor their directories (the nearest existing
+    /// ancestor is watched until they appear). Never fails: without inotify (unsupported, the
+    /// instance or watch limit reached) the watch is [`WatchMode::Polling`] with the reason.
+    pub fn new<P: AsRef<Path>>(files: impl IntoIterator<Item = P>) -> FileWatch {
+        let mut interest = Interest::default();
+        for file in files {
+            interest.add_file(file.as_ref());
+        }
+        let changes = Arc::new(Changes::default());
+        let (subscription, mode) = subscribe(&interest, Arc::clone(&changes));
+        FileWatch {
+            changes,
+            _subscription: subscription,
+            mode,
+        }
+    }
+
+    /// How changes are seen: [`WatchMode::Inotify`], or [`WatchMode::Polling`] with the reason
+    /// (from the start, or since the watches were lost mid-run: the watch limit reached, the
+    /// inotify reader gone).
+    pub fn mode(&self) -> WatchMode {
+        match &self.mode {
+            WatchMode::Inotify if self.changes.is_degraded() => WatchMode::Polling(
+                "the inotify watches were lost (watch limit or reader failure)".to_owned(),
+            ),
+            mode => mode.clone(),
+        }
+    }
+
+    /// Resolves when a file may have changed since the last call returned (at once if that
+    /// already happened). Never resolves while [`mode`](FileWatch::mode) is polling from the
+    /// start; once the watches are lost mid-run it resolves one last time.
+    pub async fn changed(&self) {
+        loop {
+            self.changes.notified().await;
+            // Something was marked (or everything was): a wake-up worth returning.
+            let dirty = self.changes.take();
+            if dirty.all || !dirty.files.is_empty() || !dirty.dirs.is_empty() {
+                return;
+            }
+        }
+    }
 }

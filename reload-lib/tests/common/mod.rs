@@ -49,7 +49,7 @@ pub async fn handshake(
     // `write_all` may leave the record in rustls' buffer (tokio-rustls returns `Ok` once rustls
     // took the bytes, even when the socket write was refused, e.g. by tokio's cooperative budget);
     // only `flush` puts it on the wire. Without it the server never sees the ping and both sides
-    // wait for each other (issue 28 item 17: the "hangs: 1" of stress_hostile).
+    // wait for each other (stress_hostile counted such a hang).
     stream.write_all(b"ping").await?;
     stream.flush().await?;
     let mut buf = [0u8; 4];

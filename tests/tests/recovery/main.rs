@@ -1,0 +1,6 @@
+//! The localhost recovery end to end: `recovery-demo`, the real kube-apiserver healed from the
+//! files `sync` wrote, and the kubelet CSR approver a recovery may need.
+
+mod demo;
+mod kubelet_csr_approver;
+mod real_apiserver;
