@@ -319,13 +319,10 @@ async fn recover_once() -> Vec<Duration> {
     let node_name = run.woken.node.name.clone();
 
     // The rest, each watched from now on concurrently (every 100 ms), so that each time is when
-    // it first held, whatever the order. The scheduler's pod exists from the start: it is bound
-    // once the scheduler authenticates and the node is schedulable.
+    // it first held, whatever the order. The scheduler's pod is created as soon as the API
+    // admits it (its `default` service account is made by kube-controller-manager once it
+    // authenticates), and bound once the scheduler authenticates and the node is schedulable.
     let workloads: Api<Pod> = Api::namespaced(admin.clone(), "default");
-    workloads
-        .create(&PostParams::default(), &workload("after-the-sleep"))
-        .await
-        .expect("create the workload pod");
     let started = run.woken.started;
     let kcm_secrets: Api<Secret> = Api::namespaced(admin.clone(), KCM_NS);
     let valid_secret = |name: &'static str| {
@@ -411,6 +408,12 @@ async fn recover_once() -> Vec<Duration> {
         watch(started, move || {
             let (pods, name) = (pods.clone(), name.clone());
             async move {
+                if let Ok(None) = pods.get_opt("after-the-sleep").await {
+                    let _ = pods
+                        .create(&PostParams::default(), &workload("after-the-sleep"))
+                        .await;
+                    return false;
+                }
                 matches!(pods.get_opt("after-the-sleep").await, Ok(Some(p)) if p
                     .spec
                     .as_ref()
