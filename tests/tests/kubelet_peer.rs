@@ -14,7 +14,7 @@
 //! is measured. Printed: the table and ours/theirs ratios (whatever they are; BENCHMARKS.md
 //! "Peer on a node" says what they mean).
 //!
-//! `E2E_NODE_LOCK=/work/wt/node.lock`: each side holds that lock only while its node runs (two
+//! `E2E_NODE_LOCK=/tmp/node.lock`: each side holds that lock only while its node runs (two
 //! holds of ~12 minutes with 600 s idle, instead of one of ~25), so run the test WITHOUT an outer
 //! `flock` on the same file then (it would wait for itself). `E2E_NODE_IMAGE_PROFILE=release`
 //! builds our images from the release profile (the figures are measured so). Skips (passing,

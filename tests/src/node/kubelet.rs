@@ -26,6 +26,8 @@ pub struct KubeletOptions {
     /// Node has no address at all and kube-apiserver cannot reach the kubelet ("no preferred
     /// addresses found; known addresses: []"); enough for static pods and the mirror pods.
     pub node_ip: Option<std::net::IpAddr>,
+    /// Further flags (e.g. `--bootstrap-kubeconfig`, `--rotate-certificates`, `--cert-dir`).
+    pub extra_args: Vec<String>,
 }
 
 /// A running kubelet (SIGTERM then SIGKILL on drop).
@@ -177,6 +179,7 @@ impl Node {
         if let Some(kubeconfig) = &options.kubeconfig {
             command.arg("--kubeconfig").arg(kubeconfig);
         }
+        command.args(&options.extra_args);
         let started = Instant::now();
         let process = ChildProcess::spawn_logged(
             command,

@@ -11,7 +11,10 @@
 //!   the pods' `/var/log/pods` directories, also when the test failed;
 //! - [`images`]: the images of `scripts/build-images` (the README's command), built once and
 //!   imported into each node's containerd;
-//! - [`etcd`]: etcd with TLS serving and client certificates (OpenShift's `etcd-client`).
+//! - [`etcd`]: etcd with TLS serving and client certificates (OpenShift's `etcd-client`);
+//! - [`kcm_plane`] and [`ks_plane`]: the kube-controller-manager and kube-scheduler pods as a
+//!   sleep left them, and the kubelet's expired identity with a bootstrap kubeconfig, added to
+//!   the slept [`cluster::ControlPlane`] for the whole recovery (`kubelet_full_recovery.rs`).
 //!
 //! The pods use fixed host ports (6443, 2379, the sidecars' metrics ports, kubelet 10250), so the
 //! `kubelet_*` tests run one at a time (nextest test group `node`, `.config/nextest.toml`).
@@ -23,6 +26,8 @@ pub mod containerd;
 pub mod etcd;
 pub mod images;
 pub mod inputs;
+pub mod kcm_plane;
+pub mod ks_plane;
 pub mod kubeconfig;
 pub mod kubelet;
 pub mod plane_clients;

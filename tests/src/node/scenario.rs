@@ -125,6 +125,7 @@ impl Woken {
                 kubeconfig: Some(plane.kubelet_kubeconfig.clone()),
                 client_ca_file: kubelet_client_ca.clone(),
                 node_ip: options.node_ip,
+                ..KubeletOptions::default()
             })
             .started
         });
@@ -133,6 +134,27 @@ impl Woken {
             node,
             localhost_ca: root.join("etc/kubernetes/localhost-serving-ca.crt"),
             kubelet_client_ca,
+            plane,
+            started,
+            options,
+            tmp,
+        }
+    }
+
+    /// A woken node whose test prepared more than [`Woken::start`] does (more pods, other
+    /// kubelet flags): its plane, its node with the kubelet started at `started`.
+    pub fn assemble(
+        node: Node,
+        plane: ControlPlane,
+        started: Instant,
+        options: WakeOptions,
+        tmp: tempfile::TempDir,
+    ) -> Woken {
+        Woken {
+            node_modes: Vec::new(),
+            localhost_ca: plane.root.join("etc/kubernetes/localhost-serving-ca.crt"),
+            kubelet_client_ca: None,
+            node,
             plane,
             started,
             options,

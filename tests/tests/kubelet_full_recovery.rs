@@ -1,0 +1,565 @@
+//! The whole recovery after a sleep, on a node (issue 27, item 3; the enhancement's steps 1–17,
+//! docs/openshift.md "The whole recovery on a node"): a real kubelet starts the rendered
+//! `manifests/static-pod` (real kube-apiserver + our sidecars), `manifests/static-pod-kcm` (the
+//! real kube-controller-manager v1.20.2 + our sidecars) and `manifests/static-pod-ks` (the real
+//! kube-scheduler v1.20.2 + our sidecars) on a control plane whose whole PKI expired while the
+//! node slept (`e2e::node::cluster`, `kcm_plane`, `ks_plane`: every signer and target of the
+//! kube-apiserver and kube-controller-manager profiles, `localhost-recovery` valid; the three
+//! cert dirs as `sync` left them). The kubelet itself starts with an
+//! expired client certificate (from the old `csr-signer`) and a bootstrap kubeconfig (OpenShift's
+//! `node-bootstrapper` token), as a master after a long sleep.
+//!
+//! Milestones from the kubelet's start, each asserted and printed (`NAMES`): kube-apiserver
+//! container running; it answers `localhost-recovery`; it recovered (a client trusting only
+//! node mode's host bundle verifies `https://localhost:6443`); the kubelet's CSR, created by the
+//! bootstrap identity, approved by the opt-in approver (`cert-syncer approve-kubelet-csr`, a
+//! host process here; watched alongside the others); the controller manager's `csr-signer`
+//! regenerated and published, its client certificate re-issued and copied, both synced into
+//! its cert dir; the scheduler's client certificate re-issued, copied and synced;
+//! kube-controller-manager and kube-scheduler authenticate with the new certificates (each
+//! renews its leader Lease); the CSR signed by kube-controller-manager with the recovered
+//! `csr-signer` (the issued certificate verifies with it, not with the slept one); the kubelet's
+//! new client certificate on its disk; node Ready through it; the scheduler binds a pod to the
+//! node. In place: kube-controller-manager and kube-scheduler each ran in one container
+//! (asserted on the node).
+//!
+//! Should the kubelet exit meanwhile (the 1.20 kubelet exits when it has had no valid client
+//! certificate for 5 minutes while the server answers), the test restarts it, as systemd's
+//! `Restart=always` does on a node, and prints it.
+//!
+//! `E2E_NODE_RUNS=3` repeats the whole scenario and prints p50/p99 of every milestone
+//! (BENCHMARKS.md). Skips (passing, with `SKIP: <reason>`) where the node tier cannot run.
+
+use std::time::{Duration, Instant};
+
+use e2e::install_crypto_provider;
+use e2e::node::cluster::ControlPlane;
+use e2e::node::kcm_plane::{
+    BOOTSTRAP_USER, KCM_NS, KCM_POD, KCM_RECOVERY, KCM_SERVER, KCM_SYNC, KcmPlane,
+};
+use e2e::node::scenario::{WakeOptions, Woken, first_der, not_after, now};
+use e2e::node::scheduler::{NAMESPACE as SCHEDULER_NS, POD as SCHEDULER_POD, SCHEDULER};
+use e2e::node::{KubeletOptions, Node, images, kubelet::node_name};
+use e2e::process::ChildProcess;
+use e2e::tls::p50_p99;
+use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Node as KubeNode, Pod, Secret};
+use kube::api::{Api, ListParams, PostParams};
+
+/// Every milestone within this of the kubelet's start: kube-controller-manager re-reads its
+/// client certificate every 5 minutes (client-go), and a loaded 2-core machine.
+const WITHIN: Duration = Duration::from_secs(540);
+
+/// The milestones of one run, in order, with their names.
+const NAMES: [&str; 14] = [
+    "kube-apiserver container running",
+    "kube-apiserver answers localhost-recovery",
+    "kube-apiserver recovered: a client trusting node mode's bundle verifies localhost:6443",
+    "the kubelet's CSR (bootstrap identity) approved by approve-kubelet-csr",
+    "csr-signer regenerated and published in openshift-kube-controller-manager",
+    "kube-controller-manager-client-cert-key re-issued and copied",
+    "both synced into the kube-controller-manager's cert dir",
+    "kube-scheduler-client-cert-key re-issued, copied and synced into the scheduler's cert dir",
+    "kube-controller-manager authenticates with its new client certificate (leader Lease renewed)",
+    "kube-scheduler authenticates with its re-issued client certificate (leader Lease renewed)",
+    "the kubelet's CSR signed by the recovered csr-signer",
+    "the kubelet's new client certificate on its disk",
+    "node Ready through its new client certificate",
+    "kube-scheduler binds a pod to the node",
+];
+
+/// The run's state besides [`Woken`].
+struct Run {
+    woken: Woken,
+    kcm: KcmPlane,
+    kubelet: KubeletOptions,
+    kubelet_restarts: u32,
+    /// The approver (a host process, killed on drop).
+    approver: Option<ChildProcess>,
+}
+
+impl Run {
+    fn fail(&self, what: &str) -> ! {
+        let node = &self.woken.node;
+        panic!(
+            "not reached: {what} (within {WITHIN:?} of the kubelet's start)\nkubelet:\n{}\n\
+             kube-controller-manager:\n{}\nkcm sync:\n{}\nkcm recovery:\n{}\nkube-apiserver:\n{}\n\
+             kas regenerate:\n{}",
+            node.kubelet_log_tail(),
+            node.container_log(KCM_POD, KCM_SERVER),
+            node.container_log(KCM_POD, KCM_SYNC),
+            node.container_log(KCM_POD, KCM_RECOVERY),
+            node.container_log("kube-apiserver", "kube-apiserver"),
+            node.container_log(
+                "kube-apiserver",
+                "kube-apiserver-cert-regeneration-controller"
+            ),
+        )
+    }
+
+    /// Waits for every watcher (restarting the kubelet should it have exited); their times,
+    /// printed in time order with `names`.
+    async fn collect(
+        &mut self,
+        names: &[&str],
+        watchers: Vec<tokio::task::JoinHandle<Option<Duration>>>,
+    ) -> Vec<Duration> {
+        while !watchers.iter().all(tokio::task::JoinHandle::is_finished) {
+            self.keep_kubelet();
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let mut times = Vec::new();
+        for (name, watcher) in names.iter().zip(watchers) {
+            match watcher.await.expect("a watcher") {
+                Some(time) => times.push(time),
+                None => self.fail(name),
+            }
+        }
+        let mut printed: Vec<(Duration, &str)> =
+            times.iter().copied().zip(names.iter().copied()).collect();
+        printed.sort();
+        for (time, name) in printed {
+            eprintln!("milestone +{:>6} ms: {name}", time.as_millis());
+        }
+        times
+    }
+
+    /// Restarts the kubelet should it have exited (as systemd's `Restart=always` does).
+    fn keep_kubelet(&mut self) {
+        let running = self
+            .woken
+            .node
+            .kubelet()
+            .is_some_and(|kubelet| kubelet.is_running());
+        if !running {
+            self.kubelet_restarts += 1;
+            eprintln!(
+                "+{} ms: the kubelet exited; restarted, as systemd's Restart=always does:\n{}",
+                self.woken.started.elapsed().as_millis(),
+                self.woken.node.kubelet_log_tail()
+            );
+            let options = self.kubelet.clone();
+            tokio::task::block_in_place(|| {
+                self.woken.node.start_kubelet(&options);
+            });
+        }
+    }
+}
+
+/// Watches `probe` (every 100 ms, beside the others): the time since `started` when it first
+/// held; `None` after [`WITHIN`].
+fn watch<F, Fut>(started: Instant, mut probe: F) -> tokio::task::JoinHandle<Option<Duration>>
+where
+    F: FnMut() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = bool> + Send,
+{
+    tokio::spawn(async move {
+        while started.elapsed() < WITHIN {
+            if probe().await {
+                return Some(started.elapsed());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        None
+    })
+}
+
+/// A host-network pod (no CNI on the node) that tolerates the node's taints, for the scheduler.
+fn workload(name: &str) -> Pod {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "hostNetwork": true,
+            "automountServiceAccountToken": false,
+            "tolerations": [{"operator": "Exists"}],
+            "containers": [{
+                "name": "pause",
+                "image": "localhost/pause:3.4.1",
+                "imagePullPolicy": "Never",
+            }],
+        },
+    }))
+    .expect("a pod")
+}
+
+/// A kubelet client CSR created by the bootstrap identity.
+fn bootstrap_csr(c: &CertificateSigningRequest) -> bool {
+    c.spec.signer_name == "kubernetes.io/kube-apiserver-client-kubelet"
+        && c.spec.username.as_deref() == Some(BOOTSTRAP_USER)
+}
+
+/// Approved by `approve-kubelet-csr` (its reason; kube-controller-manager's own approver says
+/// `AutoApproved`).
+fn approved_by_ours(c: &CertificateSigningRequest) -> bool {
+    c.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|conds| {
+            conds.iter().any(|c| {
+                c.type_ == "Approved"
+                    && c.reason.as_deref() == Some("AutoApprovedExpiredNodeClientCert")
+            })
+        })
+}
+
+/// The certificate of `pem` verifies with the public key of the CA `ca_pem`.
+fn issued_by(pem: &str, ca_pem: &str) -> bool {
+    let (leaf_der, ca_der) = (first_der(pem), first_der(ca_pem));
+    let (_, leaf) = x509_parser::parse_x509_certificate(&leaf_der).expect("a certificate");
+    let (_, ca) = x509_parser::parse_x509_certificate(&ca_der).expect("a CA certificate");
+    leaf.verify_signature(Some(ca.public_key())).is_ok()
+}
+
+fn tls_crt(secret: &Secret) -> String {
+    String::from_utf8(secret.data.as_ref().expect("data")["tls.crt"].0.clone()).expect("UTF-8")
+}
+
+async fn recover_once() -> Vec<Duration> {
+    let tmp = tempfile::tempdir().expect("a temp dir");
+    let root = tmp.path().join("root");
+    let name = node_name();
+    let plane = ControlPlane::prepare(&root, &name).await;
+    let kcm = KcmPlane::prepare(&plane, &name).await;
+
+    // The slept state: everything of the controller manager's expired, the kubelet's too.
+    let slept_client = std::fs::read_to_string(
+        kcm.cert_file("secrets/kube-controller-manager-client-cert-key/tls.crt"),
+    )
+    .expect("sync wrote the controller manager's client certificate");
+    let slept_signer_file = std::fs::read_to_string(kcm.cert_file("secrets/csr-signer/tls.crt"))
+        .expect("sync wrote csr-signer");
+    let slept_scheduler = std::fs::read_to_string(kcm.scheduler.client_file("tls.crt"))
+        .expect("sync wrote the scheduler's client certificate");
+    let slept_kubelet =
+        std::fs::read_to_string(kcm.kubelet_client_cert()).expect("the kubelet's certificate");
+    for (what, pem) in [
+        (
+            "the synced kube-controller-manager client certificate",
+            &slept_client,
+        ),
+        ("the synced csr-signer", &slept_signer_file),
+        ("the kubelet's client certificate", &slept_kubelet),
+        (
+            "the synced kube-scheduler client certificate",
+            &slept_scheduler,
+        ),
+    ] {
+        assert!(not_after(pem) < now(), "{what} expired during the sleep");
+    }
+    assert_eq!(slept_signer_file, kcm.slept_csr_signer);
+    assert!(issued_by(&slept_kubelet, &kcm.slept_csr_signer));
+
+    let mut node = tokio::task::block_in_place(|| Node::start(&tmp.path().join("node"), &[]));
+    tokio::task::block_in_place(|| images::build_and_import(&node.containerd));
+    node.place_manifest("kube-apiserver-pod.yaml", &plane.pod_manifest());
+    node.place_manifest("kube-controller-manager-pod.yaml", &kcm.pod_manifest());
+    node.place_manifest("kube-scheduler-pod.yaml", &kcm.scheduler.pod_manifest());
+    let kubelet = KubeletOptions {
+        kubeconfig: Some(kcm.kubelet_kubeconfig.clone()),
+        extra_args: kcm.kubelet_args(),
+        ..KubeletOptions::default()
+    };
+    let started = tokio::task::block_in_place(|| node.start_kubelet(&kubelet).started);
+    let started_wall = now();
+    let woken = Woken::assemble(node, plane, started, WakeOptions::default(), tmp);
+    let mut run = Run {
+        woken,
+        kcm,
+        kubelet,
+        kubelet_restarts: 0,
+        approver: None,
+    };
+    let mut times = Vec::new();
+
+    times.push(run.woken.apiserver_running().await);
+    times.push(run.woken.recovery_answers().await);
+    // The approver runs from the moment the API answers (opt-in: started by the operator, here
+    // the test).
+    let approver = run.kcm.approver_command(&run.woken.node.name);
+    run.approver = Some(tokio::task::block_in_place(|| {
+        ChildProcess::start(approver)
+    }));
+    // The kubelet's CSR, created with the bootstrap token, is approved by ours as soon as the
+    // kube-apiserver answers (signed only later, by the recovered csr-signer): watched alongside
+    // the other milestones, which are observed one after the other.
+    let csrs: Api<CertificateSigningRequest> = Api::all(run.woken.plane.admin());
+    let approval = {
+        let (csrs, started) = (csrs.clone(), run.woken.started);
+        tokio::spawn(async move {
+            while started.elapsed() < WITHIN {
+                if let Ok(list) = csrs.list(&ListParams::default()).await
+                    && list
+                        .items
+                        .iter()
+                        .any(|c| bootstrap_csr(c) && approved_by_ours(c))
+                {
+                    return Some(started.elapsed());
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            None
+        })
+    };
+    times.push(run.woken.verified().await.0);
+    let admin = run.woken.plane.admin();
+    let approved_at = approval
+        .await
+        .expect("the CSR watch")
+        .unwrap_or_else(|| run.fail(NAMES[3]));
+    eprintln!(
+        "milestone +{:>6} ms: {} (watched alongside)",
+        approved_at.as_millis(),
+        NAMES[3]
+    );
+    times.push(approved_at);
+    let node_cn = format!("system:node:{}", run.woken.node.name);
+    let node_name = run.woken.node.name.clone();
+
+    // The rest, each watched from now on concurrently (every 100 ms), so that each time is when
+    // it first held, whatever the order. The scheduler's pod is created as soon as the API
+    // admits it (its `default` service account is made by kube-controller-manager once it
+    // authenticates), and bound once the scheduler authenticates and the node is schedulable.
+    let workloads: Api<Pod> = Api::namespaced(admin.clone(), "default");
+    let started = run.woken.started;
+    let kcm_secrets: Api<Secret> = Api::namespaced(admin.clone(), KCM_NS);
+    let valid_secret = |name: &'static str| {
+        let api = kcm_secrets.clone();
+        watch(started, move || {
+            let api = api.clone();
+            async move {
+                matches!(api.get_opt(name).await, Ok(Some(s)) if not_after(&tls_crt(&s)) > now())
+            }
+        })
+    };
+    let valid_files = |files: Vec<std::path::PathBuf>| {
+        watch(started, move || {
+            let files = files.clone();
+            async move {
+                files.iter().all(|file| {
+                    std::fs::read_to_string(file).is_ok_and(|pem| not_after(&pem) > now())
+                })
+            }
+        })
+    };
+    // A Lease renewed since the kubelet started: only with a client certificate the
+    // kube-apiserver accepts (the old ones expired before the processes started).
+    let lease_renewed = |namespace: &str, name: &'static str| {
+        let leases: Api<Lease> = Api::namespaced(admin.clone(), namespace);
+        watch(started, move || {
+            let leases = leases.clone();
+            async move {
+                let Ok(Some(lease)) = leases.get_opt(name).await else {
+                    return false;
+                };
+                let spec = lease.spec.unwrap_or_default();
+                spec.holder_identity.is_some_and(|h| !h.is_empty())
+                    && spec
+                        .renew_time
+                        .is_some_and(|t| t.0.as_second() >= started_wall)
+            }
+        })
+    };
+    let signed = {
+        let csrs = csrs.clone();
+        watch(started, move || {
+            let csrs = csrs.clone();
+            async move {
+                csrs.list(&ListParams::default()).await.is_ok_and(|l| {
+                    l.items.iter().any(|c| {
+                        bootstrap_csr(c)
+                            && approved_by_ours(c)
+                            && c.status
+                                .as_ref()
+                                .and_then(|s| s.certificate.as_ref())
+                                .is_some_and(|b| !b.0.is_empty())
+                    })
+                })
+            }
+        })
+    };
+    let on_disk = run.kcm.kubelet_client_cert();
+    let new_on_disk = {
+        let file = on_disk.clone();
+        watch(started, move || {
+            let file = file.clone();
+            async move { std::fs::read_to_string(&file).is_ok_and(|pem| not_after(&pem) > now()) }
+        })
+    };
+    let ready = {
+        let (nodes, name): (Api<KubeNode>, String) = (Api::all(admin.clone()), node_name.clone());
+        watch(started, move || {
+            let (nodes, name) = (nodes.clone(), name.clone());
+            async move {
+                matches!(nodes.get_opt(&name).await, Ok(Some(n)) if n
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .into_iter()
+                    .flatten()
+                    .any(|c| c.type_ == "Ready" && c.status == "True"))
+            }
+        })
+    };
+    let bound = {
+        let (pods, name) = (workloads.clone(), node_name.clone());
+        watch(started, move || {
+            let (pods, name) = (pods.clone(), name.clone());
+            async move {
+                if let Ok(None) = pods.get_opt("after-the-sleep").await {
+                    let _ = pods
+                        .create(&PostParams::default(), &workload("after-the-sleep"))
+                        .await;
+                    return false;
+                }
+                matches!(pods.get_opt("after-the-sleep").await, Ok(Some(p)) if p
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.node_name.as_deref())
+                    == Some(name.as_str()))
+            }
+        })
+    };
+    let watchers = vec![
+        valid_secret("csr-signer"),
+        valid_secret("kube-controller-manager-client-cert-key"),
+        valid_files(vec![
+            run.kcm.cert_file("secrets/csr-signer/tls.crt"),
+            run.kcm
+                .cert_file("secrets/kube-controller-manager-client-cert-key/tls.crt"),
+        ]),
+        valid_files(vec![run.kcm.scheduler.client_file("tls.crt")]),
+        lease_renewed("kube-system", "kube-controller-manager"),
+        lease_renewed(SCHEDULER_NS, "kube-scheduler"),
+        signed,
+        new_on_disk,
+        ready,
+        bound,
+    ];
+    times.extend(run.collect(&NAMES[4..], watchers).await);
+
+    // The issued certificate: this node's, signed by the recovered csr-signer (not the slept
+    // one), and the one the kubelet now has on its disk.
+    let recovered_signer = tls_crt(&kcm_secrets.get("csr-signer").await.unwrap());
+    let issued: Vec<String> = csrs
+        .list(&ListParams::default())
+        .await
+        .expect("the CSRs")
+        .items
+        .into_iter()
+        .filter(bootstrap_csr)
+        .filter_map(|c| c.status?.certificate)
+        .map(|b| String::from_utf8(b.0).expect("PEM"))
+        .collect();
+    assert!(!issued.is_empty(), "a certificate was issued");
+    for pem in &issued {
+        assert!(
+            issued_by(pem, &recovered_signer),
+            "the kubelet's certificate is signed by the recovered csr-signer"
+        );
+        assert!(!issued_by(pem, &run.kcm.slept_csr_signer));
+        let der = first_der(pem);
+        let (_, cert) = x509_parser::parse_x509_certificate(&der).unwrap();
+        assert!(
+            cert.subject().to_string().contains(&node_cn),
+            "{}",
+            cert.subject()
+        );
+    }
+    let current = std::fs::read_to_string(&on_disk).expect("the kubelet's certificate");
+    assert!(
+        issued.iter().any(|i| first_der(i) == first_der(&current)),
+        "the kubelet's certificate on disk is the one its CSR got"
+    );
+
+    // In place: kube-controller-manager and kube-scheduler were never restarted (their new
+    // client certificates, and the CSR signer, were read by the running processes). Counted on
+    // the node (containerd): the mirror pods' restart counts are not posted while the kubelet
+    // has no client certificate.
+    let (kcm_containers, scheduler_containers) = (
+        run.woken.node.container_ids(KCM_POD, KCM_SERVER).len(),
+        run.woken.node.container_ids(SCHEDULER_POD, SCHEDULER).len(),
+    );
+    eprintln!(
+        "containers run: kube-controller-manager {kcm_containers}, kube-scheduler \
+         {scheduler_containers}; kubelet restarts {}",
+        run.kubelet_restarts
+    );
+    assert_eq!(
+        (kcm_containers, scheduler_containers),
+        (1, 1),
+        "kube-controller-manager and kube-scheduler each ran in one container, never restarted"
+    );
+
+    // What causes what: each step after the one it needs (within the watchers' polling: two
+    // that hold within milliseconds of each other may be seen in either order).
+    let t = &times;
+    let after = |later: usize, earlier: usize| {
+        assert!(
+            t[earlier] <= t[later] + Duration::from_millis(500),
+            "{} (+{:?}) before {} (+{:?})",
+            NAMES[later],
+            t[later],
+            NAMES[earlier],
+            t[earlier]
+        );
+    };
+    after(1, 0);
+    after(2, 1);
+    after(3, 1);
+    for step in 4..=7 {
+        after(step, 1);
+    }
+    after(6, 4);
+    after(6, 5);
+    after(8, 6);
+    after(9, 7);
+    after(10, 3);
+    after(10, 8);
+    after(11, 10);
+    after(12, 11);
+    after(13, 9);
+    times
+}
+
+/// `E2E_NODE_RUNS`, default 1.
+fn runs() -> usize {
+    std::env::var("E2E_NODE_RUNS")
+        .ok()
+        .map(|v| v.parse().expect("E2E_NODE_RUNS is a number"))
+        .unwrap_or(1)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_whole_control_plane_and_the_kubelet_recover_after_the_sleep() {
+    e2e::require_node!();
+    install_crypto_provider();
+    let runs = runs();
+    let mut all: Vec<Vec<Duration>> = Vec::new();
+    let began = Instant::now();
+    for run in 0..runs {
+        let times = recover_once().await;
+        eprintln!(
+            "run {}: {:?} ms",
+            run + 1,
+            times.iter().map(Duration::as_millis).collect::<Vec<_>>()
+        );
+        all.push(times);
+    }
+    eprintln!(
+        "node tier, full recovery, {runs} run(s) in {} s: p50 / p99 from the kubelet's start",
+        began.elapsed().as_secs()
+    );
+    for (index, name) in NAMES.iter().enumerate() {
+        let samples: Vec<Duration> = all.iter().map(|t| t[index]).collect();
+        let (p50, p99) = p50_p99(&samples);
+        eprintln!(
+            "  {:>2}. {name}: p50 {} ms, p99 {} ms",
+            index + 1,
+            p50.as_millis(),
+            p99.as_millis()
+        );
+    }
+}
