@@ -19,13 +19,13 @@
 //!    client files;
 //! 5. the seed apiserver stops. Only etcd runs when the kubelet is started.
 
+use super::tokens::token_of;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
 use k8s_openapi::ByteString;
-use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleRef, Subject};
 use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
@@ -239,27 +239,7 @@ impl ControlPlane {
             )
             .await
             .expect("the admin binding");
-        let token_of = |namespace: &str, account: &str| {
-            let api: Api<ServiceAccount> = Api::namespaced(admin.clone(), namespace);
-            let account = account.to_owned();
-            async move {
-                let request = TokenRequest {
-                    spec: TokenRequestSpec {
-                        audiences: vec![],
-                        expiration_seconds: Some(365 * 86_400),
-                        ..TokenRequestSpec::default()
-                    },
-                    ..TokenRequest::default()
-                };
-                api.create_token_request(&account, &PostParams::default(), &request)
-                    .await
-                    .unwrap_or_else(|err| panic!("a token for {account}: {err}"))
-                    .status
-                    .expect("the token")
-                    .token
-            }
-        };
-        let admin_token = token_of(KS, ADMIN_ACCOUNT).await;
+        let admin_token = token_of(&admin, KS, ADMIN_ACCOUNT).await;
 
         // The resource dir: the node files the repository ships, then the revisioned secrets.
         copy_tree(
@@ -279,7 +259,7 @@ impl ControlPlane {
                 .as_str()
                 .expect("the sidecar's kubeconfig names a token file");
             let (namespace, account) = manifests::service_account_of_token_file(token_file);
-            let token = token_of(&namespace, &account).await;
+            let token = token_of(&admin, &namespace, &account).await;
             let host = resources.join(
                 token_file
                     .strip_prefix("/etc/kubernetes/static-pod-resources/")

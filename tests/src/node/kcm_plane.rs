@@ -18,12 +18,12 @@
 //! 4. a token for the opt-in CSR approver (`manifests/rbac/csr-approver.yaml`'s account);
 //! 5. the kube-scheduler pod's files as the sleep left them ([`SleptScheduler`]).
 
+use super::tokens::token_of;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleRef, Subject};
 use kube::api::{Api, ObjectMeta, PostParams};
@@ -291,26 +291,6 @@ impl KcmPlane {
             )
             .await
             .expect("the node-bootstrapper binding");
-        let token_of = |namespace: &str, account: &str| {
-            let api: Api<ServiceAccount> = Api::namespaced(admin.clone(), namespace);
-            let account = account.to_owned();
-            async move {
-                let request = TokenRequest {
-                    spec: TokenRequestSpec {
-                        audiences: vec![],
-                        expiration_seconds: Some(365 * 86_400),
-                        ..TokenRequestSpec::default()
-                    },
-                    ..TokenRequest::default()
-                };
-                api.create_token_request(&account, &PostParams::default(), &request)
-                    .await
-                    .unwrap_or_else(|err| panic!("a token for {account}: {err}"))
-                    .status
-                    .expect("the token")
-                    .token
-            }
-        };
         let write = |path: &Path, text: &str, mode: u32| {
             std::fs::create_dir_all(path.parent().unwrap()).unwrap();
             testkit::rename::rename_into_with_mode(path, text.as_bytes(), mode);
@@ -331,7 +311,7 @@ impl KcmPlane {
             ("kube-controller-manager-cert-syncer-token", "cert-syncer"),
             ("cert-recovery-controller-token", "cert-recovery-controller"),
         ] {
-            let token = token_of(KCM_NS, account).await;
+            let token = token_of(&admin, KCM_NS, account).await;
             write(
                 &resources.join(format!("secrets/{secret}/token")),
                 &token,
@@ -341,7 +321,7 @@ impl KcmPlane {
         let approver_token = root.join("etc/kubernetes/kubelet-csr-approver.token");
         write(
             &approver_token,
-            &token_of(KS, APPROVER_ACCOUNT).await,
+            &token_of(&admin, KS, APPROVER_ACCOUNT).await,
             0o600,
         );
 
@@ -430,7 +410,10 @@ impl KcmPlane {
                 "https://localhost:6443",
                 Some("localhost-recovery"),
                 &recovery_ca_file,
-                &BTreeMap::from([("token", token_of(bootstrap_ns, bootstrap_account).await)]),
+                &BTreeMap::from([(
+                    "token",
+                    token_of(&admin, bootstrap_ns, bootstrap_account).await,
+                )]),
             ),
             0o600,
         );

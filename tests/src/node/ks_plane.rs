@@ -7,13 +7,12 @@
 //! [`super::scheduler::SchedulerPod::place`], which places it on a recovered plane with an
 //! empty cert dir).
 
+use super::tokens::token_of;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
-use kube::api::{Api, PostParams};
+use k8s_openapi::api::core::v1::Pod;
 
 use super::cluster::ControlPlane;
 use super::pod::{host_path, raw_argv, rewrite_host_paths};
@@ -146,25 +145,6 @@ impl SleptScheduler {
         tokio::task::block_in_place(|| sync.terminate(Duration::from_secs(10)));
         SleptScheduler { pod, certs }
     }
-}
-
-/// A year-long token of `namespace/account` (TokenRequest).
-async fn token_of(admin: &kube::Client, namespace: &str, account: &str) -> String {
-    let api: Api<ServiceAccount> = Api::namespaced(admin.clone(), namespace);
-    let request = TokenRequest {
-        spec: TokenRequestSpec {
-            audiences: vec![],
-            expiration_seconds: Some(365 * 86_400),
-            ..TokenRequestSpec::default()
-        },
-        ..TokenRequest::default()
-    };
-    api.create_token_request(account, &PostParams::default(), &request)
-        .await
-        .unwrap_or_else(|err| panic!("a token for {namespace}/{account}: {err}"))
-        .status
-        .expect("the token")
-        .token
 }
 
 fn write(path: &Path, text: &str, mode: u32) {

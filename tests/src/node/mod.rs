@@ -37,6 +37,7 @@ pub mod profile_objects;
 pub mod scenario;
 pub mod scheduler;
 pub mod seed;
+pub mod tokens;
 
 pub use containerd::Containerd;
 pub use inputs::{

@@ -4,13 +4,12 @@
 //! kube-apiserver) in place, and the manifest handed to the kubelet. The cert dir starts empty:
 //! everything the scheduler authenticates with comes through its sidecars.
 
+use super::tokens::token_of;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
-use kube::api::{Api, PostParams};
+use k8s_openapi::api::core::v1::Pod;
 
 use super::kubelet::Node;
 use super::pod::{host_path, rewrite_host_paths};
@@ -128,25 +127,6 @@ impl SchedulerPod {
             .map(|c| format!("{c}:\n{}\n", node.container_log(POD, c)))
             .collect()
     }
-}
-
-/// A year-long token of `namespace/account` (TokenRequest: the pod's kube-apiserver signs it).
-async fn token_of(admin: &kube::Client, namespace: &str, account: &str) -> String {
-    let api: Api<ServiceAccount> = Api::namespaced(admin.clone(), namespace);
-    let request = TokenRequest {
-        spec: TokenRequestSpec {
-            audiences: vec![],
-            expiration_seconds: Some(365 * 86_400),
-            ..TokenRequestSpec::default()
-        },
-        ..TokenRequest::default()
-    };
-    api.create_token_request(account, &PostParams::default(), &request)
-        .await
-        .unwrap_or_else(|err| panic!("a token for {namespace}/{account}: {err}"))
-        .status
-        .expect("the token")
-        .token
 }
 
 fn write(path: &Path, text: &str, mode: u32) {
