@@ -443,11 +443,15 @@ impl<M: Material> Task<M> {
         let published = pass.snapshot.is_some();
         if let Some(snapshot) = pass.snapshot {
             let served = M::served(&snapshot);
-            self.current.store(Arc::new(snapshot));
             let took = started.elapsed();
-            log_served(&self.name, &pass.newly_served, now);
             let clean = pass.rejected.is_none();
+            let current = &self.current;
             self.status.send_modify(|status| {
+                // The swap happens under the status lock: whoever is served the new material
+                // (a handshake) and then reads the status sees this pass recorded, and whoever
+                // reads this pass in the status is served its material. Handshakes never take
+                // this lock; only status readers wait, for the few stores below.
+                current.store(Arc::new(snapshot));
                 status.generation += 1;
                 status.served = served;
                 status.reloads_ok += 1;
@@ -459,6 +463,7 @@ impl<M: Material> Task<M> {
                 status.last_reload_sources_read = pass.sources_read;
                 status.last_reload_sources_parsed = pass.sources_parsed;
             });
+            log_served(&self.name, &pass.newly_served, now);
         }
         match pass.rejected {
             None if published => {

@@ -169,6 +169,9 @@ impl ServingSet {
 
     /// The latest status (see [`Status`] for a rejected write).
     ///
+    /// It never lags what is served: once a handshake was served a certificate, this reports
+    /// the generation that published it or a later one.
+    ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
