@@ -160,6 +160,18 @@ async fn still_expired(woken: &Woken) -> Vec<String> {
     expired
 }
 
+/// The CPU time of sidecar `name` (container `id`); fails with the node's logs when its cgroup
+/// is gone (the container exited or was restarted).
+fn cpu_of(woken: &Woken, name: &str, id: &str, cgroup: &ContainerCgroup) -> u64 {
+    cgroup.cpu_usec().unwrap_or_else(|| {
+        let now = tokio::task::block_in_place(|| woken.node.running_container(POD, name));
+        woken.fail(&format!(
+            "{name}: the cgroup of container {id} is gone ({}); running now: {now:?}",
+            cgroup.cpu_dir.display()
+        ))
+    })
+}
+
 async fn measure(side: &Side, idle: Duration) -> Figures {
     let _lock = node_lock();
     eprintln!("=== {}: manifests/{} ===", side.label, side.pod_dir);
@@ -204,10 +216,8 @@ async fn measure(side: &Side, idle: Duration) -> Figures {
     let v2 = found.values().all(|(_, c)| c.v2);
     let mut recovery = BTreeMap::new();
     let mut idle_start = BTreeMap::new();
-    for (name, (_, cgroup)) in &found {
-        let cpu = cgroup
-            .cpu_usec()
-            .expect("the CPU accounting of the container");
+    for (name, (id, cgroup)) in &found {
+        let cpu = cpu_of(&woken, name, id, cgroup);
         recovery.insert(
             *name,
             Use {
@@ -227,9 +237,7 @@ async fn measure(side: &Side, idle: Duration) -> Figures {
     let mut idle_use = BTreeMap::new();
     for (name, (id, cgroup)) in &found {
         let (cpu_before, reset) = idle_start[name];
-        let cpu = cgroup
-            .cpu_usec()
-            .expect("the CPU accounting of the container");
+        let cpu = cpu_of(&woken, name, id, cgroup);
         idle_use.insert(
             *name,
             Use {

@@ -111,7 +111,9 @@ pub(crate) async fn run_once(
     events: EventRecorder,
 ) -> anyhow::Result<()> {
     let client = connection.client.clone();
-    let rotation = load_rotation(&args, &client).await?;
+    let Some(rotation) = load_rotation(&args, &client, Unavailable::Fail).await? else {
+        unreachable!("`Unavailable::Fail` never waits, so never sees a shutdown")
+    };
     let metrics = Metrics::register(&mut Registry::default());
     metrics.broken.set(rotation.broken.len() as i64);
     let now = args.now.unwrap_or_else(unix_now);
@@ -128,7 +130,14 @@ pub(crate) async fn run(args: Settings, sidecar: Sidecar, metrics: Metrics) -> a
     } = sidecar;
     let fixed_now = args.now;
     let client = connection.client.clone();
-    let rotation = load_rotation(&args, &client).await?;
+    let wait = Unavailable::Wait {
+        shutdown: &shutdown,
+        readiness: &readiness,
+    };
+    let Some(rotation) = load_rotation(&args, &client, wait).await? else {
+        // SIGTERM while the apiserver could not answer yet.
+        return Ok(());
+    };
     let events = Arc::new(events);
     metrics.broken.set(rotation.broken.len() as i64);
     let now = || fixed_now.unwrap_or_else(unix_now);
@@ -390,11 +399,76 @@ pub fn profile_objects(chosen: Profile) -> Result<config::Rotation, ConfigError>
     )
 }
 
+/// How [`load_rotation`] meets an apiserver that cannot answer yet.
+enum Unavailable<'a> {
+    /// `--once`: the pass cannot run without it, so the command fails with the reason.
+    Fail,
+    /// The controller: on a woken node it starts with kube-apiserver, before that answers, and
+    /// exiting would only earn it the kubelet's crash-loop backoff. It retries (0.5 s doubling
+    /// to 10 s) until the apiserver answers or `shutdown`, `/readyz` saying what it waits for.
+    Wait {
+        shutdown: &'a CancellationToken,
+        readiness: &'a Readiness,
+    },
+}
+
+/// First retry of the cluster's values, doubling up to [`CLUSTER_READ_RETRY_MAX`].
+const CLUSTER_READ_RETRY_FIRST: Duration = Duration::from_millis(500);
+const CLUSTER_READ_RETRY_MAX: Duration = Duration::from_secs(10);
+
+/// The cluster's values for a profile, as [`Unavailable`] says; `None` on shutdown while waiting.
+async fn read_cluster(
+    client: &kube::Client,
+    unavailable: &Unavailable<'_>,
+) -> Result<Option<profile::ClusterValues>, ConfigError> {
+    let mut delays: Option<backon::ExponentialBackoff> = None;
+    loop {
+        let reason = match profile::read_cluster(client).await {
+            Ok(values) => {
+                if let (Unavailable::Wait { readiness, .. }, Some(_)) = (unavailable, &delays) {
+                    readiness.clear("apiserver");
+                    tracing::info!("the apiserver answers: the cluster's values are read");
+                }
+                return Ok(Some(values));
+            }
+            Err(profile::ReadClusterError::Config(err)) => return Err(err),
+            Err(profile::ReadClusterError::Unavailable(reason)) => reason,
+        };
+        let Unavailable::Wait {
+            shutdown,
+            readiness,
+        } = unavailable
+        else {
+            return Err(ConfigError(reason));
+        };
+        let delay = delays
+            .get_or_insert_with(|| {
+                use backon::BackoffBuilder;
+                backon::ExponentialBuilder::default()
+                    .with_min_delay(CLUSTER_READ_RETRY_FIRST)
+                    .with_max_delay(CLUSTER_READ_RETRY_MAX)
+                    .with_factor(2.0)
+                    .without_max_times()
+                    .build()
+            })
+            .next()
+            .unwrap_or(CLUSTER_READ_RETRY_MAX);
+        tracing::warn!(%reason, retry_in = ?delay, "the apiserver cannot answer yet; the first pass waits for the cluster's values");
+        readiness.block("apiserver", reason);
+        tokio::select! {
+            () = shutdown.cancelled() => return Ok(None),
+            () = tokio::time::sleep(delay) => {}
+        }
+    }
+}
+
 /// The config file, or the built-in profile with the cluster's hostnames; `--key-type` applied.
+/// `None` on shutdown while waiting for the apiserver ([`Unavailable::Wait`]).
 async fn load_rotation(
     args: &Settings,
     client: &kube::Client,
-) -> Result<config::Rotation, ConfigError> {
+    unavailable: Unavailable<'_>,
+) -> Result<Option<config::Rotation>, ConfigError> {
     let mut rotation = match (&args.config, args.profile) {
         (Some(path), _) => {
             let rotation = config::load(path)?;
@@ -405,7 +479,10 @@ async fn load_rotation(
         }
         (None, Some(chosen)) => {
             let cluster = if chosen.needs_cluster_values() {
-                profile::read_cluster(client).await?
+                match read_cluster(client, &unavailable).await? {
+                    Some(values) => values,
+                    None => return Ok(None),
+                }
             } else {
                 profile::ClusterValues::default()
             };
@@ -424,7 +501,7 @@ async fn load_rotation(
         rotation.key_type = key_type;
     }
     tracing::info!(key_type = rotation.key_type.name(), "new keys");
-    Ok(rotation)
+    Ok(Some(rotation))
 }
 
 /// What `/readyz` says while the brake holds writes.

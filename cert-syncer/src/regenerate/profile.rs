@@ -90,8 +90,29 @@ pub struct ClusterValues {
     pub api_int_hostname: Option<String>,
 }
 
+/// Why the cluster's values could not be read.
+#[derive(Debug)]
+pub enum ReadClusterError {
+    /// The apiserver did not answer, or answered that it cannot serve now (5xx, 429): on a woken
+    /// node this sidecar starts with kube-apiserver, before it answers. Worth retrying.
+    Unavailable(String),
+    /// An answer that is wrong for good (a malformed object, another refusal): retrying would
+    /// read the same.
+    Config(ConfigError),
+}
+
+impl From<ConfigError> for ReadClusterError {
+    fn from(err: ConfigError) -> Self {
+        Self::Config(err)
+    }
+}
+
 /// Reads the cluster's values (read only; a missing CRD or object is not an error).
-pub async fn read_cluster(client: &kube::Client) -> Result<ClusterValues, ConfigError> {
+///
+/// # Errors
+/// [`ReadClusterError::Unavailable`] while the apiserver cannot answer,
+/// [`ReadClusterError::Config`] for an object whose values are wrong or another refusal.
+pub async fn read_cluster(client: &kube::Client) -> Result<ClusterValues, ReadClusterError> {
     let get = |kind: &str, plural: &str| {
         let resource = ApiResource {
             group: "config.openshift.io".into(),
@@ -113,7 +134,16 @@ pub async fn read_cluster(client: &kube::Client) -> Result<ClusterValues, Config
                     tracing::warn!(object = %what, "not allowed to read it; using the flags alone");
                     Ok(None)
                 }
-                Err(err) => Err(ConfigError(format!("cannot read {what}: {err}"))),
+                Err(kube::Error::Api(status)) if status.code >= 500 || status.code == 429 => Err(
+                    ReadClusterError::Unavailable(format!("cannot read {what}: {status}")),
+                ),
+                Err(kube::Error::Api(status)) => Err(ReadClusterError::Config(ConfigError(
+                    format!("cannot read {what}: {status}"),
+                ))),
+                // No answer at all (refused, reset, timed out, a TLS handshake that failed).
+                Err(err) => Err(ReadClusterError::Unavailable(format!(
+                    "cannot read {what}: {err}"
+                ))),
             }
         }
     };

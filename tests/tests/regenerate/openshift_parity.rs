@@ -66,6 +66,14 @@ mod a_dual_stack_service_network_gives_both_ips_and_openshifts_controller_agrees
     }
 }
 
+mod started_before_kube_apiserver_answers_it_waits_not_ready_then_creates_the_set {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn real() {
+        super::started_before_kube_apiserver_answers_it_waits_not_ready_then_creates_the_set()
+            .await;
+    }
+}
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -1054,6 +1062,63 @@ async fn the_manual_trigger_rotates_a_signer_and_three_replicas_are_all_ready_on
 }
 
 /// A ConfigMap `ns/name` whose `ca-bundle.crt` is `pem`.
+/// On a woken node the controller starts with kube-apiserver, before that answers: it waits,
+/// not ready and saying why, instead of exiting into the kubelet's crash-loop backoff, and
+/// creates the set once kube-apiserver answers.
+async fn started_before_kube_apiserver_answers_it_waits_not_ready_then_creates_the_set() {
+    require_real_apiserver!();
+    install_crypto_provider();
+    let mut cluster = Cluster::start(false).await;
+    tokio::task::block_in_place(|| cluster.api.kill_apiserver());
+    let mut ours = ChildProcess::start(cluster.ours(&[
+        "--metrics-listen",
+        "127.0.0.1:0",
+        "--service-network-ip",
+        "172.30.0.1",
+        "--api-hostname",
+        "api.cluster.example.com",
+        "--api-int-hostname",
+        "api-int.cluster.example.com",
+    ]));
+    e2e::wait_until(
+        "the wait for kube-apiserver logged",
+        Duration::from_secs(20),
+        || {
+            let waiting = ours
+                .stderr_text()
+                .contains("the apiserver cannot answer yet");
+            async move { waiting }
+        },
+    )
+    .await;
+    // Three retries (0.5 s, 1 s, 2 s): still running, not ready.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(
+        ours.has_exited(),
+        None,
+        "it exited:\n{}",
+        ours.stderr_text()
+    );
+    assert_eq!(readyz(ours.addr).await, 503);
+
+    tokio::task::block_in_place(|| cluster.api.restart());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !(readyz(ours.addr).await == 200 && cluster.versions().await.len() == profile_size()) {
+        assert!(
+            Instant::now() < deadline,
+            "the set was not created after kube-apiserver came back:\n{}",
+            ours.stderr_text()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        ours.stderr_text().contains("the apiserver answers"),
+        "{}",
+        ours.stderr_text()
+    );
+    ours.terminate(Duration::from_secs(10));
+}
+
 async fn put_bundle(cluster: &Cluster, ns: &str, name: &str, pem: &str) {
     let api: Api<ConfigMap> = Api::namespaced(cluster.admin.clone(), ns);
     let map = ConfigMap {
