@@ -274,7 +274,7 @@ fn regenerate_access(args: &regenerate::Settings, rotation: &Rotation) -> Vec<Ac
     }
     // A built-in profile that names cluster-specific hostnames reads them from the cluster's
     // `networks` and `infrastructures` objects named `cluster` (cluster-scoped, a GET each,
-    // `regenerate::profile::read_cluster`) before its first pass; a `--config` file never does.
+    // `regenerate::cluster::read`) before its first pass; a `--config` file never does.
     if args.config.is_none()
         && args
             .profile

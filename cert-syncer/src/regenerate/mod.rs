@@ -2,8 +2,9 @@
 //! "refresh only when expired" by default).
 //!
 //! - [`config`]: the YAML file of signers, bundles and targets, validated item by item;
-//! - `profile`: built-in configs (`--profile openshift-kube-apiserver`) and the cluster's
-//!   hostnames for them;
+//! - `profile`: built-in configs (`--profile openshift-kube-apiserver`) with the hostnames
+//!   filled in; `cluster`: the cluster's values for them, read once at start (waiting for a
+//!   kube-apiserver that cannot answer yet);
 //! - `annotations`: OpenShift's labels and annotations, and the manual rotation trigger;
 //! - `decide`: pure decisions from parsed certificates and the time;
 //! - `crate::pki` (shared with `inspect`): parsing and generation (rcgen);
@@ -39,6 +40,7 @@ mod annotations;
 mod brake;
 mod cache;
 mod clock;
+mod cluster;
 pub mod config;
 mod ctx;
 mod decide;
@@ -82,6 +84,7 @@ use crate::kube::leader::{self, Elector};
 use crate::kube::sidecar::Sidecar;
 use cache::Cache;
 use clock::clocks;
+use cluster::Unavailable;
 use metrics::Metrics;
 use pass::{Pass, Reads};
 use timer::PassTimer;
@@ -394,72 +397,9 @@ pub fn profile_objects(chosen: Profile) -> Result<config::Rotation, ConfigError>
     profile::build(
         chosen,
         release::find(release::DEFAULT)?,
-        &profile::ClusterValues::default(),
+        &cluster::ClusterValues::default(),
         &placeholders,
     )
-}
-
-/// How [`load_rotation`] meets an apiserver that cannot answer yet.
-enum Unavailable<'a> {
-    /// `--once`: the pass cannot run without it, so the command fails with the reason.
-    Fail,
-    /// The controller: on a woken node it starts with kube-apiserver, before that answers, and
-    /// exiting would only earn it the kubelet's crash-loop backoff. It retries (0.5 s doubling
-    /// to 10 s) until the apiserver answers or `shutdown`, `/readyz` saying what it waits for.
-    Wait {
-        shutdown: &'a CancellationToken,
-        readiness: &'a Readiness,
-    },
-}
-
-/// First retry of the cluster's values, doubling up to [`CLUSTER_READ_RETRY_MAX`].
-const CLUSTER_READ_RETRY_FIRST: Duration = Duration::from_millis(500);
-const CLUSTER_READ_RETRY_MAX: Duration = Duration::from_secs(10);
-
-/// The cluster's values for a profile, as [`Unavailable`] says; `None` on shutdown while waiting.
-async fn read_cluster(
-    client: &kube::Client,
-    unavailable: &Unavailable<'_>,
-) -> Result<Option<profile::ClusterValues>, ConfigError> {
-    let mut delays: Option<backon::ExponentialBackoff> = None;
-    loop {
-        let reason = match profile::read_cluster(client).await {
-            Ok(values) => {
-                if let (Unavailable::Wait { readiness, .. }, Some(_)) = (unavailable, &delays) {
-                    readiness.clear("apiserver");
-                    tracing::info!("the apiserver answers: the cluster's values are read");
-                }
-                return Ok(Some(values));
-            }
-            Err(profile::ReadClusterError::Config(err)) => return Err(err),
-            Err(profile::ReadClusterError::Unavailable(reason)) => reason,
-        };
-        let Unavailable::Wait {
-            shutdown,
-            readiness,
-        } = unavailable
-        else {
-            return Err(ConfigError(reason));
-        };
-        let delay = delays
-            .get_or_insert_with(|| {
-                use backon::BackoffBuilder;
-                backon::ExponentialBuilder::default()
-                    .with_min_delay(CLUSTER_READ_RETRY_FIRST)
-                    .with_max_delay(CLUSTER_READ_RETRY_MAX)
-                    .with_factor(2.0)
-                    .without_max_times()
-                    .build()
-            })
-            .next()
-            .unwrap_or(CLUSTER_READ_RETRY_MAX);
-        tracing::warn!(%reason, retry_in = ?delay, "the apiserver cannot answer yet; the first pass waits for the cluster's values");
-        readiness.block("apiserver", reason);
-        tokio::select! {
-            () = shutdown.cancelled() => return Ok(None),
-            () = tokio::time::sleep(delay) => {}
-        }
-    }
 }
 
 /// The config file, or the built-in profile with the cluster's hostnames; `--key-type` applied.
@@ -468,7 +408,7 @@ async fn load_rotation(
     args: &Settings,
     client: &kube::Client,
     unavailable: Unavailable<'_>,
-) -> Result<Option<config::Rotation>, ConfigError> {
+) -> anyhow::Result<Option<config::Rotation>> {
     let mut rotation = match (&args.config, args.profile) {
         (Some(path), _) => {
             let rotation = config::load(path)?;
@@ -479,12 +419,12 @@ async fn load_rotation(
         }
         (None, Some(chosen)) => {
             let cluster = if chosen.needs_cluster_values() {
-                match read_cluster(client, &unavailable).await? {
+                match cluster::read(client, &unavailable).await? {
                     Some(values) => values,
                     None => return Ok(None),
                 }
             } else {
-                profile::ClusterValues::default()
+                cluster::ClusterValues::default()
             };
             let flags = profile::Flags {
                 service_network_ips: args.service_network_ip.clone(),
@@ -495,7 +435,7 @@ async fn load_rotation(
             tracing::info!(openshift_version = %release.version, kube_apiserver = %release.kube_apiserver, "the release the profile models");
             profile::build(chosen, release, &cluster, &flags)?
         }
-        (None, None) => return Err(ConfigError("--config or --profile is required".into())),
+        (None, None) => return Err(ConfigError("--config or --profile is required".into()).into()),
     };
     if let Some(key_type) = args.key_type {
         rotation.key_type = key_type;

@@ -1,19 +1,14 @@
 //! Built-in profiles: the sets OpenShift's own controllers manage, as config files compiled
 //! into the binary (`profiles/*.yaml`, validated by the same parser as a user's file).
 //!
-//! The cluster-specific hostnames come from the cluster's own configuration when it has it —
-//! `networks.config.openshift.io/cluster` (`status.serviceNetwork`: host 1 of every CIDR, the
-//! `kubernetes` Service's IP of each family, as OpenShift's operator puts them in
-//! `service-network-serving-certkey`) and `infrastructures.config.openshift.io/cluster`
-//! (`status.apiServerURL`, `status.apiServerInternalURI`: their hosts), read only — else from
-//! flags. A flag that disagrees with the cluster's object is refused: a serving certificate for
-//! the wrong name is an outage, and the two sources disagreeing means one of them is stale.
+//! The cluster-specific hostnames come from the cluster's own configuration when it has it
+//! (`cluster.rs` reads it), else from flags. A flag that disagrees with the cluster's object is
+//! refused: a serving certificate for the wrong name is an outage, and the two sources
+//! disagreeing means one of them is stale.
 
 use std::net::IpAddr;
 
-use kube::Api;
-use kube::api::{ApiResource, DynamicObject};
-
+use super::cluster::ClusterValues;
 use super::config::{self, Rotation};
 use super::release::Release;
 use crate::base::error::ConfigError;
@@ -79,95 +74,6 @@ pub struct Flags {
     pub service_network_ips: Vec<IpAddr>,
     pub api_hostname: Option<String>,
     pub api_int_hostname: Option<String>,
-}
-
-/// The values the cluster's config objects give (`None`: object or field absent).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ClusterValues {
-    /// Host 1 of each `status.serviceNetwork` CIDR, in its order.
-    pub service_network_ips: Option<Vec<IpAddr>>,
-    pub api_hostname: Option<String>,
-    pub api_int_hostname: Option<String>,
-}
-
-/// Why the cluster's values could not be read.
-#[derive(Debug)]
-pub enum ReadClusterError {
-    /// The apiserver did not answer, or answered that it cannot serve now (5xx, 429): on a woken
-    /// node this sidecar starts with kube-apiserver, before it answers. Worth retrying.
-    Unavailable(String),
-    /// An answer that is wrong for good (a malformed object, another refusal): retrying would
-    /// read the same.
-    Config(ConfigError),
-}
-
-impl From<ConfigError> for ReadClusterError {
-    fn from(err: ConfigError) -> Self {
-        Self::Config(err)
-    }
-}
-
-/// Reads the cluster's values (read only; a missing CRD or object is not an error).
-///
-/// # Errors
-/// [`ReadClusterError::Unavailable`] while the apiserver cannot answer,
-/// [`ReadClusterError::Config`] for an object whose values are wrong or another refusal.
-pub async fn read_cluster(client: &kube::Client) -> Result<ClusterValues, ReadClusterError> {
-    let get = |kind: &str, plural: &str| {
-        let resource = ApiResource {
-            group: "config.openshift.io".into(),
-            version: "v1".into(),
-            api_version: "config.openshift.io/v1".into(),
-            kind: kind.into(),
-            plural: plural.into(),
-        };
-        let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
-        let what = format!("{plural}.config.openshift.io/cluster");
-        async move {
-            match api.get_opt("cluster").await {
-                Ok(object) => Ok(object),
-                // No such resource (the CRD is not installed: a plain-text 404 kube-client does
-                // not turn into `None`).
-                Err(kube::Error::Api(status)) if status.code == 404 => Ok(None),
-                // Not allowed to read it: as if absent (the flags decide), said out loud.
-                Err(kube::Error::Api(status)) if status.code == 403 => {
-                    tracing::warn!(object = %what, "not allowed to read it; using the flags alone");
-                    Ok(None)
-                }
-                Err(kube::Error::Api(status)) if status.code >= 500 || status.code == 429 => Err(
-                    ReadClusterError::Unavailable(format!("cannot read {what}: {status}")),
-                ),
-                Err(kube::Error::Api(status)) => Err(ReadClusterError::Config(ConfigError(
-                    format!("cannot read {what}: {status}"),
-                ))),
-                // No answer at all (refused, reset, timed out, a TLS handshake that failed).
-                Err(err) => Err(ReadClusterError::Unavailable(format!(
-                    "cannot read {what}: {err}"
-                ))),
-            }
-        }
-    };
-    let mut values = ClusterValues::default();
-    if let Some(network) = get("Network", "networks").await? {
-        values.service_network_ips = service_network_ips(&network.data["status"])?;
-    }
-    if let Some(infra) = get("Infrastructure", "infrastructures").await? {
-        let host = |field: &str| -> Result<Option<String>, ConfigError> {
-            infra.data["status"][field]
-                .as_str()
-                .map(|url| {
-                    url_host(url).ok_or_else(|| {
-                        ConfigError(format!(
-                            "infrastructures.config.openshift.io/cluster: status.{field} {url:?} has no host"
-                        ))
-                    })
-                })
-                .transpose()
-        };
-        values.api_hostname = host("apiServerURL")?;
-        values.api_int_hostname = host("apiServerInternalURI")?;
-    }
-    Ok(values)
 }
 
 /// The profile's rotation with the cluster's (or the flags') hostnames filled in.
@@ -267,67 +173,10 @@ fn pick(
     }
 }
 
-/// Host 1 of every CIDR of a Network's `status.serviceNetwork` (`None`: the field is absent).
-/// An empty list is refused, as OpenShift's operator refuses it ("empty networkConfig
-/// ServiceNetwork, can't generate cert"): a serving certificate without the service IP would
-/// break every in-cluster client.
-fn service_network_ips(status: &serde_json::Value) -> Result<Option<Vec<IpAddr>>, ConfigError> {
-    let what = "networks.config.openshift.io/cluster: status.serviceNetwork";
-    let Some(list) = status.get("serviceNetwork").filter(|v| !v.is_null()) else {
-        return Ok(None);
-    };
-    let list = list
-        .as_array()
-        .ok_or_else(|| ConfigError(format!("{what} is not a list")))?;
-    if list.is_empty() {
-        return Err(ConfigError(format!(
-            "{what} is empty: no service IP to issue service-network-serving-certkey for \
-             (OpenShift's operator refuses this too); fix the object"
-        )));
-    }
-    let mut ips = Vec::new();
-    for (i, cidr) in list.iter().enumerate() {
-        let cidr = cidr
-            .as_str()
-            .ok_or_else(|| ConfigError(format!("{what}[{i}] is not a string")))?;
-        let ip =
-            first_ip(cidr).map_err(|err| ConfigError(format!("{what}[{i}] {cidr:?}: {err}")))?;
-        if !ips.contains(&ip) {
-            ips.push(ip);
-        }
-    }
-    Ok(Some(ips))
-}
-
-/// The first address of a CIDR (the network address plus one), as OpenShift gives the
-/// `kubernetes` Service.
-fn first_ip(cidr: &str) -> Result<IpAddr, String> {
-    let (address, prefix) = cidr.split_once('/').ok_or("not a CIDR")?;
-    let address: IpAddr = address.parse().map_err(|_| "not an IP address")?;
-    let prefix: u32 = prefix.parse().map_err(|_| "not a prefix length")?;
-    match address {
-        IpAddr::V4(v4) if prefix < 32 => {
-            let mask = u32::MAX.checked_shl(32 - prefix).unwrap_or(0);
-            Ok(IpAddr::V4((((u32::from(v4)) & mask) + 1).into()))
-        }
-        IpAddr::V6(v6) if prefix < 128 => {
-            let mask = u128::MAX.checked_shl(128 - prefix).unwrap_or(0);
-            Ok(IpAddr::V6(((u128::from(v6) & mask) + 1).into()))
-        }
-        _ => Err("the prefix leaves no address".to_owned()),
-    }
-}
-
-/// The host of a URL (`https://api.example.com:6443` → `api.example.com`).
-fn url_host(url: &str) -> Option<String> {
-    let uri: http::Uri = url.parse().ok()?;
-    let host = uri.host()?.trim_start_matches('[').trim_end_matches(']');
-    (!host.is_empty()).then(|| canonical_hostname(host))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::regenerate::cluster::{service_network_ips, url_host};
     use crate::regenerate::config::Identity;
 
     fn newest() -> &'static Release {
@@ -573,24 +422,6 @@ mod tests {
         assert!(err.0.contains("status.serviceNetwork is empty"), "{err}");
         assert_eq!(service_network_ips(&serde_json::json!({})).unwrap(), None);
         assert!(service_network_ips(&serde_json::json!({ "serviceNetwork": ["x"] })).is_err());
-    }
-
-    #[test]
-    fn cidrs_and_urls_give_the_first_ip_and_the_host() {
-        assert_eq!(first_ip("172.30.0.0/16").unwrap().to_string(), "172.30.0.1");
-        assert_eq!(first_ip("172.30.5.7/16").unwrap().to_string(), "172.30.0.1");
-        assert_eq!(first_ip("fd02::/112").unwrap().to_string(), "fd02::1");
-        assert!(first_ip("172.30.0.0").is_err());
-        assert!(first_ip("10.0.0.1/32").is_err());
-        assert_eq!(
-            url_host("https://api.cluster.example.com:6443").as_deref(),
-            Some("api.cluster.example.com")
-        );
-        assert_eq!(url_host("not a url"), None);
-        assert_eq!(
-            url_host("https://[2001:0DB8::0001]:6443").as_deref(),
-            Some("2001:db8::1")
-        );
     }
 
     #[test]

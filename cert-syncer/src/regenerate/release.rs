@@ -235,7 +235,8 @@ pub fn metadata_summary<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::regenerate::profile::{self, ClusterValues, Flags, Profile};
+    use crate::regenerate::cluster::ClusterValues;
+    use crate::regenerate::profile::{self, Flags, Profile};
 
     const DOC: &str = include_str!("../../../docs/openshift.md");
 

@@ -2,9 +2,10 @@
 
 use std::time::Duration;
 
-use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
+use backon::ExponentialBackoff;
 
 use super::report::Report;
+use crate::base::backoff::doubling;
 
 /// The longest the loop sleeps without a reason (a guard against clock jumps; not a poll:
 /// the pass it triggers normally finds nothing to do).
@@ -60,14 +61,7 @@ impl PassTimer {
     /// The sleep after a pass with failures.
     fn after_failure(&mut self) -> Duration {
         self.retry
-            .get_or_insert_with(|| {
-                ExponentialBuilder::default()
-                    .with_min_delay(RETRY_FIRST)
-                    .with_max_delay(RETRY_MAX)
-                    .with_factor(2.0)
-                    .without_max_times()
-                    .build()
-            })
+            .get_or_insert_with(|| doubling(RETRY_FIRST, RETRY_MAX))
             .next()
             .unwrap_or(RETRY_MAX)
     }

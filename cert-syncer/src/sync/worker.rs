@@ -18,7 +18,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
+use backon::ExponentialBackoff;
 use kube::Api;
 use serde::de::DeserializeOwned;
 use tokio::sync::Notify;
@@ -28,6 +28,7 @@ use tracing::Instrument;
 use super::apply::{Applier, Desired};
 use super::settings::ObjectSpec;
 use super::shared::Follower;
+use crate::base::backoff::doubling;
 use crate::kube::decode::Raw;
 use crate::kube::fetched::ToFetched;
 
@@ -173,14 +174,7 @@ impl Retry {
         }
         let delay = self
             .delays
-            .get_or_insert_with(|| {
-                ExponentialBuilder::default()
-                    .with_min_delay(RETRY_FIRST)
-                    .with_max_delay(RETRY_MAX)
-                    .with_factor(2.0)
-                    .without_max_times()
-                    .build()
-            })
+            .get_or_insert_with(|| doubling(RETRY_FIRST, RETRY_MAX))
             .next()
             .unwrap_or(RETRY_MAX);
         self.delay = Some(delay);

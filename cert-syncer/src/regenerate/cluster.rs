@@ -1,0 +1,246 @@
+//! The cluster's own values a profile names — `networks.config.openshift.io/cluster`
+//! (`status.serviceNetwork`: host 1 of every CIDR, the `kubernetes` Service's IP of each
+//! family) and `infrastructures.config.openshift.io/cluster` (`status.apiServerURL`,
+//! `status.apiServerInternalURI`: their hosts) — read once at start, read only.
+//!
+//! On a woken node the controller starts with kube-apiserver, before that answers: the read
+//! then waits ([`Unavailable::Wait`]) rather than exiting into the kubelet's crash-loop backoff.
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use kube::Api;
+use kube::api::{ApiResource, DynamicObject};
+use tokio_util::sync::CancellationToken;
+
+use crate::base::backoff::doubling;
+use crate::base::error::ConfigError;
+use crate::base::names::canonical_hostname;
+use crate::base::readiness::Readiness;
+
+/// The values the cluster's config objects give (`None`: object or field absent).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClusterValues {
+    /// Host 1 of each `status.serviceNetwork` CIDR, in its order.
+    pub service_network_ips: Option<Vec<IpAddr>>,
+    pub api_hostname: Option<String>,
+    pub api_int_hostname: Option<String>,
+}
+
+/// Why one read of the cluster's values failed.
+#[derive(Debug)]
+enum ReadError {
+    /// The apiserver did not answer, or answered that it cannot serve now (5xx, 429): on a woken
+    /// node this sidecar starts with kube-apiserver, before it answers. Worth retrying.
+    Unavailable(String),
+    /// An answer that is wrong for good (a malformed object, another refusal): retrying would
+    /// read the same.
+    Config(ConfigError),
+}
+
+impl From<ConfigError> for ReadError {
+    fn from(err: ConfigError) -> Self {
+        Self::Config(err)
+    }
+}
+
+/// How [`read`] meets an apiserver that cannot answer yet.
+pub(super) enum Unavailable<'a> {
+    /// `--once`: the pass cannot run without it, so the command fails with the reason.
+    Fail,
+    /// The controller: on a woken node it starts with kube-apiserver, before that answers, and
+    /// exiting would only earn it the kubelet's crash-loop backoff. It retries (0.5 s doubling
+    /// to 10 s) until the apiserver answers or `shutdown`, `/readyz` saying what it waits for.
+    Wait {
+        shutdown: &'a CancellationToken,
+        readiness: &'a Readiness,
+    },
+}
+
+/// First retry of an unanswered read, doubling up to [`RETRY_MAX`].
+const RETRY_FIRST: Duration = Duration::from_millis(500);
+const RETRY_MAX: Duration = Duration::from_secs(10);
+
+/// The cluster's values, meeting an apiserver that cannot answer as [`Unavailable`] says;
+/// `None` on shutdown while waiting.
+///
+/// # Errors
+/// A [`ConfigError`] (exit 2) for an object whose values are wrong or a refusal other than 403
+/// (read as absent); with [`Unavailable::Fail`], an apiserver that cannot answer (exit 1: not
+/// the configuration's fault).
+pub(super) async fn read(
+    client: &kube::Client,
+    unavailable: &Unavailable<'_>,
+) -> anyhow::Result<Option<ClusterValues>> {
+    let mut delays: Option<backon::ExponentialBackoff> = None;
+    loop {
+        let reason = match read_once(client).await {
+            Ok(values) => {
+                if let (Unavailable::Wait { readiness, .. }, Some(_)) = (unavailable, &delays) {
+                    readiness.clear("apiserver");
+                    tracing::info!("the apiserver answers: the cluster's values are read");
+                }
+                return Ok(Some(values));
+            }
+            Err(ReadError::Config(err)) => return Err(err.into()),
+            Err(ReadError::Unavailable(reason)) => reason,
+        };
+        let Unavailable::Wait {
+            shutdown,
+            readiness,
+        } = unavailable
+        else {
+            anyhow::bail!(reason);
+        };
+        let delay = delays
+            .get_or_insert_with(|| doubling(RETRY_FIRST, RETRY_MAX))
+            .next()
+            .unwrap_or(RETRY_MAX);
+        tracing::warn!(%reason, retry_in = ?delay, "the apiserver cannot answer yet; the first pass waits for the cluster's values");
+        readiness.block("apiserver", reason);
+        tokio::select! {
+            () = shutdown.cancelled() => return Ok(None),
+            () = tokio::time::sleep(delay) => {}
+        }
+    }
+}
+
+/// One read of the cluster's values (a missing CRD or object is not an error).
+async fn read_once(client: &kube::Client) -> Result<ClusterValues, ReadError> {
+    let get = |kind: &str, plural: &str| {
+        let resource = ApiResource {
+            group: "config.openshift.io".into(),
+            version: "v1".into(),
+            api_version: "config.openshift.io/v1".into(),
+            kind: kind.into(),
+            plural: plural.into(),
+        };
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+        let what = format!("{plural}.config.openshift.io/cluster");
+        async move {
+            match api.get_opt("cluster").await {
+                Ok(object) => Ok(object),
+                // No such resource (the CRD is not installed: a plain-text 404 kube-client does
+                // not turn into `None`).
+                Err(kube::Error::Api(status)) if status.code == 404 => Ok(None),
+                // Not allowed to read it: as if absent (the flags decide), said out loud.
+                Err(kube::Error::Api(status)) if status.code == 403 => {
+                    tracing::warn!(object = %what, "not allowed to read it; using the flags alone");
+                    Ok(None)
+                }
+                Err(kube::Error::Api(status)) if status.code >= 500 || status.code == 429 => Err(
+                    ReadError::Unavailable(format!("cannot read {what}: {status}")),
+                ),
+                Err(kube::Error::Api(status)) => Err(ReadError::Config(ConfigError(format!(
+                    "cannot read {what}: {status}"
+                )))),
+                // No answer at all (refused, reset, timed out, a TLS handshake that failed).
+                Err(err) => Err(ReadError::Unavailable(format!("cannot read {what}: {err}"))),
+            }
+        }
+    };
+    let mut values = ClusterValues::default();
+    if let Some(network) = get("Network", "networks").await? {
+        values.service_network_ips = service_network_ips(&network.data["status"])?;
+    }
+    if let Some(infra) = get("Infrastructure", "infrastructures").await? {
+        let host = |field: &str| -> Result<Option<String>, ConfigError> {
+            infra.data["status"][field]
+                .as_str()
+                .map(|url| {
+                    url_host(url).ok_or_else(|| {
+                        ConfigError(format!(
+                            "infrastructures.config.openshift.io/cluster: status.{field} {url:?} has no host"
+                        ))
+                    })
+                })
+                .transpose()
+        };
+        values.api_hostname = host("apiServerURL")?;
+        values.api_int_hostname = host("apiServerInternalURI")?;
+    }
+    Ok(values)
+}
+
+/// Host 1 of every CIDR of a Network's `status.serviceNetwork` (`None`: the field is absent).
+/// An empty list is refused, as OpenShift's operator refuses it ("empty networkConfig
+/// ServiceNetwork, can't generate cert"): a serving certificate without the service IP would
+/// break every in-cluster client.
+pub(super) fn service_network_ips(
+    status: &serde_json::Value,
+) -> Result<Option<Vec<IpAddr>>, ConfigError> {
+    let what = "networks.config.openshift.io/cluster: status.serviceNetwork";
+    let Some(list) = status.get("serviceNetwork").filter(|v| !v.is_null()) else {
+        return Ok(None);
+    };
+    let list = list
+        .as_array()
+        .ok_or_else(|| ConfigError(format!("{what} is not a list")))?;
+    if list.is_empty() {
+        return Err(ConfigError(format!(
+            "{what} is empty: no service IP to issue service-network-serving-certkey for \
+             (OpenShift's operator refuses this too); fix the object"
+        )));
+    }
+    let mut ips = Vec::new();
+    for (i, cidr) in list.iter().enumerate() {
+        let cidr = cidr
+            .as_str()
+            .ok_or_else(|| ConfigError(format!("{what}[{i}] is not a string")))?;
+        let ip =
+            first_ip(cidr).map_err(|err| ConfigError(format!("{what}[{i}] {cidr:?}: {err}")))?;
+        if !ips.contains(&ip) {
+            ips.push(ip);
+        }
+    }
+    Ok(Some(ips))
+}
+
+/// The first address of a CIDR (the network address plus one), as OpenShift gives the
+/// `kubernetes` Service.
+fn first_ip(cidr: &str) -> Result<IpAddr, String> {
+    let (address, prefix) = cidr.split_once('/').ok_or("not a CIDR")?;
+    let address: IpAddr = address.parse().map_err(|_| "not an IP address")?;
+    let prefix: u32 = prefix.parse().map_err(|_| "not a prefix length")?;
+    match address {
+        IpAddr::V4(v4) if prefix < 32 => {
+            let mask = u32::MAX.checked_shl(32 - prefix).unwrap_or(0);
+            Ok(IpAddr::V4((((u32::from(v4)) & mask) + 1).into()))
+        }
+        IpAddr::V6(v6) if prefix < 128 => {
+            let mask = u128::MAX.checked_shl(128 - prefix).unwrap_or(0);
+            Ok(IpAddr::V6(((u128::from(v6) & mask) + 1).into()))
+        }
+        _ => Err("the prefix leaves no address".to_owned()),
+    }
+}
+
+/// The host of a URL (`https://api.example.com:6443` → `api.example.com`).
+pub(super) fn url_host(url: &str) -> Option<String> {
+    let uri: http::Uri = url.parse().ok()?;
+    let host = uri.host()?.trim_start_matches('[').trim_end_matches(']');
+    (!host.is_empty()).then(|| canonical_hostname(host))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cidrs_and_urls_give_the_first_ip_and_the_host() {
+        assert_eq!(first_ip("172.30.0.0/16").unwrap().to_string(), "172.30.0.1");
+        assert_eq!(first_ip("172.30.5.7/16").unwrap().to_string(), "172.30.0.1");
+        assert_eq!(first_ip("fd02::/112").unwrap().to_string(), "fd02::1");
+        assert!(first_ip("172.30.0.0").is_err());
+        assert!(first_ip("10.0.0.1/32").is_err());
+        assert_eq!(
+            url_host("https://api.cluster.example.com:6443").as_deref(),
+            Some("api.cluster.example.com")
+        );
+        assert_eq!(url_host("not a url"), None);
+        assert_eq!(
+            url_host("https://[2001:0DB8::0001]:6443").as_deref(),
+            Some("2001:db8::1")
+        );
+    }
+}
