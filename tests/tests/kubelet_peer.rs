@@ -166,8 +166,10 @@ fn cpu_of(woken: &Woken, name: &str, id: &str, cgroup: &ContainerCgroup) -> u64 
     cgroup.cpu_usec().unwrap_or_else(|| {
         let now = tokio::task::block_in_place(|| woken.node.running_container(POD, name));
         woken.fail(&format!(
-            "{name}: the cgroup of container {id} is gone ({}); running now: {now:?}",
-            cgroup.cpu_dir.display()
+            "{name}: the cgroup of container {id} is gone ({}); running now: {now:?}; the \
+             previous life's log:\n{}",
+            cgroup.cpu_dir.display(),
+            woken.node.previous_container_log(POD, name),
         ))
     })
 }

@@ -3,8 +3,9 @@
 //! family) and `infrastructures.config.openshift.io/cluster` (`status.apiServerURL`,
 //! `status.apiServerInternalURI`: their hosts) — read once at start, read only.
 //!
-//! On a woken node the controller starts with kube-apiserver, before that answers: the read
-//! then waits ([`Unavailable::Wait`]) rather than exiting into the kubelet's crash-loop backoff.
+//! On a woken node the controller starts with kube-apiserver, before that answers, and before
+//! its authorizer and CRDs are ready: the read then waits ([`Unavailable::Wait`]) rather than
+//! exiting into the kubelet's crash-loop backoff.
 
 use std::net::IpAddr;
 use std::time::Duration;
@@ -25,6 +26,10 @@ pub struct ClusterValues {
     pub service_network_ips: Option<Vec<IpAddr>>,
     pub api_hostname: Option<String>,
     pub api_int_hostname: Option<String>,
+    /// The objects that could not be read, with why: not allowed (403) or not found (no CRD, no
+    /// object). Read as absent, so the flags decide; while kube-apiserver starts both are
+    /// transient (its authorizer and its CRDs come up after it answers).
+    pub unread: Vec<String>,
 }
 
 /// Why one read of the cluster's values failed.
@@ -44,13 +49,13 @@ impl From<ConfigError> for ReadError {
     }
 }
 
-/// How [`read`] meets an apiserver that cannot answer yet.
+/// How [`read`] meets an apiserver that cannot answer yet (or not allow yet).
 pub(super) enum Unavailable<'a> {
     /// `--once`: the pass cannot run without it, so the command fails with the reason.
     Fail,
     /// The controller: on a woken node it starts with kube-apiserver, before that answers, and
     /// exiting would only earn it the kubelet's crash-loop backoff. It retries (0.5 s doubling
-    /// to 10 s) until the apiserver answers or `shutdown`, `/readyz` saying what it waits for.
+    /// to 10 s) until the values are read or `shutdown`, `/readyz` saying what it waits for.
     Wait {
         shutdown: &'a CancellationToken,
         readiness: &'a Readiness,
@@ -61,27 +66,46 @@ pub(super) enum Unavailable<'a> {
 const RETRY_FIRST: Duration = Duration::from_millis(500);
 const RETRY_MAX: Duration = Duration::from_secs(10);
 
-/// The cluster's values, meeting an apiserver that cannot answer as [`Unavailable`] says;
-/// `None` on shutdown while waiting.
+/// What `build` makes of the cluster's values (the profile with its hostnames), meeting an
+/// apiserver that cannot answer as [`Unavailable`] says; `None` on shutdown while waiting.
+///
+/// With [`Unavailable::Wait`], a `build` that fails for a value the cluster did not give
+/// while some object was unread (403, 404) waits too: right after kube-apiserver answers, its
+/// authorizer refuses what RBAC will allow a moment later, and its CRDs are not served yet.
+/// Exiting then would only earn the kubelet's crash-loop backoff; a grant that never comes
+/// keeps the controller not ready, saying so.
 ///
 /// # Errors
-/// A [`ConfigError`] (exit 2) for an object whose values are wrong or a refusal other than 403
-/// (read as absent); with [`Unavailable::Fail`], an apiserver that cannot answer (exit 1: not
-/// the configuration's fault).
-pub(super) async fn read(
+/// A [`ConfigError`] (exit 2) for an object whose values are wrong, a refusal other than 403,
+/// or what `build` refuses with every object read (or with [`Unavailable::Fail`]); with
+/// [`Unavailable::Fail`], an apiserver that cannot answer (exit 1: not the configuration's
+/// fault).
+pub(super) async fn read<T>(
     client: &kube::Client,
     unavailable: &Unavailable<'_>,
-) -> anyhow::Result<Option<ClusterValues>> {
+    build: impl Fn(&ClusterValues) -> Result<T, ConfigError>,
+) -> anyhow::Result<Option<T>> {
     let mut delays: Option<backon::ExponentialBackoff> = None;
+    let mut logged = String::new();
     loop {
         let reason = match read_once(client).await {
-            Ok(values) => {
-                if let (Unavailable::Wait { readiness, .. }, Some(_)) = (unavailable, &delays) {
-                    readiness.clear("apiserver");
-                    tracing::info!("the apiserver answers: the cluster's values are read");
+            Ok(values) => match build(&values) {
+                Ok(built) => {
+                    if !values.unread.is_empty() {
+                        tracing::warn!(unread = %values.unread.join("; "), "cluster objects not read; the flags give their values");
+                    }
+                    if let (Unavailable::Wait { readiness, .. }, Some(_)) = (unavailable, &delays) {
+                        readiness.clear("apiserver");
+                        tracing::info!("the cluster's values are read");
+                    }
+                    return Ok(Some(built));
                 }
-                return Ok(Some(values));
-            }
+                Err(err) if values.unread.is_empty() => return Err(err.into()),
+                Err(err) => match unavailable {
+                    Unavailable::Fail => return Err(err.into()),
+                    Unavailable::Wait { .. } => format!("{err} ({})", values.unread.join("; ")),
+                },
+            },
             Err(ReadError::Config(err)) => return Err(err.into()),
             Err(ReadError::Unavailable(reason)) => reason,
         };
@@ -96,7 +120,13 @@ pub(super) async fn read(
             .get_or_insert_with(|| doubling(RETRY_FIRST, RETRY_MAX))
             .next()
             .unwrap_or(RETRY_MAX);
-        tracing::warn!(%reason, retry_in = ?delay, "the apiserver cannot answer yet; the first pass waits for the cluster's values");
+        // Said once per reason: a grant that never comes would otherwise log every 10 s.
+        if reason != logged {
+            tracing::warn!(%reason, retry_in = ?delay, "the cluster's values cannot be read yet; the first pass waits for them");
+            logged.clone_from(&reason);
+        } else {
+            tracing::debug!(%reason, retry_in = ?delay, "still waiting for the cluster's values");
+        }
         readiness.block("apiserver", reason);
         tokio::select! {
             () = shutdown.cancelled() => return Ok(None),
@@ -105,8 +135,10 @@ pub(super) async fn read(
     }
 }
 
-/// One read of the cluster's values (a missing CRD or object is not an error).
+/// One read of the cluster's values (a missing CRD or object, or a 403, is not an error: it is
+/// listed in [`ClusterValues::unread`]).
 async fn read_once(client: &kube::Client) -> Result<ClusterValues, ReadError> {
+    // `Ok(Err(why))`: not read, and why (for `unread`).
     let get = |kind: &str, plural: &str| {
         let resource = ApiResource {
             group: "config.openshift.io".into(),
@@ -118,16 +150,17 @@ async fn read_once(client: &kube::Client) -> Result<ClusterValues, ReadError> {
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
         let what = format!("{plural}.config.openshift.io/cluster");
         async move {
+            let unread = |why: &str| Ok(Err(format!("{what}: {why}")));
             match api.get_opt("cluster").await {
-                Ok(object) => Ok(object),
-                // No such resource (the CRD is not installed: a plain-text 404 kube-client does
-                // not turn into `None`).
-                Err(kube::Error::Api(status)) if status.code == 404 => Ok(None),
-                // Not allowed to read it: as if absent (the flags decide), said out loud.
-                Err(kube::Error::Api(status)) if status.code == 403 => {
-                    tracing::warn!(object = %what, "not allowed to read it; using the flags alone");
-                    Ok(None)
+                Ok(Some(object)) => Ok(Ok(object)),
+                Ok(None) => unread("not found"),
+                // No such resource (the CRD is not installed, or not served yet: a plain-text
+                // 404 kube-client does not turn into `None`).
+                Err(kube::Error::Api(status)) if status.code == 404 => {
+                    unread("no such resource (no CRD)")
                 }
+                // Not allowed to read it: as if absent (the flags decide).
+                Err(kube::Error::Api(status)) if status.code == 403 => unread("not allowed (403)"),
                 Err(kube::Error::Api(status)) if status.code >= 500 || status.code == 429 => Err(
                     ReadError::Unavailable(format!("cannot read {what}: {status}")),
                 ),
@@ -140,10 +173,18 @@ async fn read_once(client: &kube::Client) -> Result<ClusterValues, ReadError> {
         }
     };
     let mut values = ClusterValues::default();
-    if let Some(network) = get("Network", "networks").await? {
-        values.service_network_ips = service_network_ips(&network.data["status"])?;
+    match get("Network", "networks").await? {
+        Ok(network) => values.service_network_ips = service_network_ips(&network.data["status"])?,
+        Err(why) => values.unread.push(why),
     }
-    if let Some(infra) = get("Infrastructure", "infrastructures").await? {
+    let infra = match get("Infrastructure", "infrastructures").await? {
+        Ok(infra) => Some(infra),
+        Err(why) => {
+            values.unread.push(why);
+            None
+        }
+    };
+    if let Some(infra) = infra {
         let host = |field: &str| -> Result<Option<String>, ConfigError> {
             infra.data["status"][field]
                 .as_str()

@@ -418,14 +418,6 @@ async fn load_rotation(
             rotation
         }
         (None, Some(chosen)) => {
-            let cluster = if chosen.needs_cluster_values() {
-                match cluster::read(client, &unavailable).await? {
-                    Some(values) => values,
-                    None => return Ok(None),
-                }
-            } else {
-                cluster::ClusterValues::default()
-            };
             let flags = profile::Flags {
                 service_network_ips: args.service_network_ip.clone(),
                 api_hostname: args.api_hostname.clone(),
@@ -433,7 +425,16 @@ async fn load_rotation(
             };
             let release = release::find(&args.openshift_version)?;
             tracing::info!(openshift_version = %release.version, kube_apiserver = %release.kube_apiserver, "the release the profile models");
-            profile::build(chosen, release, &cluster, &flags)?
+            let build =
+                |cluster: &cluster::ClusterValues| profile::build(chosen, release, cluster, &flags);
+            if chosen.needs_cluster_values() {
+                match cluster::read(client, &unavailable, build).await? {
+                    Some(rotation) => rotation,
+                    None => return Ok(None),
+                }
+            } else {
+                build(&cluster::ClusterValues::default())?
+            }
         }
         (None, None) => return Err(ConfigError("--config or --profile is required".into()).into()),
     };

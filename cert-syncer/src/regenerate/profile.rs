@@ -188,6 +188,7 @@ mod tests {
             service_network_ips: Some(vec!["172.30.0.1".parse().unwrap()]),
             api_hostname: Some("api.cluster.example.com".into()),
             api_int_hostname: Some("api-int.cluster.example.com".into()),
+            unread: Vec::new(),
         }
     }
 

@@ -300,6 +300,7 @@ mod tests {
             service_network_ips: Some(vec!["172.30.0.1".parse().unwrap()]),
             api_hostname: Some("api.example.com".into()),
             api_int_hostname: Some("api-int.example.com".into()),
+            unread: Vec::new(),
         };
         profile::build(which, release, &cluster, &Flags::default()).unwrap()
     }

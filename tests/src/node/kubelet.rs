@@ -298,6 +298,17 @@ impl Node {
     /// The log of the newest container `container` of `pod`, from `/var/log/pods` (what
     /// `kubectl logs` would show; for failure messages).
     pub fn container_log(&self, pod: &str, container: &str) -> String {
+        self.container_log_back(pod, container, 0)
+    }
+
+    /// The log of the container `container` of `pod` that ran before the newest (what `kubectl
+    /// logs --previous` would show: why a restarted container ended).
+    pub fn previous_container_log(&self, pod: &str, container: &str) -> String {
+        self.container_log_back(pod, container, 1)
+    }
+
+    /// The last 30 lines of the log of the container `back` lives before the newest.
+    fn container_log_back(&self, pod: &str, container: &str, back: usize) -> String {
         let marker = format!("_{pod}-{}_", self.name);
         let Ok(entries) = std::fs::read_dir("/var/log/pods") else {
             return String::new();
@@ -309,9 +320,14 @@ impl Node {
                 let mut logs: Vec<PathBuf> = std::fs::read_dir(&dir)
                     .map(|d| d.filter_map(Result::ok).map(|e| e.path()).collect())
                     .unwrap_or_default();
-                logs.sort();
-                if let Some(last) = logs.last() {
-                    text = std::fs::read_to_string(last).unwrap_or_default();
+                // `0.log`, `1.log`, ...: one per life (restart count), numerically.
+                logs.sort_by_key(|log| {
+                    log.file_stem()
+                        .and_then(|stem| stem.to_str()?.parse::<u32>().ok())
+                        .unwrap_or(0)
+                });
+                if let Some(log) = logs.iter().rev().nth(back) {
+                    text = std::fs::read_to_string(log).unwrap_or_default();
                 }
             }
         }

@@ -66,6 +66,13 @@ mod a_dual_stack_service_network_gives_both_ips_and_openshifts_controller_agrees
     }
 }
 
+mod a_grant_that_comes_after_the_start_is_waited_for_then_the_set_is_created {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn real() {
+        super::a_grant_that_comes_after_the_start_is_waited_for_then_the_set_is_created().await;
+    }
+}
+
 mod started_before_kube_apiserver_answers_it_waits_not_ready_then_creates_the_set {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn real() {
@@ -83,14 +90,18 @@ use e2e::envtest::{RealApiServer, RealOptions, User, audit_records};
 use e2e::{ChildProcess, bin_path, install_crypto_provider, require_real_apiserver};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleRef, Subject};
 use kube::Api;
-use kube::api::{DeleteParams, PostParams};
+use kube::api::{DeleteParams, ObjectMeta, PostParams};
 
 // The profile's namespaces and objects, written once for this file and the node tier.
 use e2e::node::profile_objects::{BUNDLES, CM, KS, OP, SIGNERS, TARGETS};
 
 const OURS_TOKEN: &str = "ours-regen-token";
 const THEIRS_TOKEN: &str = "theirs-regen-token";
+/// A user granted nothing at first (`late.token`).
+const LATE_TOKEN: &str = "late-regen-token";
+const LATE_USER: &str = "late-regen";
 const LEASE: &str = "cert-regeneration-controller-lock";
 
 /// The profile as `cert-syncer` reads it from its YAML (`profiles/openshift-kube-apiserver.yaml`).
@@ -202,17 +213,21 @@ impl Cluster {
             users: vec![
                 User::new(OURS_TOKEN, "ours-regen", &["system:masters"]),
                 User::new(THEIRS_TOKEN, "theirs-regen", &["system:masters"]),
+                // Allowed nothing until a test grants it something.
+                User::new(LATE_TOKEN, LATE_USER, &[]),
             ],
             ..RealOptions::default()
         };
         let dir = tmp.path().join("api");
         let api = tokio::task::block_in_place(|| RealApiServer::start_with(&dir, &options));
-        std::fs::write(dir.join("ours.token"), OURS_TOKEN).unwrap();
-        std::fs::set_permissions(
-            dir.join("ours.token"),
-            std::os::unix::fs::PermissionsExt::from_mode(0o600),
-        )
-        .unwrap();
+        for (file, token) in [("ours.token", OURS_TOKEN), ("late.token", LATE_TOKEN)] {
+            std::fs::write(dir.join(file), token).unwrap();
+            std::fs::set_permissions(
+                dir.join(file),
+                std::os::unix::fs::PermissionsExt::from_mode(0o600),
+            )
+            .unwrap();
+        }
         let kubeconfig = |token: &str, name: &str| {
             let path = dir.join(format!("{name}.kubeconfig"));
             std::fs::write(
@@ -273,6 +288,11 @@ impl Cluster {
     }
 
     fn ours(&self, extra: &[&str]) -> Command {
+        self.ours_with_token("ours.token", extra)
+    }
+
+    /// [`Cluster::ours`] with the token of `token_file` (in the apiserver's directory).
+    fn ours_with_token(&self, token_file: &str, extra: &[&str]) -> Command {
         let mut command = Command::new(bin_path("cert-syncer"));
         command
             .arg("regenerate")
@@ -281,7 +301,7 @@ impl Cluster {
             .arg("--ca-file")
             .arg(self.api.dir.join("recovery-ca.crt"))
             .arg("--token-file")
-            .arg(self.api.dir.join("ours.token"))
+            .arg(self.api.dir.join(token_file))
             .args(["--profile", "openshift-kube-apiserver"])
             .args(extra)
             .env("RUST_LOG", "info");
@@ -1086,7 +1106,7 @@ async fn started_before_kube_apiserver_answers_it_waits_not_ready_then_creates_t
         || {
             let waiting = ours
                 .stderr_text()
-                .contains("the apiserver cannot answer yet");
+                .contains("the cluster's values cannot be read yet");
             async move { waiting }
         },
     )
@@ -1112,9 +1132,79 @@ async fn started_before_kube_apiserver_answers_it_waits_not_ready_then_creates_t
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     assert!(
-        ours.stderr_text().contains("the apiserver answers"),
+        ours.stderr_text().contains("the cluster's values are read"),
         "{}",
         ours.stderr_text()
+    );
+    ours.terminate(Duration::from_secs(10));
+}
+
+/// Right after kube-apiserver answers, its authorizer refuses what RBAC allows a moment later
+/// (seen on the node: the pod's controller got 403 on `networks.config.openshift.io/cluster`,
+/// had no hostnames and exited, and the kubelet restarted it). With no hostname flags, a 403 on
+/// the cluster's objects keeps the controller waiting, not ready and saying why; once the
+/// grant is there it reads OpenShift's objects and creates the set.
+async fn a_grant_that_comes_after_the_start_is_waited_for_then_the_set_is_created() {
+    require_real_apiserver!();
+    let _operator = require_operator!();
+    install_crypto_provider();
+    let cluster = Cluster::start(true).await;
+    let mut ours = ChildProcess::start(
+        cluster.ours_with_token("late.token", &["--metrics-listen", "127.0.0.1:0"]),
+    );
+    e2e::wait_until("the 403 logged", Duration::from_secs(20), || {
+        let log = ours.stderr_text();
+        let waiting = log.contains("the cluster's values cannot be read yet")
+            && log.contains("not allowed (403)");
+        async move { waiting }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(
+        ours.has_exited(),
+        None,
+        "it exited:\n{}",
+        ours.stderr_text()
+    );
+    assert_eq!(readyz(ours.addr).await, 503);
+    assert!(cluster.versions().await.is_empty(), "written while waiting");
+
+    let binding = ClusterRoleBinding {
+        metadata: ObjectMeta {
+            name: Some(LATE_USER.into()),
+            ..ObjectMeta::default()
+        },
+        role_ref: RoleRef {
+            api_group: "rbac.authorization.k8s.io".into(),
+            kind: "ClusterRole".into(),
+            name: "cluster-admin".into(),
+        },
+        subjects: Some(vec![Subject {
+            kind: "User".into(),
+            name: LATE_USER.into(),
+            api_group: Some("rbac.authorization.k8s.io".into()),
+            ..Subject::default()
+        }]),
+    };
+    Api::<ClusterRoleBinding>::all(cluster.admin.clone())
+        .create(&PostParams::default(), &binding)
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !(readyz(ours.addr).await == 200 && cluster.versions().await.len() == profile_size()) {
+        assert!(
+            Instant::now() < deadline,
+            "the set was not created after the grant:\n{}",
+            ours.stderr_text()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // The hostnames are OpenShift's objects', not flags' (there are none).
+    let serving = leaf_of(&cluster.secret(KS, "service-network-serving-certkey").await);
+    assert!(
+        ip_sans(&serving).contains(&"172.30.0.1".parse().unwrap()),
+        "{:?}",
+        ip_sans(&serving)
     );
     ours.terminate(Duration::from_secs(10));
 }
