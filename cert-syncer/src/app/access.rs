@@ -200,11 +200,12 @@ fn inspect_access(args: &inspect::Settings) -> Vec<Access> {
     rules.into_list()
 }
 
-/// `sync`: get, list and watch on each followed object (one single-object watcher each, and a
-/// live GET before every write), and creating Events on the pod when `POD_NAME` is known. For a
+/// `sync`: list and watch on each followed object (one single-object watcher each), get on the
+/// optional ones (the live GET before the files of an object that went away are removed:
+/// `ObjectSpec::may_get_live`), and creating Events on the pod when `POD_NAME` is known. For a
 /// kind with more named objects than `--namespace-watch-threshold`: list and watch on every
 /// object of that kind in the namespace (one namespace-wide watcher; RBAC cannot restrict it by
-/// name), and get on the named ones (the live GET before a directory is removed).
+/// name), and get on the optional named ones.
 fn sync_access(args: &sync::Settings) -> Vec<Access> {
     let namespace = &args.namespace;
     let mut rules = Rules::default();
@@ -215,10 +216,12 @@ fn sync_access(args: &sync::Settings) -> Vec<Access> {
     }
     // The named objects and those of `--file`.
     for object in &args.objects {
-        let verbs: &[&'static str] = if args.namespace_wide(object.kind) {
-            &["get"]
-        } else {
-            &["get", "list", "watch"]
+        let verbs: &[&'static str] = match (args.namespace_wide(object.kind), object.may_get_live())
+        {
+            (true, true) => &["get"],
+            (true, false) => continue,
+            (false, true) => &["get", "list", "watch"],
+            (false, false) => &["list", "watch"],
         };
         rules.named(namespace, CORE, object.kind.plural(), verbs, &object.name);
     }
@@ -557,21 +560,27 @@ mod tests {
             Command::Sync(args) => args.settings().unwrap(),
             _ => unreachable!(),
         });
-        for (resource, name) in [
-            ("secrets", "a"),
-            ("secrets", "b"),
-            ("configmaps", "c"),
-            ("configmaps", "kubelet-ca"),
+        for (resource, name, optional) in [
+            ("secrets", "a", false),
+            ("secrets", "b", false),
+            ("configmaps", "c", true),
+            ("configmaps", "kubelet-ca", false),
         ] {
-            for verb in ["get", "list", "watch"] {
+            for verb in ["list", "watch"] {
                 assert!(
                     allowed(&rules, verb, CORE, resource, "ns", Some(name)),
                     "{verb} {resource}/{name}"
                 );
             }
+            // Only an optional object is ever GETed (before its files are removed).
+            assert_eq!(
+                allowed(&rules, "get", CORE, resource, "ns", Some(name)),
+                optional,
+                "get {resource}/{name}"
+            );
             assert!(!allowed(&rules, "update", CORE, resource, "ns", Some(name)));
         }
-        assert!(!allowed(&rules, "get", CORE, "secrets", "ns", Some("c")));
+        assert!(!allowed(&rules, "list", CORE, "secrets", "ns", Some("c")));
         assert!(
             !allowed(&rules, "list", CORE, "secrets", "ns", None),
             "a namespace-wide list"
@@ -579,17 +588,18 @@ mod tests {
         assert!(!allowed(&rules, "get", CORE, "secrets", "other", Some("a")));
         // No POD_NAME: no events.
         assert!(!allowed(&rules, "create", CORE, "events", "ns", None));
-        assert_eq!(rules.len(), 2);
+        assert_eq!(rules.len(), 3);
     }
 
     #[test]
-    fn sync_above_the_threshold_lists_and_watches_the_whole_kind_and_gets_by_name() {
+    fn sync_above_the_threshold_lists_and_watches_the_whole_kind_and_gets_optional_ones_by_name() {
         let rules = sync_access(&match &command(&[
             "sync",
             "--server=https://127.0.0.1:6443",
             "--namespace=ns",
             "--destination-dir=/d",
-            "--secrets=a,b,c",
+            "--secrets=a,b",
+            "--optional-secrets=c",
             "--configmaps=m",
             "--namespace-watch-threshold=2",
         ]) {
@@ -605,10 +615,10 @@ mod tests {
             );
             assert!(allowed(&rules, verb, CORE, "configmaps", "ns", Some("m")));
         }
-        for name in ["a", "b", "c"] {
-            assert!(allowed(&rules, "get", CORE, "secrets", "ns", Some(name)));
+        assert!(allowed(&rules, "get", CORE, "secrets", "ns", Some("c")));
+        for name in ["a", "b", "d"] {
+            assert!(!allowed(&rules, "get", CORE, "secrets", "ns", Some(name)));
         }
-        assert!(!allowed(&rules, "get", CORE, "secrets", "ns", Some("d")));
         assert!(!allowed(&rules, "list", CORE, "secrets", "other", None));
     }
 

@@ -22,6 +22,14 @@ pub(crate) struct ObjectSpec {
 }
 
 impl ObjectSpec {
+    /// Whether `sync` may GET this object: only an optional one, confirmed live before the
+    /// files of an object that went away are removed (a required object's files stay). The
+    /// worker's policy (`worker::needs_live_get`) and the RBAC it needs (`app::access`) both
+    /// follow this.
+    pub fn may_get_live(&self) -> bool {
+        !self.required
+    }
+
     /// `secret/name`: how logs, readiness and Events name the object.
     pub fn label(&self) -> String {
         format!("{}/{}", self.kind.label(), self.name)

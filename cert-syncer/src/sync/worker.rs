@@ -125,7 +125,7 @@ where
 /// The GET-after-watch policy, the one place it is decided (see the module doc): a watched
 /// state is confirmed with a live GET only when it would remove files.
 fn needs_live_get(applier: &Applier, object: &ObjectSpec, desired: &Desired) -> bool {
-    matches!(desired, Desired::Absent) && !object.required && applier.holds_files(object)
+    matches!(desired, Desired::Absent) && object.may_get_live() && applier.holds_files(object)
 }
 
 /// Writes or removes; returns whether it settled (`false`: worth retrying) and the state it
