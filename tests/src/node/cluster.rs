@@ -19,15 +19,14 @@
 //!    client files;
 //! 5. the seed apiserver stops. Only etcd runs when the kubelet is started.
 
-use super::tokens::token_of;
+use super::tokens::{bound_service_account, token_of};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
 use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, ServiceAccount};
-use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleRef, Subject};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
 use testkit::pki::{Ca, CertSpec};
 
@@ -204,41 +203,8 @@ impl ControlPlane {
         }
 
         // The admin, and the sidecars' tokens (their kubeconfigs name the files).
-        let accounts: Api<ServiceAccount> = Api::namespaced(admin.clone(), KS);
+        bound_service_account(&admin, (KS, ADMIN_ACCOUNT), ADMIN_ACCOUNT, "cluster-admin").await;
         let pp = PostParams::default();
-        accounts
-            .create(
-                &pp,
-                &ServiceAccount {
-                    metadata: meta(KS, ADMIN_ACCOUNT),
-                    ..ServiceAccount::default()
-                },
-            )
-            .await
-            .expect("the admin service account");
-        Api::<ClusterRoleBinding>::all(admin.clone())
-            .create(
-                &pp,
-                &ClusterRoleBinding {
-                    metadata: ObjectMeta {
-                        name: Some(ADMIN_ACCOUNT.to_owned()),
-                        ..ObjectMeta::default()
-                    },
-                    role_ref: RoleRef {
-                        api_group: "rbac.authorization.k8s.io".into(),
-                        kind: "ClusterRole".into(),
-                        name: "cluster-admin".into(),
-                    },
-                    subjects: Some(vec![Subject {
-                        kind: "ServiceAccount".into(),
-                        name: ADMIN_ACCOUNT.into(),
-                        namespace: Some(KS.into()),
-                        ..Subject::default()
-                    }]),
-                },
-            )
-            .await
-            .expect("the admin binding");
         let admin_token = token_of(&admin, KS, ADMIN_ACCOUNT).await;
 
         // The resource dir: the node files the repository ships, then the revisioned secrets.

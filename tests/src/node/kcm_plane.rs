@@ -18,14 +18,13 @@
 //! 4. a token for the opt-in CSR approver (`manifests/rbac/csr-approver.yaml`'s account);
 //! 5. the kube-scheduler pod's files as the sleep left them ([`SleptScheduler`]).
 
-use super::tokens::token_of;
+use super::tokens::{bound_service_account, token_of};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret, ServiceAccount};
-use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleRef, Subject};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret};
 use kube::api::{Api, ObjectMeta, PostParams};
 use testkit::pki::{Ca, CertSpec};
 
@@ -261,36 +260,13 @@ impl KcmPlane {
                 },
             )
             .await;
-        Api::<ServiceAccount>::namespaced(admin.clone(), bootstrap_ns)
-            .create(
-                &pp,
-                &ServiceAccount {
-                    metadata: meta(Some(bootstrap_ns), bootstrap_account),
-                    ..ServiceAccount::default()
-                },
-            )
-            .await
-            .expect("the node-bootstrapper service account");
-        Api::<ClusterRoleBinding>::all(admin.clone())
-            .create(
-                &pp,
-                &ClusterRoleBinding {
-                    metadata: meta(None, "e2e-node-bootstrapper"),
-                    role_ref: RoleRef {
-                        api_group: "rbac.authorization.k8s.io".into(),
-                        kind: "ClusterRole".into(),
-                        name: "system:node-bootstrapper".into(),
-                    },
-                    subjects: Some(vec![Subject {
-                        kind: "ServiceAccount".into(),
-                        name: bootstrap_account.into(),
-                        namespace: Some(bootstrap_ns.into()),
-                        ..Subject::default()
-                    }]),
-                },
-            )
-            .await
-            .expect("the node-bootstrapper binding");
+        bound_service_account(
+            &admin,
+            (bootstrap_ns, bootstrap_account),
+            "e2e-node-bootstrapper",
+            "system:node-bootstrapper",
+        )
+        .await;
         let write = |path: &Path, text: &str, mode: u32| {
             std::fs::create_dir_all(path.parent().unwrap()).unwrap();
             testkit::rename::rename_into_with_mode(path, text.as_bytes(), mode);

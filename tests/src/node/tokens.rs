@@ -1,10 +1,63 @@
-//! Service-account tokens for the node files (the sidecars', the approver's, the bootstrap
-//! kubeconfig's), asked of the pod's kube-apiserver.
+//! Service accounts for the node files (the sidecars', the approver's, the bootstrap
+//! kubeconfig's): created and bound to a ClusterRole, and their tokens, asked of the pod's
+//! kube-apiserver.
 
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleRef, Subject};
 use kube::Api;
-use kube::api::PostParams;
+use kube::api::{ObjectMeta, PostParams};
+
+/// Creates service account `namespace/account` and binds it to ClusterRole `role` with the
+/// ClusterRoleBinding `binding`.
+///
+/// # Panics
+/// When the API refuses either.
+pub async fn bound_service_account(
+    admin: &kube::Client,
+    (namespace, account): (&str, &str),
+    binding: &str,
+    role: &str,
+) {
+    let pp = PostParams::default();
+    Api::<ServiceAccount>::namespaced(admin.clone(), namespace)
+        .create(
+            &pp,
+            &ServiceAccount {
+                metadata: ObjectMeta {
+                    namespace: Some(namespace.to_owned()),
+                    name: Some(account.to_owned()),
+                    ..ObjectMeta::default()
+                },
+                ..ServiceAccount::default()
+            },
+        )
+        .await
+        .unwrap_or_else(|err| panic!("service account {namespace}/{account}: {err}"));
+    Api::<ClusterRoleBinding>::all(admin.clone())
+        .create(
+            &pp,
+            &ClusterRoleBinding {
+                metadata: ObjectMeta {
+                    name: Some(binding.to_owned()),
+                    ..ObjectMeta::default()
+                },
+                role_ref: RoleRef {
+                    api_group: "rbac.authorization.k8s.io".into(),
+                    kind: "ClusterRole".into(),
+                    name: role.to_owned(),
+                },
+                subjects: Some(vec![Subject {
+                    kind: "ServiceAccount".into(),
+                    name: account.to_owned(),
+                    namespace: Some(namespace.to_owned()),
+                    ..Subject::default()
+                }]),
+            },
+        )
+        .await
+        .unwrap_or_else(|err| panic!("ClusterRoleBinding {binding}: {err}"));
+}
 
 /// A year-long token of `namespace/account` (TokenRequest: the pod's kube-apiserver signs it).
 pub async fn token_of(admin: &kube::Client, namespace: &str, account: &str) -> String {
