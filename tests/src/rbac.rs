@@ -130,12 +130,11 @@ async fn grant_cluster_scoped(
     name: &str,
     rules: Vec<PolicyRule>,
 ) {
-    let meta = ObjectMeta {
-        name: Some(name.to_owned()),
-        ..ObjectMeta::default()
-    };
     let role = ClusterRole {
-        metadata: meta.clone(),
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            ..ObjectMeta::default()
+        },
         rules: Some(rules),
         ..ClusterRole::default()
     };
@@ -143,19 +142,42 @@ async fn grant_cluster_scoped(
         .create(&PostParams::default(), &role)
         .await
         .unwrap_or_else(|err| panic!("ClusterRole {name}: {err}"));
+    bind_cluster_role(admin, name, name, vec![subject("User", user, None)]).await;
+}
+
+/// A subject of a binding: a `User` or `Group` (`namespace` `None`), or a `ServiceAccount` of
+/// `namespace`.
+pub fn subject(kind: &str, name: &str, namespace: Option<&str>) -> Subject {
+    Subject {
+        // The core group for service accounts, RBAC's for users and groups.
+        api_group: (kind != "ServiceAccount").then(|| "rbac.authorization.k8s.io".to_owned()),
+        kind: kind.to_owned(),
+        name: name.to_owned(),
+        namespace: namespace.map(str::to_owned),
+    }
+}
+
+/// Binds `subjects` to ClusterRole `role` with the ClusterRoleBinding `name`.
+///
+/// # Panics
+/// When the API refuses it.
+pub async fn bind_cluster_role(
+    admin: &kube::Client,
+    name: &str,
+    role: &str,
+    subjects: Vec<Subject>,
+) {
     let binding = ClusterRoleBinding {
-        metadata: meta,
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            ..ObjectMeta::default()
+        },
         role_ref: RoleRef {
             api_group: "rbac.authorization.k8s.io".to_owned(),
             kind: "ClusterRole".to_owned(),
-            name: name.to_owned(),
+            name: role.to_owned(),
         },
-        subjects: Some(vec![Subject {
-            api_group: Some("rbac.authorization.k8s.io".to_owned()),
-            kind: "User".to_owned(),
-            name: user.to_owned(),
-            namespace: None,
-        }]),
+        subjects: Some(subjects),
     };
     Api::<ClusterRoleBinding>::all(admin.clone())
         .create(&PostParams::default(), &binding)

@@ -4,7 +4,6 @@
 
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::ServiceAccount;
-use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleRef, Subject};
 use kube::Api;
 use kube::api::{ObjectMeta, PostParams};
 
@@ -34,29 +33,8 @@ pub async fn bound_service_account(
         )
         .await
         .unwrap_or_else(|err| panic!("service account {namespace}/{account}: {err}"));
-    Api::<ClusterRoleBinding>::all(admin.clone())
-        .create(
-            &pp,
-            &ClusterRoleBinding {
-                metadata: ObjectMeta {
-                    name: Some(binding.to_owned()),
-                    ..ObjectMeta::default()
-                },
-                role_ref: RoleRef {
-                    api_group: "rbac.authorization.k8s.io".into(),
-                    kind: "ClusterRole".into(),
-                    name: role.to_owned(),
-                },
-                subjects: Some(vec![Subject {
-                    kind: "ServiceAccount".into(),
-                    name: account.to_owned(),
-                    namespace: Some(namespace.to_owned()),
-                    ..Subject::default()
-                }]),
-            },
-        )
-        .await
-        .unwrap_or_else(|err| panic!("ClusterRoleBinding {binding}: {err}"));
+    let subject = crate::rbac::subject("ServiceAccount", account, Some(namespace));
+    crate::rbac::bind_cluster_role(admin, binding, role, vec![subject]).await;
 }
 
 /// A year-long token of `namespace/account` (TokenRequest: the pod's kube-apiserver signs it).

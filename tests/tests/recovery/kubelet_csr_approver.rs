@@ -36,7 +36,7 @@ use k8s_openapi::api::certificates::v1::{
     CertificateSigningRequest, CertificateSigningRequestCondition, CertificateSigningRequestSpec,
     CertificateSigningRequestStatus,
 };
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, RoleRef, Subject};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule};
 use kube::Api;
 use kube::api::{ObjectMeta, PostParams};
 use testkit::csr::certificate_request;
@@ -196,32 +196,12 @@ async fn apply_rbac(admin: &kube::Client) {
         .create(&PostParams::default(), &role)
         .await
         .unwrap();
-    let subject = |kind: &str, name: &str| Subject {
-        api_group: Some("rbac.authorization.k8s.io".to_owned()),
-        kind: kind.to_owned(),
-        name: name.to_owned(),
-        namespace: None,
-    };
-    let binding = ClusterRoleBinding {
-        metadata: ObjectMeta {
-            name: Some(name.to_owned()),
-            ..ObjectMeta::default()
-        },
-        role_ref: RoleRef {
-            api_group: "rbac.authorization.k8s.io".to_owned(),
-            kind: "ClusterRole".to_owned(),
-            name: name.to_owned(),
-        },
-        subjects: Some(vec![
-            subject("Group", "system:bootstrappers"),
-            subject("Group", "system:nodes"),
-            subject("User", "alice"),
-        ]),
-    };
-    Api::<ClusterRoleBinding>::all(admin.clone())
-        .create(&PostParams::default(), &binding)
-        .await
-        .unwrap();
+    let subjects = vec![
+        e2e::rbac::subject("Group", "system:bootstrappers", None),
+        e2e::rbac::subject("Group", "system:nodes", None),
+        e2e::rbac::subject("User", "alice", None),
+    ];
+    e2e::rbac::bind_cluster_role(admin, name, name, subjects).await;
 }
 
 async fn scenario() {

@@ -311,16 +311,8 @@ async fn empty_cluster_the_profile_creates_a_chain_the_apiserver_trusts_then_wri
     }
     // The kube-apiserver's half first, as on a recovering master: among others it writes the
     // kube-controller-manager's client certificate into openshift-config-managed.
-    let kas_profile = [
-        "--profile",
-        "openshift-kube-apiserver",
-        "--service-network-ip",
-        "172.30.0.1",
-        "--api-hostname",
-        "api.cluster.example.com",
-        "--api-int-hostname",
-        "api-int.cluster.example.com",
-    ];
+    let mut kas_profile = vec!["--profile", "openshift-kube-apiserver"];
+    kas_profile.extend_from_slice(&crate::openshift_parity::HOSTNAME_FLAGS);
     cluster.once(&kas_profile);
     let client_ca_before = cluster.bundle(KAS, "client-ca").await;
 

@@ -90,9 +90,8 @@ use e2e::envtest::{RealApiServer, RealOptions, User, audit_records};
 use e2e::{ChildProcess, bin_path, install_crypto_provider, require_real_apiserver};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleRef, Subject};
 use kube::Api;
-use kube::api::{DeleteParams, ObjectMeta, PostParams};
+use kube::api::{DeleteParams, PostParams};
 
 // The profile's namespaces and objects, written once for this file and the node tier.
 use e2e::node::profile_objects::{BUNDLES, CM, KS, OP, SIGNERS, TARGETS};
@@ -103,6 +102,16 @@ const THEIRS_TOKEN: &str = "theirs-regen-token";
 const LATE_TOKEN: &str = "late-regen-token";
 const LATE_USER: &str = "late-regen";
 const LEASE: &str = "cert-regeneration-controller-lock";
+/// The hostnames as flags, for a cluster without OpenShift's config objects (also the
+/// kube-controller-manager profile's tests').
+pub(crate) const HOSTNAME_FLAGS: [&str; 6] = [
+    "--service-network-ip",
+    "172.30.0.1",
+    "--api-hostname",
+    "api.cluster.example.com",
+    "--api-int-hostname",
+    "api-int.cluster.example.com",
+];
 
 /// The profile as `cert-syncer` reads it from its YAML (`profiles/openshift-kube-apiserver.yaml`).
 fn profile() -> cert_syncer::regenerate::config::Rotation {
@@ -930,14 +939,6 @@ async fn the_manual_trigger_rotates_a_signer_and_three_replicas_are_all_ready_on
     require_real_apiserver!();
     install_crypto_provider();
     let cluster = Cluster::start(false).await;
-    let hostnames = [
-        "--service-network-ip",
-        "172.30.0.1",
-        "--api-hostname",
-        "api.cluster.example.com",
-        "--api-int-hostname",
-        "api-int.cluster.example.com",
-    ];
 
     // Three replicas with leader election: all Ready, one acts.
     let mut replicas: Vec<ChildProcess> = (0..3)
@@ -955,7 +956,7 @@ async fn the_manual_trigger_rotates_a_signer_and_three_replicas_are_all_ready_on
                 "--metrics-listen",
                 "127.0.0.1:0",
             ];
-            args.extend_from_slice(&hostnames);
+            args.extend_from_slice(&HOSTNAME_FLAGS);
             let mut command = cluster.ours(&args);
             command.env("POD_NAME", format!("replica-{i}"));
             ChildProcess::start(command)
@@ -1011,7 +1012,7 @@ async fn the_manual_trigger_rotates_a_signer_and_three_replicas_are_all_ready_on
         .unwrap();
     let before = cluster.versions().await;
     let mut args = vec!["--mode", "rotate"];
-    args.extend_from_slice(&hostnames);
+    args.extend_from_slice(&HOSTNAME_FLAGS);
     let log = cluster.ours_once(&args);
     assert!(log.contains("certificate-not-after missing"), "{log}");
     let new_ca = leaf_of(&cluster.secret(OP, "kube-apiserver-to-kubelet-signer").await);
@@ -1061,7 +1062,7 @@ async fn the_manual_trigger_rotates_a_signer_and_three_replicas_are_all_ready_on
         .replace("node-system-admin-signer", &PostParams::default(), &edited)
         .await
         .unwrap();
-    cluster.ours_once(&hostnames);
+    cluster.ours_once(&HOSTNAME_FLAGS);
     let new_ca = leaf_of(&cluster.secret(OP, "node-system-admin-signer").await);
     assert_ne!(new_ca, leaf_of(&old_signer));
     assert!(
@@ -1077,7 +1078,7 @@ async fn the_manual_trigger_rotates_a_signer_and_three_replicas_are_all_ready_on
     );
     // And nothing more to do after that.
     let settled = cluster.versions().await;
-    cluster.ours_once(&hostnames);
+    cluster.ours_once(&HOSTNAME_FLAGS);
     assert_eq!(cluster.versions().await, settled);
 }
 
@@ -1085,33 +1086,15 @@ async fn the_manual_trigger_rotates_a_signer_and_three_replicas_are_all_ready_on
 /// On a woken node the controller starts with kube-apiserver, before that answers: it waits,
 /// not ready and saying why, instead of exiting into the kubelet's crash-loop backoff, and
 /// creates the set once kube-apiserver answers.
-async fn started_before_kube_apiserver_answers_it_waits_not_ready_then_creates_the_set() {
-    require_real_apiserver!();
-    install_crypto_provider();
-    let mut cluster = Cluster::start(false).await;
-    tokio::task::block_in_place(|| cluster.api.kill_apiserver());
-    let mut ours = ChildProcess::start(cluster.ours(&[
-        "--metrics-listen",
-        "127.0.0.1:0",
-        "--service-network-ip",
-        "172.30.0.1",
-        "--api-hostname",
-        "api.cluster.example.com",
-        "--api-int-hostname",
-        "api-int.cluster.example.com",
-    ]));
-    e2e::wait_until(
-        "the wait for kube-apiserver logged",
-        Duration::from_secs(20),
-        || {
-            let waiting = ours
-                .stderr_text()
-                .contains("the cluster's values cannot be read yet");
-            async move { waiting }
-        },
-    )
+/// Waits until `ours` has logged each of `logged` (its wait for the cluster's values), then
+/// checks that it keeps running, not ready, through three retries (0.5 s, 1 s, 2 s).
+async fn assert_waiting_not_ready(ours: &mut ChildProcess, logged: &[&str]) {
+    e2e::wait_until("the wait logged", Duration::from_secs(20), || {
+        let log = ours.stderr_text();
+        let waiting = logged.iter().all(|line| log.contains(line));
+        async move { waiting }
+    })
     .await;
-    // Three retries (0.5 s, 1 s, 2 s): still running, not ready.
     tokio::time::sleep(Duration::from_secs(4)).await;
     assert_eq!(
         ours.has_exited(),
@@ -1120,13 +1103,15 @@ async fn started_before_kube_apiserver_answers_it_waits_not_ready_then_creates_t
         ours.stderr_text()
     );
     assert_eq!(readyz(ours.addr).await, 503);
+}
 
-    tokio::task::block_in_place(|| cluster.api.restart());
+/// Waits (60 s) until `ours` is ready and the whole set exists, `after` what.
+async fn wait_ready_with_the_set(cluster: &Cluster, ours: &ChildProcess, after: &str) {
     let deadline = Instant::now() + Duration::from_secs(60);
     while !(readyz(ours.addr).await == 200 && cluster.versions().await.len() == profile_size()) {
         assert!(
             Instant::now() < deadline,
-            "the set was not created after kube-apiserver came back:\n{}",
+            "the set was not created after {after}:\n{}",
             ours.stderr_text()
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -1136,6 +1121,20 @@ async fn started_before_kube_apiserver_answers_it_waits_not_ready_then_creates_t
         "{}",
         ours.stderr_text()
     );
+}
+
+async fn started_before_kube_apiserver_answers_it_waits_not_ready_then_creates_the_set() {
+    require_real_apiserver!();
+    install_crypto_provider();
+    let mut cluster = Cluster::start(false).await;
+    tokio::task::block_in_place(|| cluster.api.kill_apiserver());
+    let mut args = vec!["--metrics-listen", "127.0.0.1:0"];
+    args.extend_from_slice(&HOSTNAME_FLAGS);
+    let mut ours = ChildProcess::start(cluster.ours(&args));
+    assert_waiting_not_ready(&mut ours, &["the cluster's values cannot be read yet"]).await;
+
+    tokio::task::block_in_place(|| cluster.api.restart());
+    wait_ready_with_the_set(&cluster, &ours, "kube-apiserver came back").await;
     ours.terminate(Duration::from_secs(10));
 }
 
@@ -1152,53 +1151,16 @@ async fn a_grant_that_comes_after_the_start_is_waited_for_then_the_set_is_create
     let mut ours = ChildProcess::start(
         cluster.ours_with_token("late.token", &["--metrics-listen", "127.0.0.1:0"]),
     );
-    e2e::wait_until("the 403 logged", Duration::from_secs(20), || {
-        let log = ours.stderr_text();
-        let waiting = log.contains("the cluster's values cannot be read yet")
-            && log.contains("not allowed (403)");
-        async move { waiting }
-    })
-    .await;
-    tokio::time::sleep(Duration::from_secs(4)).await;
-    assert_eq!(
-        ours.has_exited(),
-        None,
-        "it exited:\n{}",
-        ours.stderr_text()
-    );
-    assert_eq!(readyz(ours.addr).await, 503);
+    let waiting = [
+        "the cluster's values cannot be read yet",
+        "not allowed (403)",
+    ];
+    assert_waiting_not_ready(&mut ours, &waiting).await;
     assert!(cluster.versions().await.is_empty(), "written while waiting");
 
-    let binding = ClusterRoleBinding {
-        metadata: ObjectMeta {
-            name: Some(LATE_USER.into()),
-            ..ObjectMeta::default()
-        },
-        role_ref: RoleRef {
-            api_group: "rbac.authorization.k8s.io".into(),
-            kind: "ClusterRole".into(),
-            name: "cluster-admin".into(),
-        },
-        subjects: Some(vec![Subject {
-            kind: "User".into(),
-            name: LATE_USER.into(),
-            api_group: Some("rbac.authorization.k8s.io".into()),
-            ..Subject::default()
-        }]),
-    };
-    Api::<ClusterRoleBinding>::all(cluster.admin.clone())
-        .create(&PostParams::default(), &binding)
-        .await
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !(readyz(ours.addr).await == 200 && cluster.versions().await.len() == profile_size()) {
-        assert!(
-            Instant::now() < deadline,
-            "the set was not created after the grant:\n{}",
-            ours.stderr_text()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let late = e2e::rbac::subject("User", LATE_USER, None);
+    e2e::rbac::bind_cluster_role(&cluster.admin, LATE_USER, "cluster-admin", vec![late]).await;
+    wait_ready_with_the_set(&cluster, &ours, "the grant").await;
     // The hostnames are OpenShift's objects', not flags' (there are none).
     let serving = leaf_of(&cluster.secret(KS, "service-network-serving-certkey").await);
     assert!(
@@ -1239,14 +1201,6 @@ async fn client_ca_is_the_exact_union_of_openshifts_seven_sources() {
     install_crypto_provider();
     let cluster = Cluster::start(false).await;
     cluster.api.create_namespace("openshift-config").await;
-    let hostnames = [
-        "--service-network-ip",
-        "172.30.0.1",
-        "--api-hostname",
-        "api.cluster.example.com",
-        "--api-int-hostname",
-        "api-int.cluster.example.com",
-    ];
     // The four sources of other components, as the installer and the kube-controller-manager
     // leave them: one CA each; the user's bundle also holds a leaf, the bootstrap bundle also
     // an expired CA. Neither may reach client-ca.
@@ -1284,7 +1238,7 @@ async fn client_ca_is_the_exact_union_of_openshifts_seven_sources() {
     )
     .await;
 
-    let log = cluster.ours_once(&hostnames);
+    let log = cluster.ours_once(&HOSTNAME_FLAGS);
     // What OpenShift's ManageClientCABundle makes of the seven sources, in their order.
     let mut expected: Vec<Vec<u8>> = Vec::new();
     for (ns, name) in [
@@ -1339,7 +1293,7 @@ async fn client_ca_is_the_exact_union_of_openshifts_seven_sources() {
     )
     .await;
     assert_eq!(cluster.bundle(KS, "client-ca").await.len(), 8);
-    let log = cluster.ours_once(&hostnames);
+    let log = cluster.ours_once(&HOSTNAME_FLAGS);
     assert_eq!(
         cluster.bundle(KS, "client-ca").await,
         expected,
@@ -1349,7 +1303,7 @@ async fn client_ca_is_the_exact_union_of_openshifts_seven_sources() {
 
     // A CA that left its source leaves client-ca too.
     put_bundle(&cluster, KS, "user-client-ca", "").await;
-    cluster.ours_once(&hostnames);
+    cluster.ours_once(&HOSTNAME_FLAGS);
     let user_der = ders(user.cert_pem.as_bytes()).remove(0);
     let without_user: Vec<Vec<u8>> = expected
         .iter()
@@ -1364,7 +1318,7 @@ async fn client_ca_is_the_exact_union_of_openshifts_seven_sources() {
         .delete("client-ca", &DeleteParams::default())
         .await
         .unwrap();
-    let log = cluster.ours_once(&hostnames);
+    let log = cluster.ours_once(&HOSTNAME_FLAGS);
     assert_eq!(
         cluster.bundle(KS, "client-ca").await,
         expected,
@@ -1381,7 +1335,7 @@ async fn client_ca_is_the_exact_union_of_openshifts_seven_sources() {
 
     // Settled: a further pass writes nothing.
     let version = client_ca().await.metadata.resource_version;
-    cluster.ours_once(&hostnames);
+    cluster.ours_once(&HOSTNAME_FLAGS);
     assert_eq!(client_ca().await.metadata.resource_version, version);
 }
 
