@@ -16,6 +16,10 @@
 //!   dropped.
 //! - `a_dual_stack_*`: both `status.serviceNetwork` CIDRs give their host 1 in
 //!   `service-network-serving-certkey`, and OpenShift's controller then writes nothing.
+//! - `started_before_kube_apiserver_*` (no operator needed) and `a_grant_that_comes_after_*`:
+//!   started while kube-apiserver does not answer, or while its RBAC refuses the cluster's
+//!   objects (as for a moment after it starts on a woken node), ours waits, running and not
+//!   ready, and creates the set once it can read them.
 //!
 //! Ours runs with the default `--openshift-version` (5.0); the operator binary is its `main`,
 //! whose rotation is sped up 60× (12 h targets). Lifetimes are compared against 5.0's (30 d
