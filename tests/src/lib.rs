@@ -14,6 +14,7 @@ pub mod envtest;
 pub mod log_scan;
 pub mod manifests;
 pub mod metrics;
+pub mod monitoring;
 pub mod node;
 pub mod process;
 pub mod rbac;
