@@ -17,6 +17,7 @@ pub mod metrics;
 pub mod monitoring;
 pub mod node;
 pub mod process;
+pub mod prometheus;
 pub mod rbac;
 pub mod syncer;
 pub mod tls;

@@ -549,8 +549,7 @@ fn declared_type(text: &str, handle: &str) -> Option<String> {
                 '>' => depth -= 1,
                 ',' | ';' | '=' | '}' | '\n' if depth == 0 => {
                     let ty = rest[..i].trim();
-                    if ty.contains("Counter") || ty.contains("Gauge") || ty.contains("Histogram")
-                    {
+                    if ty.contains("Counter") || ty.contains("Gauge") || ty.contains("Histogram") {
                         return Some(ty.to_owned());
                     }
                     break;
@@ -564,7 +563,10 @@ fn declared_type(text: &str, handle: &str) -> Option<String> {
 
 /// The kind and label names of a declared metric type: `Counter`, `Gauge`, or
 /// `Family<Labels, Counter>` whose `struct Labels { a: ..., b: ... }` is in `text`.
-fn metric_type(text: &str, declared: &str) -> Option<(&'static str, std::collections::BTreeSet<String>)> {
+fn metric_type(
+    text: &str,
+    declared: &str,
+) -> Option<(&'static str, std::collections::BTreeSet<String>)> {
     let kind = if declared.contains("Counter") {
         "counter"
     } else if declared.contains("Gauge") {

@@ -10,7 +10,9 @@ fn main() -> ExitCode {
         None => false,
         Some("--check") => true,
         Some(other) => {
-            eprintln!("monitoring-rules: unknown argument {other:?} (usage: monitoring-rules [--check])");
+            eprintln!(
+                "monitoring-rules: unknown argument {other:?} (usage: monitoring-rules [--check])"
+            );
             return ExitCode::from(2);
         }
     };
@@ -37,5 +39,9 @@ fn main() -> ExitCode {
             println!("wrote {}", path.display());
         }
     }
-    if stale { ExitCode::from(1) } else { ExitCode::SUCCESS }
+    if stale {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
 }

@@ -3,6 +3,7 @@
 //! Prometheus).
 
 mod access;
+mod alerts;
 mod as_data;
 mod monitoring;
 mod static_pod_flags;

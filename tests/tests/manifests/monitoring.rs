@@ -116,7 +116,11 @@ fn our_code_registers_the_metrics_we_know() {
         let labels: BTreeSet<String> = labels.iter().map(|l| (*l).to_owned()).collect();
         assert_eq!(found.labels, labels, "{name}");
     };
-    expect("cert_syncer_syncs_total", "counter", &["kind", "name", "result"]);
+    expect(
+        "cert_syncer_syncs_total",
+        "counter",
+        &["kind", "name", "result"],
+    );
     expect(
         "cert_syncer_certificate_not_after_timestamp_seconds",
         "gauge",
@@ -124,8 +128,16 @@ fn our_code_registers_the_metrics_we_know() {
     );
     expect("cert_regenerate_failures_total", "counter", &[]);
     expect("cert_regenerate_last_pass_timestamp_seconds", "gauge", &[]);
-    expect("cert_syncer_kubelet_csr_decisions_total", "counter", &["result"]);
-    expect("reload_certificate_not_after_timestamp_seconds", "gauge", &["set", "source"]);
+    expect(
+        "cert_syncer_kubelet_csr_decisions_total",
+        "counter",
+        &["result"],
+    );
+    expect(
+        "reload_certificate_not_after_timestamp_seconds",
+        "gauge",
+        &["set", "source"],
+    );
     expect(
         "cert_syncer_node_source_valid",
         "gauge",
@@ -263,8 +275,16 @@ fn every_alert_has_a_test_where_it_fires_and_one_where_it_stays_silent() {
     }
     for group in rule_file().groups {
         for rule in group.rules {
-            assert!(fires.contains(&rule.alert), "no promtool test fires {}", rule.alert);
-            assert!(silent.contains(&rule.alert), "no promtool test where {} stays silent", rule.alert);
+            assert!(
+                fires.contains(&rule.alert),
+                "no promtool test fires {}",
+                rule.alert
+            );
+            assert!(
+                silent.contains(&rule.alert),
+                "no promtool test where {} stays silent",
+                rule.alert
+            );
         }
     }
 }
@@ -292,7 +312,10 @@ fn every_alert_names_its_object_and_has_a_runbook_section() {
             let section = &runbooks[start + heading.len()..];
             let section = &section[..section.find("\n## ").unwrap_or(section.len())];
             for part in ["**Meaning.**", "**What to check.**", "**How to fix.**"] {
-                assert!(section.contains(part), "{RUNBOOKS} `## {name}` lacks {part}");
+                assert!(
+                    section.contains(part),
+                    "{RUNBOOKS} `## {name}` lacks {part}"
+                );
             }
         }
     }
@@ -348,6 +371,9 @@ fn the_catalog_reads_every_file_that_registers_metrics() {
         "cert-syncer/src/approve/mod.rs",
         "reload-lib/src/metrics.rs",
     ] {
-        assert!(files.contains(file), "nothing registered in {file}: {files:?}");
+        assert!(
+            files.contains(file),
+            "nothing registered in {file}: {files:?}"
+        );
     }
 }
