@@ -3,7 +3,8 @@
 //! another binary), scraping a running `cert-syncer sync` and `regenerate` on mini-apiserver
 //! every second: the expiry alerts fire for a real expired and a real expiring certificate (read
 //! from `/api/v1/alerts`, their labels and descriptions naming the object), and the expired one
-//! resolves once `regenerate` replaced it and `sync` wrote it.
+//! resolves once `regenerate` replaced it and `sync` wrote it; the alert for an optional
+//! object's expired certificate resolves when the object is deleted (its files and its series go).
 //!
 //! `for:` durations: the shipped rule file is loaded unchanged and its alerts are asserted
 //! `pending` (the expression matched real metrics; its `for:` holds them, which promtool's tests
@@ -180,12 +181,13 @@ async fn the_expiry_alerts_fire_for_real_certificates_and_the_expired_one_resolv
         signer
             .issue(&CertSpec::server(&["localhost", "127.0.0.1"]).valid(now - day * 30, not_after))
     };
-    let (expired, soon) = (leaf(now - day), leaf(now + day * 3));
+    let (expired, soon, gone) = (leaf(now - day), leaf(now + day * 3), leaf(now - day * 2));
     let create = PostParams::default();
     for secret in [
         tls_secret("serving-signer", &signer.cert_pem, &signer.key_pem()),
         tls_secret("expired-cert", &expired.cert_pem, &expired.key_pem),
         tls_secret("soon-cert", &soon.cert_pem, &soon.key_pem),
+        tls_secret("gone-cert", &gone.cert_pem, &gone.key_pem),
     ] {
         secrets.create(&create, &secret).await.unwrap();
     }
@@ -194,7 +196,8 @@ async fn the_expiry_alerts_fire_for_real_certificates_and_the_expired_one_resolv
         .await
         .unwrap();
 
-    // sync mirrors the two targets and the bundle, as the static pod's sidecar does.
+    // sync mirrors the two targets and the bundle, as the static pod's sidecar does, and an
+    // optional user certificate (expired: its owner will delete it rather than renew it).
     let dest = tmp.path().join("resources");
     let sync = Syncer::start(
         &api,
@@ -204,6 +207,8 @@ async fn the_expiry_alerts_fire_for_real_certificates_and_the_expired_one_resolv
             "expired-cert,soon-cert",
             "--configmaps",
             "serving-ca",
+            "--optional-secrets",
+            "gone-cert",
         ],
     );
     e2e::wait_until("sync wrote the expired certificate", SETTLE, || async {
@@ -229,12 +234,15 @@ async fn the_expiry_alerts_fire_for_real_certificates_and_the_expired_one_resolv
     // pending (its `for:`) in the shipped rules; nothing about the bundle.
     let expired_key = "secret/expired-cert tls.crt";
     let soon_key = "secret/soon-cert tls.crt";
+    let gone_key = "secret/gone-cert tls.crt";
     let alerts = alerts_become(
         &prometheus,
         &expected(&[
             (true, EXPIRED, expired_key, "firing"),
+            (true, EXPIRED, gone_key, "firing"),
             (true, SOON, soon_key, "firing"),
             (false, EXPIRED, expired_key, "pending"),
+            (false, EXPIRED, gone_key, "pending"),
             (false, SOON, soon_key, "pending"),
         ]),
     )
@@ -268,7 +276,12 @@ async fn the_expiry_alerts_fire_for_real_certificates_and_the_expired_one_resolv
         "the shipped rule's alert is pending since the first evaluation"
     );
 
-    // The recovery: regenerate (expired-only) replaces the expired target, sync writes it.
+    // The user deletes the optional object; the recovery: regenerate (expired-only) replaces
+    // the expired target, sync writes it.
+    secrets
+        .delete("gone-cert", &Default::default())
+        .await
+        .unwrap();
     let regenerate = ChildProcess::start(regenerate_command(
         &api,
         &{
@@ -280,7 +293,7 @@ async fn the_expiry_alerts_fire_for_real_certificates_and_the_expired_one_resolv
     ));
     write_targets(&prom_dir, "regenerate", Some(&regenerate.addr.to_string()));
 
-    // The expired alert resolves (in both rule files); the expiring certificate, which
+    // Both expired alerts resolve (in both rule files); the expiring certificate, which
     // expired-only leaves alone, now warns from both sidecars: the key sync wrote and the target
     // regenerate manages.
     let target = format!("target {NS}/soon-cert");
@@ -306,6 +319,10 @@ async fn the_expiry_alerts_fire_for_real_certificates_and_the_expired_one_resolv
     assert_ne!(
         on_disk, expired.cert_pem,
         "sync wrote the regenerated certificate"
+    );
+    assert!(
+        !dest.join("secrets/gone-cert").exists(),
+        "the optional object's files went"
     );
     assert_eq!(
         prometheus.target_health().values().collect::<Vec<_>>(),
