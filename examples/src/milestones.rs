@@ -217,7 +217,7 @@ pub fn svg(title: &str, rows: &[Row]) -> String {
             r##"<line x1="{0:.1}" y1="{top}" x2="{0:.1}" y2="{axis}" stroke="#ddd"/><text x="{0:.1}" y="{1:.1}" text-anchor="middle" fill="#555">{2}</text>"##,
             x(tick),
             axis + 16.0,
-            seconds_label(tick)
+            tick_label(tick, step)
         );
         tick += step;
     }
@@ -313,6 +313,12 @@ fn tick_step(longest: f64) -> f64 {
         }
     }
     step
+}
+
+/// A grid label: as many decimals as the step has (`50 s`, `0.2 s`).
+fn tick_label(seconds: f64, step: f64) -> String {
+    let decimals = (-step.log10().floor()).max(0.0) as usize;
+    format!("{seconds:.decimals$} s")
 }
 
 /// Seconds, with the precision their size deserves.
@@ -469,5 +475,8 @@ run 1: [7962] ms\n";
         assert_eq!(tick_step(23.4), 5.0);
         assert_eq!(tick_step(1.2), 0.2);
         assert_eq!(tick_step(100.0), 10.0);
+        assert_eq!(tick_label(150.0, 50.0), "150 s");
+        assert_eq!(tick_label(0.4, 0.2), "0.4 s");
+        assert_eq!(tick_label(0.05, 0.01), "0.05 s");
     }
 }
