@@ -9,19 +9,13 @@ pub struct Selector {
     pub matchers: Vec<(String, String, String)>,
 }
 
-/// PromQL words that are not metric names.
+/// PromQL words that are not metric names (besides [`LABEL_LISTS`]).
 const KEYWORDS: &[&str] = &[
     "and",
     "or",
     "unless",
     "bool",
     "offset",
-    "by",
-    "without",
-    "on",
-    "ignoring",
-    "group_left",
-    "group_right",
     "sum",
     "min",
     "max",
@@ -38,7 +32,8 @@ const KEYWORDS: &[&str] = &[
     "nan",
 ];
 
-/// Keywords followed by a parenthesised list of label names.
+/// Keywords followed by a parenthesised list of label names (`group_left` and `group_right` may
+/// also stand alone).
 const LABEL_LISTS: &[&str] = &[
     "by",
     "without",
@@ -88,7 +83,10 @@ pub fn selectors(expr: &str) -> Result<Vec<Selector>, String> {
             let next = skip_ws(i);
             if LABEL_LISTS.contains(&word.as_str()) && chars.get(next) == Some(&'(') {
                 i = find(&chars, next, ')').ok_or_else(|| format!("unclosed ( in {expr}"))? + 1;
-            } else if KEYWORDS.contains(&word.as_str()) || chars.get(next) == Some(&'(') {
+            } else if KEYWORDS.contains(&word.as_str())
+                || LABEL_LISTS.contains(&word.as_str())
+                || chars.get(next) == Some(&'(')
+            {
                 // A keyword, or a function or aggregation applied to what follows.
             } else {
                 let mut selector = Selector {
