@@ -1,9 +1,9 @@
 //! `manifests/monitoring/`: the alert rules' one source (`rules.src.yaml`) rendered into a plain
 //! Prometheus rule file and a prometheus-operator `PrometheusRule`, and what the checks of
 //! `tests/manifests/monitoring.rs` read from them and from our code: the metric names and
-//! matchers of an expression ([`promql`]) and the metric families our code registers
-//! ([`registered`]). The binary `monitoring-rules` writes the rendered files; the test fails
-//! while they differ from the source.
+//! matchers of an expression ([`selectors`], `promql.rs`) and the metric families our code
+//! registers ([`registered_metrics`], `registered.rs`). The binary `monitoring-rules` writes the
+//! rendered files; the test fails while they differ from the source.
 
 mod promql;
 mod registered;
