@@ -144,112 +144,155 @@ const COLOURS: [&str; 6] = [
 /// median, a dot per run and the median's value; a time axis; one colour per series, with a
 /// legend when there are several.
 pub fn svg(title: &str, rows: &[Row]) -> String {
-    let series: Vec<Option<&str>> = rows.iter().fold(Vec::new(), |mut seen, row| {
-        if !seen.contains(&row.series.as_deref()) {
-            seen.push(row.series.as_deref());
-        }
-        seen
-    });
-    let colour = |s: &Option<String>| {
-        let index = series.iter().position(|x| *x == s.as_deref()).unwrap_or(0);
-        COLOURS[index % COLOURS.len()]
-    };
-    let runs = rows.iter().map(|r| r.times.len()).max().unwrap_or(0);
-    let longest = rows
-        .iter()
-        .flat_map(|r| &r.times)
-        .max()
-        .map_or(1.0, Duration::as_secs_f64);
-    let step = tick_step(longest);
-    let end = (longest / step).ceil().max(1.0) * step;
-    let plot = WIDTH - LEFT - RIGHT;
-    let x = |seconds: f64| LEFT + plot * seconds / end;
-    let legend = if series.len() > 1 { 20.0 } else { 0.0 };
-    let top = 44.0 + legend;
-    let axis = top + ROW * rows.len() as f64 + 6.0;
-    let height = axis + 44.0;
-
+    let plot = Plot::new(rows);
     let mut out = String::new();
-    let _ = writeln!(
-        out,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" viewBox="0 0 {WIDTH} {height}" font-family="DejaVu Sans, Verdana, sans-serif" font-size="12">"#
-    );
-    let _ = writeln!(
-        out,
-        r#"<rect width="{WIDTH}" height="{height}" fill="white"/>"#
-    );
-    let _ = writeln!(
-        out,
-        r#"<text x="{LEFT}" y="22" font-size="15" font-weight="bold">{}</text>"#,
-        escape(title)
-    );
-    let caption = format!(
-        "{runs} run{}: a dot per run, the bar to the median; seconds from the start",
-        if runs == 1 { "" } else { "s" }
-    );
-    let _ = writeln!(
-        out,
-        r##"<text x="{LEFT}" y="38" fill="#555">{}</text>"##,
-        escape(&caption)
-    );
-    if series.len() > 1 {
+    plot.head(&mut out, title, rows);
+    plot.grid(&mut out);
+    for (index, row) in rows.iter().enumerate() {
+        plot.row(&mut out, index, row);
+    }
+    out.push_str("</svg>\n");
+    out
+}
+
+/// The plot's geometry: its series, time scale and vertical layout.
+struct Plot<'a> {
+    series: Vec<Option<&'a str>>,
+    /// The grid step and the axis' end, in seconds.
+    step: f64,
+    end: f64,
+    /// The first row's top, the axis' line, the document's height.
+    top: f64,
+    axis: f64,
+    height: f64,
+}
+
+impl<'a> Plot<'a> {
+    fn new(rows: &'a [Row]) -> Plot<'a> {
+        let series = rows.iter().fold(Vec::new(), |mut seen, row| {
+            if !seen.contains(&row.series.as_deref()) {
+                seen.push(row.series.as_deref());
+            }
+            seen
+        });
+        let longest = rows
+            .iter()
+            .flat_map(|r| &r.times)
+            .max()
+            .map_or(1.0, Duration::as_secs_f64);
+        let step = tick_step(longest);
+        let legend = if series.len() > 1 { 20.0 } else { 0.0 };
+        let top = 44.0 + legend;
+        let axis = top + ROW * rows.len() as f64 + 6.0;
+        Plot {
+            series,
+            step,
+            end: (longest / step).ceil().max(1.0) * step,
+            top,
+            axis,
+            height: axis + 44.0,
+        }
+    }
+
+    /// The x of a time.
+    fn x(&self, seconds: f64) -> f64 {
+        LEFT + (WIDTH - LEFT - RIGHT) * seconds / self.end
+    }
+
+    fn colour(&self, series: Option<&str>) -> &'static str {
+        let index = self.series.iter().position(|s| *s == series).unwrap_or(0);
+        COLOURS[index % COLOURS.len()]
+    }
+
+    /// The document's start, the title, the caption and (several series) the legend.
+    fn head(&self, out: &mut String, title: &str, rows: &[Row]) {
+        let height = self.height;
+        let _ = writeln!(
+            out,
+            r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" viewBox="0 0 {WIDTH} {height}" font-family="DejaVu Sans, Verdana, sans-serif" font-size="12">"#
+        );
+        let _ = writeln!(
+            out,
+            r#"<rect width="{WIDTH}" height="{height}" fill="white"/>"#
+        );
+        let _ = writeln!(
+            out,
+            r#"<text x="{LEFT}" y="22" font-size="15" font-weight="bold">{}</text>"#,
+            escape(title)
+        );
+        let runs = rows.iter().map(|r| r.times.len()).max().unwrap_or(0);
+        let caption = format!(
+            "{runs} run{}: a dot per run, the bar to the median; seconds from the start",
+            if runs == 1 { "" } else { "s" }
+        );
+        let _ = writeln!(
+            out,
+            r##"<text x="{LEFT}" y="38" fill="#555">{}</text>"##,
+            escape(&caption)
+        );
+        if self.series.len() < 2 {
+            return;
+        }
         let mut at = LEFT;
-        for (index, name) in series.iter().enumerate() {
+        for name in &self.series {
             let label = name.unwrap_or("(none)");
-            let c = COLOURS[index % COLOURS.len()];
             let _ = writeln!(
                 out,
-                r#"<circle cx="{:.1}" cy="{:.1}" r="4" fill="{c}"/><text x="{:.1}" y="{:.1}">{}</text>"#,
+                r#"<circle cx="{:.1}" cy="{:.1}" r="4" fill="{}"/><text x="{:.1}" y="{:.1}">{}</text>"#,
                 at + 4.0,
-                top - 16.0,
+                self.top - 16.0,
+                self.colour(*name),
                 at + 12.0,
-                top - 12.0,
+                self.top - 12.0,
                 escape(label)
             );
             at += 24.0 + 7.5 * label.len() as f64;
         }
     }
-    // The grid and its labels.
-    let mut tick = 0.0;
-    while tick <= end + step / 2.0 {
+
+    /// The vertical grid lines, their labels and the axis' name.
+    fn grid(&self, out: &mut String) {
+        let (top, axis) = (self.top, self.axis);
+        let mut tick = 0.0;
+        while tick <= self.end + self.step / 2.0 {
+            let _ = writeln!(
+                out,
+                r##"<line x1="{0:.1}" y1="{top}" x2="{0:.1}" y2="{axis}" stroke="#ddd"/><text x="{0:.1}" y="{1:.1}" text-anchor="middle" fill="#555">{2}</text>"##,
+                self.x(tick),
+                axis + 16.0,
+                tick_label(tick, self.step)
+            );
+            tick += self.step;
+        }
         let _ = writeln!(
             out,
-            r##"<line x1="{0:.1}" y1="{top}" x2="{0:.1}" y2="{axis}" stroke="#ddd"/><text x="{0:.1}" y="{1:.1}" text-anchor="middle" fill="#555">{2}</text>"##,
-            x(tick),
-            axis + 16.0,
-            tick_label(tick, step)
+            r##"<text x="{:.1}" y="{:.1}" text-anchor="middle" fill="#555">seconds</text>"##,
+            self.x(self.end / 2.0),
+            axis + 34.0
         );
-        tick += step;
     }
-    let _ = writeln!(
-        out,
-        r##"<text x="{:.1}" y="{:.1}" text-anchor="middle" fill="#555">seconds</text>"##,
-        x(end / 2.0),
-        axis + 34.0
-    );
-    for (index, row) in rows.iter().enumerate() {
-        let y = top + ROW * index as f64;
-        let c = colour(&row.series);
+
+    /// One milestone: its name (the whole of it and its times as a tooltip), the bar to its
+    /// median, the spread of the runs, a dot per run, the median's mark and value.
+    fn row(&self, out: &mut String, index: usize, row: &Row) {
+        let y = self.top + ROW * index as f64;
+        let c = self.colour(row.series.as_deref());
         let name = match &row.series {
             Some(s) => format!("{s}: {}", row.name),
             None => row.name.clone(),
         };
         let median = row.median().as_secs_f64();
-        let (low, high) = (
-            row.times.iter().min().map_or(0.0, Duration::as_secs_f64),
-            row.times.iter().max().map_or(0.0, Duration::as_secs_f64),
-        );
+        let seconds: Vec<f64> = row.times.iter().map(Duration::as_secs_f64).collect();
+        let low = seconds.iter().copied().fold(f64::INFINITY, f64::min);
+        let high = seconds.iter().copied().fold(0.0, f64::max);
+        let runs: Vec<String> = seconds.iter().map(|t| seconds_label(*t)).collect();
         let _ = writeln!(
             out,
             r#"<g><title>{}</title><text x="{LEFT}" y="{:.1}">{}</text>"#,
             escape(&format!(
                 "{name}: median {}, runs {}",
                 seconds_label(median),
-                row.times
-                    .iter()
-                    .map(|t| seconds_label(t.as_secs_f64()))
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                runs.join(", ")
             )),
             y + 13.0,
             escape(&shortened(&name))
@@ -257,40 +300,38 @@ pub fn svg(title: &str, rows: &[Row]) -> String {
         let _ = writeln!(
             out,
             r#"<rect x="{:.1}" y="{:.1}" width="{:.1}" height="6" fill="{c}" opacity="0.25"/>"#,
-            x(0.0),
+            self.x(0.0),
             y + 19.0,
-            (x(median) - x(0.0)).max(1.0)
+            (self.x(median) - self.x(0.0)).max(1.0)
         );
         if high > low {
             let _ = writeln!(
                 out,
                 r#"<line x1="{:.1}" y1="{2:.1}" x2="{:.1}" y2="{2:.1}" stroke="{c}" stroke-width="1.5"/>"#,
-                x(low),
-                x(high),
+                self.x(low),
+                self.x(high),
                 y + 22.0
             );
         }
-        for time in &row.times {
+        for time in &seconds {
             let _ = writeln!(
                 out,
                 r#"<circle cx="{:.1}" cy="{:.1}" r="3.5" fill="{c}" fill-opacity="0.6"/>"#,
-                x(time.as_secs_f64()),
+                self.x(*time),
                 y + 22.0
             );
         }
         let _ = writeln!(
             out,
             r#"<line x1="{0:.1}" y1="{1:.1}" x2="{0:.1}" y2="{2:.1}" stroke="{c}" stroke-width="2.5"/><text x="{3:.1}" y="{4:.1}">{5}</text></g>"#,
-            x(median),
+            self.x(median),
             y + 16.0,
             y + 28.0,
-            x(high) + 8.0,
+            self.x(high) + 8.0,
             y + 26.0,
             seconds_label(median)
         );
     }
-    out.push_str("</svg>\n");
-    out
 }
 
 /// Names longer than a row's width end in `…` (the whole name is the row's tooltip).
