@@ -47,7 +47,7 @@ use metrics::{ForeignLabels, Metrics, PathLabels, RefusalLabels, ResultLabels, S
 use sources::Seen;
 use target::{Outcome, Target};
 
-/// Without inotify the file is checked this often.
+/// Without inotify (from the start, or once the watches are lost) the file is polled this often.
 const POLL_WITHOUT_INOTIFY: Duration = Duration::from_secs(2);
 /// A failed write is retried after this long.
 const WRITE_RETRY: Duration = Duration::from_secs(5);
@@ -109,15 +109,13 @@ pub(crate) async fn run(
         }));
     }
     drop(tx);
-    // reload-lib's watcher (its directory: a rename over the file is seen).
-    let file_watch = reload_lib::watch::FileWatch::new([&settings.file]);
-    let poll = match file_watch.mode() {
-        reload_lib::WatchMode::Inotify => settings.resync_interval,
-        reload_lib::WatchMode::Polling(reason) => {
-            tracing::warn!(%reason, file = %settings.file.display(), "cannot watch the file's directory; polling it");
-            POLL_WITHOUT_INOTIFY
-        }
-    };
+    // reload-lib's watcher (its directory: a rename over the file is seen); it polls the file
+    // when inotify cannot be used, from the start or once the watches are lost mid-run.
+    let file_watch =
+        reload_lib::watch::FileWatch::new([&settings.file]).poll_interval(POLL_WITHOUT_INOTIFY);
+    if let reload_lib::WatchMode::Polling(reason) = file_watch.mode() {
+        tracing::warn!(%reason, file = %settings.file.display(), interval = ?POLL_WITHOUT_INOTIFY, "cannot watch the file's directory; polling it");
+    }
     tracing::info!(
         file = %settings.file.display(),
         sources = ?settings.sources.iter().map(ToString::to_string).collect::<Vec<_>>(),
@@ -157,7 +155,7 @@ pub(crate) async fn run(
         settings,
     };
     let mut deadline: Option<tokio::time::Instant> = None;
-    let mut resync = tokio::time::interval(poll);
+    let mut resync = tokio::time::interval(node.settings.resync_interval);
     resync.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
@@ -335,8 +333,51 @@ impl Node {
     }
 
     /// Brings the file in line with the sources; returns when to look again (the end of a
-    /// grace period, a retry), if anything is pending.
+    /// grace period, a retry), if anything is pending. Three phases: assemble the sources'
+    /// bundle (nothing before every source was seen good), compare it with the file and write
+    /// it or not (`Target::reconcile`, off the async workers), then report what happened.
     async fn reconcile(&mut self) -> Option<Instant> {
+        let bundle = self.assemble()?;
+        let outcome = tokio::task::block_in_place(|| {
+            self.target
+                .reconcile(&bundle, Instant::now(), crate::base::time::unix_now())
+        });
+        match outcome {
+            Ok(Outcome::InSync) => {
+                self.foreign_gone();
+                self.refusal_gone();
+                self.readiness.clear("file");
+                None
+            }
+            Ok(Outcome::Written { replaced }) => {
+                self.written(&bundle, replaced.as_deref()).await;
+                None
+            }
+            Ok(Outcome::Waiting {
+                fingerprint,
+                until,
+                first,
+            }) => {
+                self.foreign_waiting(&fingerprint, first).await;
+                Some(until)
+            }
+            Ok(Outcome::Refused { refusal, held }) => {
+                // Not waiting for another writer while refusing: the refusal names the file's
+                // content instead.
+                self.foreign_gone();
+                self.refused(&bundle, &refusal, held.as_deref()).await;
+                None
+            }
+            Err(err) => {
+                self.write_failed(&err).await;
+                Some(Instant::now() + WRITE_RETRY)
+            }
+        }
+    }
+
+    /// The bundle of every source's last good certificates, with its gauges set; `None` (and
+    /// the file not ready) until every source has been seen good once.
+    fn assemble(&self) -> Option<bundle::Bundle> {
         let parts: Option<Vec<&[Certificate]>> = self
             .sources
             .iter()
@@ -348,9 +389,7 @@ impl Node {
             return None;
         };
         let bundle = bundle::assemble(parts);
-        let labels = PathLabels {
-            path: self.path_label.clone(),
-        };
+        let labels = self.labels();
         self.metrics
             .bundle_bytes
             .get_or_create(&labels)
@@ -365,119 +404,118 @@ impl Node {
                 .get_or_create(&labels)
                 .set(not_after);
         }
-        let outcome = tokio::task::block_in_place(|| {
-            self.target
-                .reconcile(&bundle, Instant::now(), crate::base::time::unix_now())
-        });
+        Some(bundle)
+    }
+
+    fn labels(&self) -> PathLabels {
+        PathLabels {
+            path: self.path_label.clone(),
+        }
+    }
+
+    /// The file was written (`replaced`: the fingerprint of another writer's content it
+    /// replaced after the grace period): counted, logged, an Event, then the post-write action.
+    async fn written(&mut self, bundle: &bundle::Bundle, replaced: Option<&str>) {
+        let labels = self.labels();
         let path = self.target.path().display().to_string();
-        match outcome {
-            Ok(Outcome::InSync) => {
+        self.metrics.writes.get_or_create(&labels).inc();
+        self.metrics
+            .last_write
+            .get_or_create(&labels)
+            .set(crate::base::time::unix_now());
+        let fingerprint = bundle::fingerprint(&bundle.pem);
+        tracing::info!(file = %path, certificates = bundle.certificates.len(), duplicates = bundle.duplicates, sha256 = %fingerprint, "host file written");
+        if let Some(theirs) = replaced {
+            self.metrics.takeovers.get_or_create(&labels).inc();
+            tracing::warn!(file = %path, replaced_sha256 = %theirs, grace_period = ?self.settings.grace_period, "replaced another writer's content after the grace period");
+            self.events
+                .record(
+                    "ForeignContentReplaced",
+                    &path,
+                    format!(
+                        "{path}: replaced content sha256:{theirs} written by someone else, unchanged for {:?}, with the sources' bundle sha256:{fingerprint}",
+                        self.settings.grace_period
+                    ),
+                    true,
+                )
+                .await;
+        }
+        self.foreign_gone();
+        self.refusal_gone();
+        self.events
+            .record(
+                "HostFileWritten",
+                &path,
+                format!(
+                    "{path}: wrote {} certificates (sha256:{fingerprint})",
+                    bundle.certificates.len()
+                ),
+                false,
+            )
+            .await;
+        self.readiness.clear("file");
+        self.post_write().await;
+    }
+
+    /// Another writer's content (`fingerprint`) is in the file, inside its grace period;
+    /// `first`: the first time this content (or write) is seen.
+    async fn foreign_waiting(&mut self, fingerprint: &str, first: bool) {
+        let path = self.target.path().display().to_string();
+        if first {
+            self.metrics
+                .foreign_writes
+                .get_or_create(&self.labels())
+                .inc();
+            if self.foreign.as_deref() != Some(fingerprint) {
+                // Logged and published once per episode (a busy writer would flood the log);
+                // the gauge always names the content there now.
+                let episode = self.foreign.is_none();
                 self.foreign_gone();
-                self.refusal_gone();
-                self.readiness.clear("file");
-                None
-            }
-            Ok(Outcome::Written { replaced }) => {
-                self.metrics.writes.get_or_create(&labels).inc();
                 self.metrics
-                    .last_write
-                    .get_or_create(&labels)
-                    .set(crate::base::time::unix_now());
-                let fingerprint = bundle::fingerprint(&bundle.pem);
-                tracing::info!(file = %path, certificates = bundle.certificates.len(), duplicates = bundle.duplicates, sha256 = %fingerprint, "host file written");
-                if let Some(theirs) = &replaced {
-                    self.metrics.takeovers.get_or_create(&labels).inc();
-                    tracing::warn!(file = %path, replaced_sha256 = %theirs, grace_period = ?self.settings.grace_period, "replaced another writer's content after the grace period");
+                    .foreign_content
+                    .get_or_create(&ForeignLabels {
+                        path: self.path_label.clone(),
+                        sha256: fingerprint.to_owned(),
+                    })
+                    .set(1);
+                self.foreign = Some(fingerprint.to_owned());
+                if !episode {
+                    tracing::debug!(file = %path, sha256 = %fingerprint, "another writer rewrote the file");
+                } else {
+                    tracing::warn!(file = %path, sha256 = %fingerprint, grace_period = ?self.settings.grace_period, "the file holds content written by someone else; it is replaced once unchanged for the grace period");
                     self.events
                         .record(
-                            "ForeignContentReplaced",
+                            "ForeignContent",
                             &path,
                             format!(
-                                "{path}: replaced content sha256:{theirs} written by someone else, unchanged for {:?}, with the sources' bundle sha256:{fingerprint}",
+                                "{path} holds content sha256:{fingerprint} not written by node mode; it is replaced once unchanged for {:?}",
                                 self.settings.grace_period
                             ),
                             true,
                         )
                         .await;
                 }
-                self.foreign_gone();
-                self.refusal_gone();
-                self.events
-                    .record(
-                        "HostFileWritten",
-                        &path,
-                        format!(
-                            "{path}: wrote {} certificates (sha256:{fingerprint})",
-                            bundle.certificates.len()
-                        ),
-                        false,
-                    )
-                    .await;
-                self.readiness.clear("file");
-                self.post_write().await;
-                None
-            }
-            Ok(Outcome::Waiting {
-                fingerprint,
-                until,
-                first,
-            }) => {
-                if first {
-                    self.metrics.foreign_writes.get_or_create(&labels).inc();
-                    if self.foreign.as_ref() != Some(&fingerprint) {
-                        // Logged and published once per episode (a busy writer would flood
-                        // the log); the gauge always names the content there now.
-                        let episode = self.foreign.is_none();
-                        self.foreign_gone();
-                        self.metrics
-                            .foreign_content
-                            .get_or_create(&ForeignLabels {
-                                path: self.path_label.clone(),
-                                sha256: fingerprint.clone(),
-                            })
-                            .set(1);
-                        self.foreign = Some(fingerprint.clone());
-                        if !episode {
-                            tracing::debug!(file = %path, sha256 = %fingerprint, "another writer rewrote the file");
-                        } else {
-                            tracing::warn!(file = %path, sha256 = %fingerprint, grace_period = ?self.settings.grace_period, "the file holds content written by someone else; it is replaced once unchanged for the grace period");
-                            self.events
-                            .record(
-                                "ForeignContent",
-                                &path,
-                                format!(
-                                    "{path} holds content sha256:{fingerprint} not written by node mode; it is replaced once unchanged for {:?}",
-                                    self.settings.grace_period
-                                ),
-                                true,
-                            )
-                            .await;
-                        }
-                    }
-                }
-                self.readiness.block(
-                    "file",
-                    format!("another writer's content (sha256:{fingerprint}) in the grace period"),
-                );
-                Some(until)
-            }
-            Ok(Outcome::Refused { refusal, held }) => {
-                // Not waiting for another writer while refusing: the refusal names the file's
-                // content instead.
-                self.foreign_gone();
-                self.refused(&bundle, &refusal, held.as_deref()).await;
-                None
-            }
-            Err(err) => {
-                self.metrics.write_errors.get_or_create(&labels).inc();
-                tracing::error!(error = %err, "cannot write the host file; retrying");
-                self.readiness.block("file", err.to_string());
-                self.events
-                    .record("HostFileWriteFailed", &path, err.to_string(), true)
-                    .await;
-                Some(Instant::now() + WRITE_RETRY)
             }
         }
+        self.readiness.block(
+            "file",
+            format!("another writer's content (sha256:{fingerprint}) in the grace period"),
+        );
+    }
+
+    /// Reading or writing the file failed: counted, logged, an Event; retried after
+    /// [`WRITE_RETRY`].
+    async fn write_failed(&mut self, err: &target::WriteError) {
+        let path = self.target.path().display().to_string();
+        self.metrics
+            .write_errors
+            .get_or_create(&self.labels())
+            .inc();
+        tracing::error!(error = %err, "cannot write the host file; retrying");
+        self.readiness.block("file", err.to_string());
+        self.events
+            .record("HostFileWriteFailed", &path, err.to_string(), true)
+            .await;
     }
 
     /// The file no longer holds that other content: its series goes (a series per fingerprint
@@ -520,9 +558,7 @@ impl Node {
         let message = format!(
             "refusing the bundle (sha256:{fingerprint}) of {sources} for {path}: {refusal}; {kept}"
         );
-        let labels = PathLabels {
-            path: self.path_label.clone(),
-        };
+        let labels = self.labels();
         // Everything the process itself shows is in place before the Event's API call.
         self.metrics.bundle_refused.get_or_create(&labels).set(1);
         self.readiness.block("file", message.clone());
@@ -553,9 +589,7 @@ impl Node {
             tracing::info!(file = %self.target.path().display(), "the sources' bundle is accepted again");
             self.metrics
                 .bundle_refused
-                .get_or_create(&PathLabels {
-                    path: self.path_label.clone(),
-                })
+                .get_or_create(&self.labels())
                 .set(0);
         }
     }
