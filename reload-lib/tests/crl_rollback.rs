@@ -240,9 +240,8 @@ async fn a_rolled_back_partitioned_crl_is_refused_even_when_it_is_not_the_first(
     let tmp = tempfile::tempdir().unwrap();
     let bundle = tmp.path().join("client-ca.crt");
     std::fs::write(&bundle, &client_ca.cert_pem).unwrap();
-    let issue = |cn: &str, uri: &str| {
-        client_ca.issue(&CertSpec::client(cn).crl_distribution_point(uri))
-    };
+    let issue =
+        |cn: &str, uri: &str| client_ca.issue(&CertSpec::client(cn).crl_distribution_point(uri));
     let (alice, carol, dave) = (
         issue("alice", PARTITION_A),
         issue("carol", PARTITION_B),
@@ -307,12 +306,9 @@ async fn a_new_crl_put_first_cannot_hide_the_revocations_of_the_one_that_led() {
 
     // A newer partitioned CRL (revoking nobody) put before it: it would take alice over.
     let partition = client_ca.crl_scoped(&[], PARTITION_B);
-    crl_reload_refused(
-        &set,
-        &crl,
-        format!("{partition}{whole}").as_bytes(),
-        |r| matches!(r, InvalidMaterial::CrlReordered { .. }),
-    )
+    crl_reload_refused(&set, &crl, format!("{partition}{whole}").as_bytes(), |r| {
+        matches!(r, InvalidMaterial::CrlReordered { .. })
+    })
     .await;
     assert!(
         handshake(addr, "localhost", alice.clone()).await.is_err(),
