@@ -49,17 +49,23 @@ fn client(server_ca: &Ca, pair: &Pair) -> std::sync::Arc<rustls::ClientConfig> {
     no_resumption(&client_config(&[&server_ca.cert_pem], Some(pair)))
 }
 
+/// A server CA, a client CA, a temporary directory and the client CA's bundle file in it.
+fn one_client_ca() -> (Ca, Ca, tempfile::TempDir, std::path::PathBuf) {
+    init_tracing();
+    let (server_ca, client_ca) = (Ca::new("server-ca"), Ca::new("client-ca"));
+    let tmp = tempfile::tempdir().unwrap();
+    let bundle = tmp.path().join("client-ca.crt");
+    std::fs::write(&bundle, &client_ca.cert_pem).unwrap();
+    (server_ca, client_ca, tmp, bundle)
+}
+
 fn is_older(reason: &InvalidMaterial) -> bool {
     matches!(reason, InvalidMaterial::CrlOlder { .. })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_older_unexpired_crl_never_replaces_a_newer_one() {
-    init_tracing();
-    let (server_ca, client_ca) = (Ca::new("server-ca"), Ca::new("client-ca"));
-    let tmp = tempfile::tempdir().unwrap();
-    let bundle = tmp.path().join("client-ca.crt");
-    std::fs::write(&bundle, &client_ca.cert_pem).unwrap();
+    let (server_ca, client_ca, tmp, bundle) = one_client_ca();
     let (alice, bob) = (client_ca.client("alice"), client_ca.client("bob"));
     // The kit numbers CRLs in the order they are made: `before` precedes `revoking_alice`. Both
     // are fresh (nextUpdate in a day), so only their order tells them apart.
@@ -235,11 +241,7 @@ const PARTITION_B: &str = "http://crl.example/partition-b.crl";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rolled_back_partitioned_crl_is_refused_even_when_it_is_not_the_first() {
-    init_tracing();
-    let (server_ca, client_ca) = (Ca::new("server-ca"), Ca::new("client-ca"));
-    let tmp = tempfile::tempdir().unwrap();
-    let bundle = tmp.path().join("client-ca.crt");
-    std::fs::write(&bundle, &client_ca.cert_pem).unwrap();
+    let (server_ca, client_ca, tmp, bundle) = one_client_ca();
     let issue =
         |cn: &str, uri: &str| client_ca.issue(&CertSpec::client(cn).crl_distribution_point(uri));
     let (alice, carol, dave) = (
@@ -286,11 +288,7 @@ async fn a_rolled_back_partitioned_crl_is_refused_even_when_it_is_not_the_first(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_crl_put_first_cannot_hide_the_revocations_of_the_one_that_led() {
-    init_tracing();
-    let (server_ca, client_ca) = (Ca::new("server-ca"), Ca::new("client-ca"));
-    let tmp = tempfile::tempdir().unwrap();
-    let bundle = tmp.path().join("client-ca.crt");
-    std::fs::write(&bundle, &client_ca.cert_pem).unwrap();
+    let (server_ca, client_ca, tmp, bundle) = one_client_ca();
     // Alice's certificate names no CRL distribution point: rustls checks her against the first
     // CRL of her issuer, whatever its scope.
     let alice = client_ca.client("alice");

@@ -94,13 +94,10 @@ mod tests {
     use super::*;
 
     fn ca(name: &str) -> String {
-        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-        params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, name);
-        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        let key = rcgen::KeyPair::generate().unwrap();
-        params.self_signed(&key).unwrap().pem()
+        let day = std::time::Duration::from_secs(86_400);
+        crate::pki::new_signer(name, crate::base::time::unix_now(), day, day)
+            .unwrap()
+            .cert_pem()
     }
 
     #[test]

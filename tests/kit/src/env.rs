@@ -34,12 +34,22 @@ pub fn missing(var: &str, path: &Path, what: &str) -> String {
     message(var, &value, path, what)
 }
 
+/// The workspace root (this package lives in `<root>/tests/kit`): where relative values are
+/// taken from.
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .nth(2)
+        .expect("the kit is inside the workspace")
+        .to_owned()
+}
+
 fn resolve(value: Option<OsString>) -> Option<PathBuf> {
     let value = PathBuf::from(value.filter(|v| !v.is_empty())?);
     Some(if value.is_absolute() {
         value
     } else {
-        crate::envtest::workspace_root().join(value)
+        workspace_root().join(value)
     })
 }
 
@@ -64,7 +74,7 @@ fn message(var: &str, value: &OsString, path: &Path, what: &str) -> String {
          {}): fix or unset {var}",
         value.to_string_lossy(),
         path.display(),
-        crate::envtest::workspace_root().display()
+        workspace_root().display()
     )
 }
 
@@ -74,7 +84,7 @@ mod tests {
 
     #[test]
     fn relative_values_are_taken_from_the_workspace_root_and_a_missing_path_is_an_error() {
-        let root = crate::envtest::workspace_root();
+        let root = workspace_root();
         let set = |value: &str| Some(OsString::from(value));
         assert_eq!(check("V", None), Ok(None));
         assert_eq!(check("V", set("")), Ok(None), "empty is unset");

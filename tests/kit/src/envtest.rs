@@ -64,14 +64,7 @@ pub fn find_assets() -> Result<PathBuf, String> {
     }))
 }
 
-/// The workspace root (this package lives in `<root>/tests/kit`).
-pub fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .ancestors()
-        .nth(2)
-        .expect("the kit is inside the workspace")
-        .to_owned()
-}
+pub use crate::env::workspace_root;
 
 /// Free 127.0.0.1 ports, bound together and released (the processes bind them just after;
 /// another process may take one in between, so callers retry on `address already in use`).

@@ -14,7 +14,7 @@
 //!   killed on drop.
 //! - [`wait`]: bounded polling for a condition (async and blocking).
 //! - [`envtest`]: the real kube-apiserver and etcd: finding them, their command lines.
-//! - [`env`]: paths named by environment variables, read one way (relative to the workspace
+//! - [`env`](mod@env): paths named by environment variables, read one way (relative to the workspace
 //!   root; a path that is not there is an error, never a skip).
 //!
 //! Everything here panics on failure with a message that names what failed: a failure is a bug

@@ -38,7 +38,7 @@ impl Ca {
 
     /// A partitioned CRL (PEM) revoking `serials`, next update in a day: its issuing
     /// distribution point is `uri`, so it covers the certificates whose CRL distribution point
-    /// is `uri` (see [`CertSpec::crl_distribution_point`]).
+    /// is `uri` (see [`CertSpec::crl_distribution_point`](super::CertSpec::crl_distribution_point)).
     ///
     /// # Panics
     /// When rcgen cannot sign the CRL.
