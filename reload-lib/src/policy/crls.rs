@@ -21,9 +21,9 @@ use crate::error::{Error, InvalidMaterial, Result};
 use crate::material::{CrlInfo, ParsedBundle, Position, rfc3339};
 
 /// How many series no longer in the bundle the history remembers (the least recently seen go
-/// first). Each takes about 150 bytes (two SHA-256 digests, the cRLNumber of at most 20 octets,
-/// thisUpdate, the CRL file's path), so about 150 KiB at most, plus the series in force, which
-/// are never forgotten.
+/// first). Each takes about 250 bytes (three SHA-256 digests, the cRLNumber of at most 20 octets
+/// as the RFC allows, thisUpdate, the CRL file's path, the map's own overhead), so about 250 KiB
+/// at most, plus the series in force, which are never forgotten.
 pub(crate) const CRL_HISTORY_BOUND: usize = 1024;
 
 /// Every CRL must be issued by a CA of the bundle (its issuer name is the CA's subject and

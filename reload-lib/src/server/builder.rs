@@ -251,7 +251,7 @@ impl ServingSetBuilder {
     ///   checks a certificate without a CRL distribution point against its issuer's first CRL,
     ///   so a new CRL put before it could hide its revocations (list new CRLs after it).
     ///
-    /// The history holds every series in force and at most 1,024 others (about 150 bytes each;
+    /// The history holds every series in force and at most 1,024 others (about 250 bytes each;
     /// the least recently seen go first). Not checked: the order of an issuer's later CRLs,
     /// which matters only for partitions whose distribution points share a URI.
     ///
