@@ -88,8 +88,9 @@ pub struct SyncArgs {
     #[arg(long, value_delimiter = ',')]
     pub optional_configmaps: Vec<String>,
     /// Also write one key of one object to a host file: KIND/NAME/KEY=PATH, KIND being `secret`
-    /// or `configmap` (repeatable). The content must be PEM certificates; the file is replaced
-    /// atomically.
+    /// or `configmap` (repeatable). The content must be PEM certificates and nothing else (a
+    /// private key or any other block is refused, the file kept); the file is replaced
+    /// atomically, 0644.
     #[arg(long = "file", value_name = "KIND/NAME/KEY=PATH")]
     pub files: Vec<String>,
     /// Serve /metrics, /healthz and /readyz on this address.
