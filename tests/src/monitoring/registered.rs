@@ -43,11 +43,11 @@ pub fn registered_metrics() -> Result<BTreeMap<String, Registered>, String> {
                 .expect("under the workspace")
                 .display()
                 .to_string();
-            for (name, handle) in registrations(&text).map_err(|err| format!("{rel}: {err}"))? {
+            for (name, handle) in registrations(text).map_err(|err| format!("{rel}: {err}"))? {
                 let what = format!("{rel}: {name}");
-                let declared = declared_type(&text, &handle)
+                let declared = declared_type(text, &handle)
                     .ok_or_else(|| format!("{what}: no declaration of `{handle}`"))?;
-                let (kind, labels) = metric_type(&text, &declared)
+                let (kind, labels) = metric_type(text, &declared)
                     .ok_or_else(|| format!("{what}: cannot read the type `{declared}`"))?;
                 let exposed = match kind {
                     "counter" => format!("{name}_total"),
