@@ -462,6 +462,7 @@ pub const FLAGS_WITHOUT_ACCESS: &[(&str, &[&str])] = &[
             "node-name",
             "kubelet-client-cert",
             "bootstrap-user",
+            "bootstrap-group",
             "recheck-interval",
             "metrics-listen",
         ],

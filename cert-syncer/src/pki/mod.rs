@@ -1,7 +1,9 @@
-//! Certificates: parsing ([`parse`], over the one PEM reader [`pem`]), chain and identity checks ([`verify`]) and the issuing of
+//! Certificates: parsing ([`parse`], over the one PEM reader [`pem`]; certificate requests,
+//! strictly, in [`csr`]), chain and identity checks ([`verify`]) and the issuing of
 //! new signers and leaves ([`issue`], with the key types). `regenerate` uses all three;
 //! `inspect`, `sync` and `approve` read and verify only. Depends on the base layer alone.
 
+pub mod csr;
 pub(crate) mod issue;
 pub(crate) mod parse;
 pub mod pem;
