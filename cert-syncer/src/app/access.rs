@@ -463,6 +463,7 @@ pub const FLAGS_WITHOUT_ACCESS: &[(&str, &[&str])] = &[
             "kubelet-client-cert",
             "bootstrap-user",
             "bootstrap-group",
+            "clock-skew-margin",
             "recheck-interval",
             "metrics-listen",
         ],

@@ -46,7 +46,7 @@ use crate::base::error::ConfigError;
 use crate::base::readiness::Readiness;
 use crate::kube::sidecar::Sidecar;
 pub use disk::KubeletCert;
-pub use rules::{BootstrapUser, Decision, Policy, REASON, SIGNER};
+pub use rules::{BootstrapUser, CLOCK_SKEW, Decision, Policy, REASON, SIGNER};
 
 /// What `approve-kubelet-csr` is asked to do (from [`crate::app::cli::ApproveKubeletCsrArgs`]).
 #[derive(Debug, Clone)]

@@ -22,7 +22,8 @@
 //! 6. the kubelet's client certificate on this node's disk is expired, or absent from a
 //!    directory that exists (unreadable, garbage, no directory: fail closed);
 //! 7. created after that certificate's notAfter (or the directory's last change, while it is
-//!    absent) minus [`CLOCK_SKEW`], and at most [`MAX_AGE`] (plus the margin) ago: a request
+//!    absent) minus the clock-skew margin ([`Policy::clock_skew`], [`CLOCK_SKEW`] by default),
+//!    and at most [`MAX_AGE`] (plus the margin) ago: a request
 //!    made before the certificate expired is not this recovery's, and one the kubelet gave up on
 //!    helps only whoever else holds its key;
 //! 8. no approval of ours yet for this on-disk certificate (or this absence): one per
@@ -43,8 +44,9 @@ use super::request::{KubeletRequest, NODES, Part, kubelet_request};
 pub const SIGNER: &str = "kubernetes.io/kube-apiserver-client-kubelet";
 /// The `Approved` condition's reason.
 pub const REASON: &str = "AutoApprovedExpiredNodeClientCert";
-/// Clock margin between the kubelet's clock (it decides its certificate expired), the
-/// apiserver's (creation times) and ours, in seconds: 5 minutes, as `regenerate`'s backdate.
+/// The default clock margin between the kubelet's clock (it decides its certificate expired),
+/// the apiserver's (creation times) and ours, in seconds: 5 minutes, as `regenerate`'s
+/// backdate.
 pub const CLOCK_SKEW: i64 = 5 * 60;
 /// Oldest request approved, in seconds: the kubelet waits 15 minutes for a CSR
 /// (client-go's certificate manager, `certificateWaitTimeout`), then makes a new one with a new
@@ -65,6 +67,8 @@ pub struct Policy {
     /// More identities accepted as the bootstrap identity (`--bootstrap-user`), each with the
     /// exact groups its CSRs must carry.
     pub bootstrap_users: Vec<BootstrapUser>,
+    /// The clock margin of rule 7, in seconds (`--clock-skew-margin`).
+    pub clock_skew: i64,
 }
 
 /// A `--bootstrap-user` and the groups kube-apiserver gives it.
@@ -215,7 +219,7 @@ pub fn decide(
             }
         }
     }
-    let eligible = match gate(&candidates, disk, approved_before.as_deref(), now) {
+    let eligible = match gate(&candidates, disk, approved_before.as_deref(), policy, now) {
         Err(refusals) => {
             decisions.extend(refusals.into_iter().map(|(n, r)| (n, Decision::Leave(r))));
             return decisions;
@@ -250,8 +254,10 @@ fn gate(
     candidates: &BTreeMap<String, Candidate>,
     disk: &KubeletCert,
     approved_before: Option<&str>,
+    policy: &Policy,
     now: i64,
 ) -> Result<(Vec<String>, Vec<(String, Refusal)>), Vec<(String, Refusal)>> {
+    let skew = policy.clock_skew;
     let all = |refusal: Refusal| {
         candidates
             .keys()
@@ -277,8 +283,8 @@ fn gate(
         KubeletCert::Expired { not_after, .. } => *not_after,
         KubeletCert::Absent { since } => *since,
     };
-    let earliest = since - CLOCK_SKEW;
-    let oldest = now - MAX_AGE - CLOCK_SKEW;
+    let earliest = since - skew;
+    let oldest = now - MAX_AGE - skew;
     let mut eligible = Vec::new();
     let mut refusals = Vec::new();
     for (name, candidate) in candidates {
@@ -290,7 +296,7 @@ fn gate(
                 refuse(
                     Kind::Window,
                     format!(
-                        "created at {at}, before the kubelet's certificate on disk {} (less {CLOCK_SKEW} s): not this recovery's",
+                        "created at {at}, before the kubelet's certificate on disk {} (less {skew} s): not this recovery's",
                         since_text(disk)
                     ),
                 ),
@@ -301,8 +307,8 @@ fn gate(
                 refuse(
                     Kind::Window,
                     format!(
-                        "created at {at}, more than {} min ago: the kubelet has given up on it",
-                        (MAX_AGE + CLOCK_SKEW) / 60
+                        "created at {at}, more than {} s ago: the kubelet has given up on it",
+                        MAX_AGE + skew
                     ),
                 ),
             ));
@@ -316,8 +322,8 @@ fn gate(
         let flood = refuse(
             Kind::TooManyPending,
             format!(
-                "more than {MAX_PENDING} requests for this node are pending within {} min: a flood, left to a human",
-                (MAX_AGE + CLOCK_SKEW) / 60
+                "more than {MAX_PENDING} requests for this node are pending within {} s: a flood, left to a human",
+                MAX_AGE + skew
             ),
         );
         refusals.extend(eligible.drain(..).map(|name| (name, flood.clone())));

@@ -37,6 +37,7 @@ fn policy() -> Policy {
             )
             .unwrap(),
         ],
+        clock_skew: CLOCK_SKEW,
     }
 }
 

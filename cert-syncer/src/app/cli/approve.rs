@@ -38,6 +38,11 @@ pub struct ApproveKubeletCsrArgs {
     /// exactly (`system:authenticated` is added); required with such a user.
     #[arg(long, value_name = "GROUP")]
     pub bootstrap_group: Vec<String>,
+    /// Approve only CSRs created after the kubelet's certificate on disk expired less this margin
+    /// (the kubelet's, the apiserver's and this node's clocks may disagree this much) [default:
+    /// 5m].
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub clock_skew_margin: Option<Duration>,
     /// Decide about pending CSRs again this often (the kubelet's certificate may expire while a
     /// CSR waits).
     #[arg(long, value_parser = parse_duration, default_value = "30s")]
@@ -79,6 +84,11 @@ impl ApproveKubeletCsrArgs {
             policy: crate::approve::Policy {
                 node_name: self.node_name.clone(),
                 bootstrap_users,
+                clock_skew: self
+                    .clock_skew_margin
+                    .map_or(crate::approve::CLOCK_SKEW, |margin| {
+                        i64::try_from(margin.as_secs()).unwrap_or(i64::MAX)
+                    }),
             },
             kubelet_client_cert: self.kubelet_client_cert.clone(),
             recheck_interval: self.recheck_interval.max(Duration::from_secs(1)),
@@ -159,6 +169,7 @@ mod tests {
         let settings = args.settings().unwrap();
         assert_eq!(settings.policy.node_name, "master-0");
         assert!(settings.policy.bootstrap_users.is_empty());
+        assert_eq!(settings.policy.clock_skew, 300);
         assert_eq!(
             settings.kubelet_client_cert,
             std::path::Path::new("/var/lib/kubelet/pki/kubelet-client-current.pem")
