@@ -260,7 +260,7 @@ impl Plane {
             || async {
                 self.approver.stderr_text().lines().any(|line| {
                     line.contains("leaving kubelet client CSR alone")
-                        && line.contains(&format!("csr={name} "))
+                        && names(line, name)
                         && line.contains(reason)
                 })
             },
@@ -283,6 +283,11 @@ impl Plane {
     fn metrics(&self) -> String {
         e2e::plain_http_get(&self.approver.addr.to_string(), "/metrics").1
     }
+}
+
+/// Whether the approver's log `line` is about the CSR `name` (`csr=NAME` or `csr="NAME"`).
+fn names(line: &str, name: &str) -> bool {
+    line.contains(&format!("csr={name} ")) || line.contains(&format!("csr=\"{name}\""))
 }
 
 async fn apply_rbac(admin: &kube::Client) {
@@ -461,14 +466,11 @@ async fn refusals() {
     for csr in &refusals {
         let lines = log
             .lines()
-            .filter(|l| {
-                l.contains("leaving kubelet client CSR alone")
-                    && l.contains(&format!("csr={} ", csr.name))
-            })
+            .filter(|l| l.contains("leaving kubelet client CSR alone") && names(l, csr.name))
             .count();
         assert_eq!(lines, 1, "{}: {lines} log lines", csr.name);
     }
-    assert!(!log.contains("csr=other-signer "), "{log}");
+    assert!(!log.lines().any(|l| names(l, "other-signer")), "{log}");
     let metrics = plane.metrics();
     for line in [
         "cert_syncer_kubelet_csr_decisions_total{result=\"approved\",reason=\"expired\"} 1",
