@@ -16,11 +16,11 @@ use crate::RealApiServer;
 pub struct GoView {
     /// `cr.Subject.CommonName` (Go keeps the last CN).
     pub common_name: String,
-    /// Every other subject field kubectl prints (`Organization`, `Organizational Unit`,
-    /// `Country`, `Serial Number`...), with its values as printed (`Organization` joined by
-    /// spaces or commas, as that kubectl prints them).
-    pub subject: BTreeMap<String, String>,
-    /// Every SAN line (`DNS Names: ...`, `IP Addresses: ...`, ...).
+    /// Every other subject field kubectl prints with a value (`Organization`, `Organizational
+    /// Unit`, `Country`, `Serial Number`...), each with its values in order (Go appends every
+    /// O).
+    pub subject: BTreeMap<String, Vec<String>>,
+    /// Every SAN (`DNS Names: n`, `IP Addresses: 10.0.0.1`...).
     pub sans: Vec<String>,
 }
 
@@ -100,30 +100,46 @@ fn split_sections(text: &str) -> Vec<String> {
 }
 
 /// One object's section: its name and what Go read. The subject is the indented block under
-/// `Subject:`, the SANs the one under `Subject Alternative Names:`.
+/// `Subject:`, the SANs the one under `Subject Alternative Names:`; a list's further values are
+/// on lines indented deeper than its field's.
 fn parse_section(section: &str) -> Option<(String, GoView)> {
     let mut lines = section.lines();
     let name = lines.next()?.strip_prefix("Name:")?.trim().to_owned();
     let mut view = GoView::default();
     let mut block = "";
+    let mut field_indent = usize::MAX;
+    let mut field = String::new();
     for line in lines {
-        if !line.starts_with([' ', '\t']) {
+        let indent = line.len() - line.trim_start().len();
+        if indent == 0 {
             block = match line.trim_end() {
                 "Subject:" => "subject",
                 "Subject Alternative Names:" => "sans",
                 _ => "",
             };
+            field_indent = usize::MAX;
             continue;
         }
-        let Some((field, value)) = line.trim().split_once(':') else {
-            continue;
+        let value = if indent <= field_indent {
+            let Some((name, value)) = line.trim().split_once(':') else {
+                continue;
+            };
+            field_indent = indent;
+            field = name.to_owned();
+            value.trim()
+        } else {
+            line.trim()
         };
-        let value = value.trim().to_owned();
+        if value.is_empty() {
+            continue;
+        }
         match block {
-            "subject" if field == "Common Name" => view.common_name = value,
-            "subject" => {
-                view.subject.insert(field.to_owned(), value);
-            }
+            "subject" if field == "Common Name" => view.common_name = value.to_owned(),
+            "subject" => view
+                .subject
+                .entry(field.clone())
+                .or_default()
+                .push(value.to_owned()),
             "sans" => view.sans.push(format!("{field}: {value}")),
             _ => {}
         }
@@ -137,14 +153,14 @@ mod tests {
 
     #[test]
     fn a_describe_section_is_read_field_by_field() {
-        let text = "Name:         a\nLabels:       <none>\nSubject:\n  Common Name:    system:node:n\n  Serial Number:  \n  Organization:   system:nodes\nSubject Alternative Names:\n         DNS Names:     n\nEvents:  <none>\n\n\nName:         b\nSubject:\n  Common Name:  x\n";
+        let text = "Name:         a\nLabels:       <none>\nSubject:\n  Common Name:    system:node:n\n  Serial Number:  \n  Organization:   system:nodes\n                  system:masters\nSubject Alternative Names:\n         DNS Names:     n\n                        m\nEvents:  <none>\n\n\nName:         b\nSubject:\n  Common Name:  x\n";
         let sections = split_sections(text);
         assert_eq!(sections.len(), 2);
         let (name, view) = parse_section(&sections[0]).unwrap();
         assert_eq!(name, "a");
         assert_eq!(view.common_name, "system:node:n");
-        assert_eq!(view.subject["Organization"], "system:nodes");
-        assert_eq!(view.subject["Serial Number"], "");
-        assert_eq!(view.sans, ["DNS Names: n"]);
+        assert_eq!(view.subject["Organization"], ["system:nodes", "system:masters"]);
+        assert!(!view.subject.contains_key("Serial Number"));
+        assert_eq!(view.sans, ["DNS Names: n", "DNS Names: m"]);
     }
 }

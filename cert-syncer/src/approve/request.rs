@@ -78,6 +78,17 @@ pub fn der_of(request_pem: &[u8]) -> Result<Vec<u8>, String> {
     crate::pki::pem::sole_block(request_pem, LABEL).map_err(|err| format!("request PEM: {err}"))
 }
 
+/// The first block Go's `pem.Decode` returns from `bytes` (its type and DER), as our PEM reader
+/// frames it ([`crate::pki::pem::Scanner`]): what kube-apiserver and kube-controller-manager
+/// read, whatever else the text holds. For the differential test against Go; the approver
+/// itself reads only [`der_of`]'s one shape.
+pub fn go_first_block(bytes: &[u8]) -> Option<(String, Vec<u8>)> {
+    crate::pki::pem::Scanner::new(bytes).find_map(|item| match item {
+        crate::pki::pem::Item::Block(block, _) => Some((block.label, block.der)),
+        crate::pki::pem::Item::Skipped(_) => None,
+    })
+}
+
 /// Reads `spec.request` for node `node_name`: this node's kubelet client request, or why not.
 ///
 /// # Errors
