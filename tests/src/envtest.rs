@@ -33,11 +33,6 @@ use testkit::pki::Ca;
 
 pub use testkit::envtest::ASSETS_ENV;
 
-/// The kube-apiserver flag that turns on bootstrap-token authentication (Secrets
-/// `kube-system/bootstrap-token-<id>`), for [`RealOptions::extra_args`] and
-/// [`RealApiServer::bootstrap_token`].
-pub const BOOTSTRAP_TOKEN_AUTH: &str = "--enable-bootstrap-token-auth";
-
 /// How long etcd plus kube-apiserver may take to answer `/readyz` (2–4 s on an idle 2-core
 /// machine; CI runs several test processes at once).
 pub const READY_TIMEOUT: Duration = Duration::from_secs(90);
@@ -396,62 +391,6 @@ impl RealApiServer {
             Ok((200, body)) => body,
             other => panic!("GET /metrics: {other:?}"),
         }
-    }
-
-    /// Creates the bootstrap token `<id>.<secret>` as kubeadm and OpenShift's installer do (a
-    /// `bootstrap.kubernetes.io/token` Secret `kube-system/bootstrap-token-<id>` usable for
-    /// authentication, with `extra_groups` as its `auth-extra-groups`) and waits until
-    /// kube-apiserver (started with [`BOOTSTRAP_TOKEN_AUTH`]) authenticates it: as
-    /// `system:bootstrap:<id>` in `system:bootstrappers`, the extra groups and
-    /// `system:authenticated`. Returns the token.
-    ///
-    /// # Panics
-    /// When the Secret cannot be created or the token is not accepted within 30 s.
-    pub async fn bootstrap_token(&self, id: &str, secret: &str, extra_groups: &[&str]) -> String {
-        use k8s_openapi::api::core::v1::Secret;
-        let mut data = std::collections::BTreeMap::from([
-            ("token-id".to_owned(), id.to_owned()),
-            ("token-secret".to_owned(), secret.to_owned()),
-            ("usage-bootstrap-authentication".to_owned(), "true".to_owned()),
-        ]);
-        if !extra_groups.is_empty() {
-            data.insert("auth-extra-groups".to_owned(), extra_groups.join(","));
-        }
-        let token_secret = Secret {
-            metadata: kube::api::ObjectMeta {
-                name: Some(format!("bootstrap-token-{id}")),
-                namespace: Some("kube-system".to_owned()),
-                ..Default::default()
-            },
-            type_: Some("bootstrap.kubernetes.io/token".to_owned()),
-            string_data: Some(data),
-            ..Default::default()
-        };
-        kube::Api::<Secret>::namespaced(self.recovery_client(), "kube-system")
-            .create(&kube::api::PostParams::default(), &token_secret)
-            .await
-            .unwrap_or_else(|err| panic!("creating bootstrap token {id}: {err}"));
-        let token = format!("{id}.{secret}");
-        // The authenticator reads the Secrets through an informer: a moment until it knows the
-        // token. Discovery is allowed to every authenticated user (and to no anonymous one).
-        let (addr, ca) = (self.addr(), self.recovery_ca.clone());
-        crate::wait_until(
-            &format!("kube-apiserver to accept bootstrap token {id}"),
-            Duration::from_secs(30),
-            || {
-                let (token, ca) = (token.clone(), ca.clone());
-                async move {
-                    tokio::task::spawn_blocking(move || {
-                        let config = crate::tls::client_config(&ca);
-                        blocking_get(addr, "localhost-recovery", config, "/apis", &token)
-                    })
-                    .await
-                    .is_ok_and(|got| matches!(got, Ok((200, _))))
-                }
-            },
-        )
-        .await;
-        token
     }
 
     /// Creates namespace `name` as the admin (nothing when it exists).

@@ -159,7 +159,10 @@ mod tests {
         let (name, view) = parse_section(&sections[0]).unwrap();
         assert_eq!(name, "a");
         assert_eq!(view.common_name, "system:node:n");
-        assert_eq!(view.subject["Organization"], ["system:nodes", "system:masters"]);
+        assert_eq!(
+            view.subject["Organization"],
+            ["system:nodes", "system:masters"]
+        );
         assert!(!view.subject.contains_key("Serial Number"));
         assert_eq!(view.sans, ["DNS Names: n", "DNS Names: m"]);
     }

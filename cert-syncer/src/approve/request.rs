@@ -2,8 +2,8 @@
 //! (kube-apiserver's CSR validation and kube-controller-manager's signer, 1.20:
 //! `pem.Decode`, then `x509.ParseCertificateRequest` of the first block, Go 1.19), and accepted
 //! only in the one shape where no reader can disagree: exactly one `CERTIFICATE REQUEST` block
-//! with nothing but blank lines around it ([`crate::pki::pem::sole_block`]), strict DER
-//! ([`crate::pki::csr`]), a verified signature, a subject of exactly one `CN` and one `O`, each
+//! with nothing but blank lines around it (`pki::pem::sole_block`), strict DER
+//! (`pki::csr`), a verified signature, a subject of exactly one `CN` and one `O`, each
 //! its own RDN, as UTF8String or PrintableString, and no attribute but empty extensionRequests.
 //!
 //! Every way Go's reading and a lax one differ is refused here, not reasoned about: a second
@@ -70,7 +70,7 @@ impl Refused {
 }
 
 /// The DER of the one `CERTIFICATE REQUEST` block of `spec.request`, framed as nothing can read
-/// otherwise ([`crate::pki::pem::sole_block`]).
+/// otherwise (`pki::pem::sole_block`).
 ///
 /// # Errors
 /// Any other text.
@@ -79,7 +79,7 @@ pub fn der_of(request_pem: &[u8]) -> Result<Vec<u8>, String> {
 }
 
 /// The first block Go's `pem.Decode` returns from `bytes` (its type and DER), as our PEM reader
-/// frames it ([`crate::pki::pem::Scanner`]): what kube-apiserver and kube-controller-manager
+/// frames it (`pki::pem::Scanner`): what kube-apiserver and kube-controller-manager
 /// read, whatever else the text holds. For the differential test against Go; the approver
 /// itself reads only [`der_of`]'s one shape.
 pub fn go_first_block(bytes: &[u8]) -> Option<(String, Vec<u8>)> {

@@ -125,7 +125,11 @@ fn a_subject_go_reads_otherwise_is_refused() {
                 .flat_map(u16::to_be_bytes)
                 .collect();
         }
-        refused(&raw.pem(), Part::Subject, "not UTF8String or PrintableString");
+        refused(
+            &raw.pem(),
+            Part::Subject,
+            "not UTF8String or PrintableString",
+        );
     }
     // A control character in another node's name is escaped in the reason.
     let mut raw = RawRequest::kubelet("node-a");
@@ -149,7 +153,10 @@ fn every_attribute_is_read_and_any_extension_or_other_attribute_refused() {
     };
     let cases: Vec<(String, &str)> = vec![
         // A SAN in the first, the only or a later extensionRequest attribute.
-        (request(vec![(EXTENSION_REQUEST, vec![san.clone()])]), "subject alternative names"),
+        (
+            request(vec![(EXTENSION_REQUEST, vec![san.clone()])]),
+            "subject alternative names",
+        ),
         (
             request(vec![
                 (EXTENSION_REQUEST, vec![empty.clone()]),
@@ -163,7 +170,10 @@ fn every_attribute_is_read_and_any_extension_or_other_attribute_refused() {
             "2 values",
         ),
         (request(vec![(EXTENSION_REQUEST, vec![])]), "0 values"),
-        (request(vec![(EXTENSION_REQUEST, vec![other])]), "1.3.6.1.4.1.55555.1 (critical)"),
+        (
+            request(vec![(EXTENSION_REQUEST, vec![other])]),
+            "1.3.6.1.4.1.55555.1 (critical)",
+        ),
         (
             request(vec![(CHALLENGE_PASSWORD, vec![element(0x0c, b"pw")])]),
             "challengePassword",

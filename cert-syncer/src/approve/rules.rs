@@ -212,7 +212,10 @@ pub fn decide(
                 candidates.insert(name.clone(), candidate);
             }
             Err(refusal) => {
-                if key.as_deref().is_some_and(|key| approved_by_us(csr, policy, key)) {
+                if key
+                    .as_deref()
+                    .is_some_and(|key| approved_by_us(csr, policy, key))
+                {
                     approved_before.get_or_insert_with(|| name.clone());
                 }
                 decisions.insert(name.clone(), Decision::Leave(refusal));
@@ -247,16 +250,18 @@ pub fn decide(
     decisions
 }
 
+/// Refusals by CSR name.
+type Refusals = Vec<(String, Refusal)>;
+
 /// Rules 6–9 over the candidates: the names still eligible and the refusals, or (the disk says
-/// no, a flood) a refusal for each.
-#[allow(clippy::type_complexity)]
+/// no) a refusal for each.
 fn gate(
     candidates: &BTreeMap<String, Candidate>,
     disk: &KubeletCert,
     approved_before: Option<&str>,
     policy: &Policy,
     now: i64,
-) -> Result<(Vec<String>, Vec<(String, Refusal)>), Vec<(String, Refusal)>> {
+) -> Result<(Vec<String>, Refusals), Refusals> {
     let skew = policy.clock_skew;
     let all = |refusal: Refusal| {
         candidates
@@ -365,10 +370,9 @@ fn message(candidate: &Candidate, policy: &Policy, disk: &KubeletCert) -> String
             "(sha256:{fingerprint}) is expired at {}",
             crate::base::time::rfc3339(*not_after)
         ),
-        KubeletCert::Absent { since } => format!(
-            "is absent since {}",
-            crate::base::time::rfc3339(*since)
-        ),
+        KubeletCert::Absent { since } => {
+            format!("is absent since {}", crate::base::time::rfc3339(*since))
+        }
         KubeletCert::Valid { .. } | KubeletCert::Unknown(_) => String::new(),
     };
     format!(

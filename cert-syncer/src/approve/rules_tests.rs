@@ -136,7 +136,9 @@ fn the_kubelet_s_bootstrap_csr_is_approved_with_the_request_described_as_read() 
     }
     // Absent: since the directory's last change.
     let absent = KubeletCert::Absent { since: NOT_AFTER };
-    assert!(approved(&decide_one(&good(), &absent)).contains("is absent since 2023-11-14T22:13:20Z"));
+    assert!(
+        approved(&decide_one(&good(), &absent)).contains("is absent since 2023-11-14T22:13:20Z")
+    );
     // An RSA key with the three usages (the 1.20 kubelet's shape for RSA).
     let rsa = csr(&certificate_request(
         &[("CN", "system:node:master-0"), ("O", "system:nodes")],
@@ -149,7 +151,11 @@ fn the_kubelet_s_bootstrap_csr_is_approved_with_the_request_described_as_read() 
 #[test]
 fn each_part_of_the_request_maps_to_its_refusal() {
     refused_as(&csr("garbage"), &expired(), Kind::Request, "no PEM block");
-    let two = format!("x{}{}", kubelet_request(), RawRequest::kubelet("master-1").pem());
+    let two = format!(
+        "x{}{}",
+        kubelet_request(),
+        RawRequest::kubelet("master-1").pem()
+    );
     refused_as(&csr(&two), &expired(), Kind::Request, "text around");
     let other = csr(&RawRequest::kubelet("master-1").pem());
     refused_as(&other, &expired(), Kind::Subject, "another node");
@@ -158,14 +164,29 @@ fn each_part_of_the_request_maps_to_its_refusal() {
         &["master-0"],
         KeyKind::EcdsaP256,
     ));
-    refused_as(&san, &expired(), Kind::Attributes, "subject alternative names");
+    refused_as(
+        &san,
+        &expired(),
+        Kind::Attributes,
+        "subject alternative names",
+    );
     let extension = csr(&testkit::csr::certificate_request_with_extension(
         &[("O", "system:nodes"), ("CN", "system:node:master-0")],
         KeyKind::EcdsaP256,
     ));
-    refused_as(&extension, &expired(), Kind::Attributes, "asks for extensions");
+    refused_as(
+        &extension,
+        &expired(),
+        Kind::Attributes,
+        "asks for extensions",
+    );
     let cert = testkit::pki::Ca::new("x").client("system:node:master-0");
-    refused_as(&csr(&cert.cert_pem), &expired(), Kind::Request, "not CERTIFICATE REQUEST");
+    refused_as(
+        &csr(&cert.cert_pem),
+        &expired(),
+        Kind::Request,
+        "not CERTIFICATE REQUEST",
+    );
 }
 
 #[test]
@@ -177,15 +198,30 @@ fn another_signer_is_refused() {
     ] {
         let mut csr = good();
         csr.spec.signer_name = signer.to_owned();
-        refused_as(&csr, &expired(), Kind::Signer, "is not kubernetes.io/kube-apiserver-client-kubelet");
+        refused_as(
+            &csr,
+            &expired(),
+            Kind::Signer,
+            "is not kubernetes.io/kube-apiserver-client-kubelet",
+        );
     }
 }
 
 #[test]
 fn extra_or_missing_usages_are_refused() {
     let cases: &[&[&str]] = &[
-        &["digital signature", "key encipherment", "client auth", "server auth"],
-        &["digital signature", "key encipherment", "client auth", "cert sign"],
+        &[
+            "digital signature",
+            "key encipherment",
+            "client auth",
+            "server auth",
+        ],
+        &[
+            "digital signature",
+            "key encipherment",
+            "client auth",
+            "cert sign",
+        ],
         &["digital signature", "key encipherment"],
         &["key encipherment", "client auth"],
         &["client auth"],
@@ -198,7 +234,10 @@ fn extra_or_missing_usages_are_refused() {
     }
     // Without key encipherment: newer kubelets' ECDSA shape is accepted, for an RSA key not.
     let mut ecdsa = good();
-    ecdsa.spec.usages = Some(vec!["digital signature".to_owned(), "client auth".to_owned()]);
+    ecdsa.spec.usages = Some(vec![
+        "digital signature".to_owned(),
+        "client auth".to_owned(),
+    ]);
     approved(&decide_one(&ecdsa, &expired()));
     let mut rsa = RawRequest::kubelet(NODE);
     rsa.key = KeyKind::Rsa2048;
@@ -218,12 +257,22 @@ fn the_requester_and_its_groups_are_checked() {
     ];
     let accepted: &[(&str, &[&str])] = &[
         (node_bootstrapper, &sa_groups),
-        ("system:bootstrap:abcdef", &["system:bootstrappers", "system:authenticated"]),
         (
             "system:bootstrap:abcdef",
-            &["system:bootstrappers", "system:bootstrappers:worker", "system:authenticated"],
+            &["system:bootstrappers", "system:authenticated"],
         ),
-        ("system:node:master-0", &["system:nodes", "system:authenticated"]),
+        (
+            "system:bootstrap:abcdef",
+            &[
+                "system:bootstrappers",
+                "system:bootstrappers:worker",
+                "system:authenticated",
+            ],
+        ),
+        (
+            "system:node:master-0",
+            &["system:nodes", "system:authenticated"],
+        ),
     ];
     for (user, groups) in accepted {
         let mut csr = good();
@@ -232,22 +281,46 @@ fn the_requester_and_its_groups_are_checked() {
         approved(&decide_one(&csr, &expired()));
     }
     let refused: &[(&str, &[&str], &str)] = &[
-        ("system:serviceaccount:default:builder", &["system:serviceaccounts"], "neither"),
+        (
+            "system:serviceaccount:default:builder",
+            &["system:serviceaccounts"],
+            "neither",
+        ),
         ("alice", &["system:authenticated"], "neither"),
         // A bootstrap-looking name without the group, with another group, or a bad token id.
-        ("system:bootstrap:abcdef", &["system:authenticated"], "neither"),
-        ("system:bootstrap:abcdef", &["system:bootstrappers", "system:masters"], "neither"),
-        ("system:bootstrap:ABCDEF", &["system:bootstrappers"], "neither"),
+        (
+            "system:bootstrap:abcdef",
+            &["system:authenticated"],
+            "neither",
+        ),
+        (
+            "system:bootstrap:abcdef",
+            &["system:bootstrappers", "system:masters"],
+            "neither",
+        ),
+        (
+            "system:bootstrap:ABCDEF",
+            &["system:bootstrappers"],
+            "neither",
+        ),
         ("system:bootstrap:abc", &["system:bootstrappers"], "neither"),
         // The node-bootstrapper's name with other groups (another authenticator's user).
-        (node_bootstrapper, &["system:authenticated"], "groups must be exactly"),
+        (
+            node_bootstrapper,
+            &["system:authenticated"],
+            "groups must be exactly",
+        ),
         (
             node_bootstrapper,
             &[sa_groups[0], sa_groups[1], sa_groups[2], "system:masters"],
             "groups must be exactly",
         ),
         // Another node, or this node's name outside system:nodes or with more groups.
-        ("system:node:master-1", &["system:nodes", "system:authenticated"], "neither"),
+        (
+            "system:node:master-1",
+            &["system:nodes", "system:authenticated"],
+            "neither",
+        ),
         ("system:node:master-0", &["system:authenticated"], "neither"),
         (
             "system:node:master-0",
@@ -291,7 +364,9 @@ fn an_approved_denied_failed_or_issued_csr_is_left_alone() {
 
 #[test]
 fn a_valid_or_unknown_certificate_on_disk_approves_nothing() {
-    let valid = KubeletCert::Valid { not_after: NOW + 86400 };
+    let valid = KubeletCert::Valid {
+        not_after: NOW + 86400,
+    };
     refused_as(&good(), &valid, Kind::NotARecovery, "not a recovery");
     let unknown = KubeletCert::Unknown("its directory is missing".to_owned());
     refused_as(&good(), &unknown, Kind::CannotTell, "cannot tell");
@@ -306,15 +381,28 @@ fn only_requests_made_in_this_recovery_are_approved() {
         fingerprint: FINGERPRINT.to_owned(),
     };
     let early = created(good(), not_after - CLOCK_SKEW - 1);
-    refused_as(&early, &disk, Kind::Window, "before the kubelet's certificate on disk expired");
+    refused_as(
+        &early,
+        &disk,
+        Kind::Window,
+        "before the kubelet's certificate on disk expired",
+    );
     approved(&decide_one(&created(good(), not_after - CLOCK_SKEW), &disk));
     // Older than the kubelet waits (15 min, plus the margin).
     let stale = created(good(), NOW - MAX_AGE - CLOCK_SKEW - 1);
     refused_as(&stale, &expired(), Kind::Window, "has given up on it");
-    approved(&decide_one(&created(good(), NOW - MAX_AGE - CLOCK_SKEW), &expired()));
+    approved(&decide_one(
+        &created(good(), NOW - MAX_AGE - CLOCK_SKEW),
+        &expired(),
+    ));
     // Absent: before the directory changed.
     let absent = KubeletCert::Absent { since: NOW - 120 };
-    refused_as(&created(good(), NOW - 120 - CLOCK_SKEW - 1), &absent, Kind::Window, "went absent");
+    refused_as(
+        &created(good(), NOW - 120 - CLOCK_SKEW - 1),
+        &absent,
+        Kind::Window,
+        "went absent",
+    );
     // No creation time.
     let mut timeless = good();
     timeless.metadata.creation_timestamp = None;
@@ -348,7 +436,10 @@ fn one_approval_per_certificate_on_disk_the_newest_request() {
         panic!("{decisions:?}")
     };
     assert_eq!(older.kind, Kind::OnePerCertificate);
-    assert!(older.text.contains("csr-1 is the one for sha256:ab12"), "{older:?}");
+    assert!(
+        older.text.contains("csr-1 is the one for sha256:ab12"),
+        "{older:?}"
+    );
     approved(&decisions[1]);
 
     // Approved before for this certificate (read from the CSR we approved): no second one.
@@ -386,7 +477,10 @@ fn a_flood_of_pending_requests_approves_none() {
     }
     let decisions = decide_many(&many[..MAX_PENDING], &expired(), None);
     assert_eq!(
-        decisions.iter().filter(|d| matches!(d, Decision::Approve(_))).count(),
+        decisions
+            .iter()
+            .filter(|d| matches!(d, Decision::Approve(_)))
+            .count(),
         1
     );
     // Refused requests do not count toward the flood.

@@ -36,12 +36,19 @@ fn a_kubelet_request_reads_whole_and_its_signature_verifies() {
 #[test]
 fn every_rdn_attribute_and_value_is_handed_over() {
     let mut raw = RawRequest::kubelet("n1");
-    raw.subject.push(vec![Atv::utf8(CN, "system:node:n2"), Atv::utf8(O, "x")]);
+    raw.subject
+        .push(vec![Atv::utf8(CN, "system:node:n2"), Atv::utf8(O, "x")]);
     let value = element(0x30, &[]);
     raw.attributes = vec![
-        (EXTENSION_REQUEST.to_owned(), vec![value.clone(), value.clone()]),
+        (
+            EXTENSION_REQUEST.to_owned(),
+            vec![value.clone(), value.clone()],
+        ),
         (EXTENSION_REQUEST.to_owned(), vec![value.clone()]),
-        ("1.2.840.113549.1.9.7".to_owned(), vec![element(0x0c, b"pw")]),
+        (
+            "1.2.840.113549.1.9.7".to_owned(),
+            vec![element(0x0c, b"pw")],
+        ),
     ];
     let der = raw.der();
     let request = CertificateRequest::parse(&der).unwrap();
@@ -61,16 +68,28 @@ fn what_go_reads_leniently_is_malformed_here() {
     // Trailing bytes after the request.
     let mut der = RawRequest::kubelet("n1").der();
     der.push(0);
-    assert!(CertificateRequest::parse(&der).unwrap_err().contains("more elements"));
+    assert!(
+        CertificateRequest::parse(&der)
+            .unwrap_err()
+            .contains("more elements")
+    );
     // Version 1 (Go does not check it).
     let mut raw = RawRequest::kubelet("n1");
     raw.version = 1;
-    assert!(CertificateRequest::parse(&raw.der()).unwrap_err().contains("version"));
+    assert!(
+        CertificateRequest::parse(&raw.der())
+            .unwrap_err()
+            .contains("version")
+    );
     // A flipped bit in the signature.
     let mut der = RawRequest::kubelet("n1").der();
     let last = der.len() - 1;
     der[last] ^= 1;
-    assert!(CertificateRequest::parse(&der).unwrap_err().contains("signature"));
+    assert!(
+        CertificateRequest::parse(&der)
+            .unwrap_err()
+            .contains("signature")
+    );
 }
 
 #[test]
@@ -79,7 +98,11 @@ fn der_is_read_strictly() {
     // Indefinite length.
     let mut ber = der.clone();
     ber[1] = 0x80;
-    assert!(CertificateRequest::parse(&ber).unwrap_err().contains("indefinite"));
+    assert!(
+        CertificateRequest::parse(&ber)
+            .unwrap_err()
+            .contains("indefinite")
+    );
     // A long-form length with a leading zero byte (the outer length is 0x81/0x82 LL...).
     let (header, len) = match der[1] {
         0x81 => (3, usize::from(der[2])),
@@ -89,13 +112,24 @@ fn der_is_read_strictly() {
     let mut padded = vec![0x30, 0x83, 0x00];
     padded.extend_from_slice(&(len as u16).to_be_bytes());
     padded.extend_from_slice(&der[header..]);
-    assert!(CertificateRequest::parse(&padded).unwrap_err().contains("leading zero"));
+    assert!(
+        CertificateRequest::parse(&padded)
+            .unwrap_err()
+            .contains("leading zero")
+    );
     // Truncated.
-    assert!(CertificateRequest::parse(&der[..der.len() - 3]).unwrap_err().contains("truncated"));
+    assert!(
+        CertificateRequest::parse(&der[..der.len() - 3])
+            .unwrap_err()
+            .contains("truncated")
+    );
     assert!(CertificateRequest::parse(&[]).is_err());
     // OIDs with a non-minimal arc.
     assert!(oid_string(&[0x55, 0x04, 0x03]).is_ok());
     assert!(oid_string(&[0x55, 0x80, 0x04]).is_err());
     assert!(oid_string(&[0x55, 0x84]).is_err());
-    assert_eq!(oid_string(&[0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x09, 0x0e]).unwrap(), OID_EXTENSION_REQUEST);
+    assert_eq!(
+        oid_string(&[0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x09, 0x0e]).unwrap(),
+        OID_EXTENSION_REQUEST
+    );
 }

@@ -161,10 +161,18 @@ impl Iterator for Scanner<'_> {
             || &trailer[label.len()..trailer_len] != DASHES
             || !go_line(&trailer[trailer_len..]).0.is_empty()
         {
-            return Some(Item::Skipped(if own_end { Skip::EndLine } else { Skip::Torn }));
+            return Some(Item::Skipped(if own_end {
+                Skip::EndLine
+            } else {
+                Skip::Torn
+            }));
         }
         let Some(der) = go_base64(&rest[..end_index]) else {
-            return Some(Item::Skipped(if own_end { Skip::Base64 } else { Skip::Torn }));
+            return Some(Item::Skipped(if own_end {
+                Skip::Base64
+            } else {
+                Skip::Torn
+            }));
         };
         // Go's rest: after the END line (the `-1` of `len(pemEnd)-1`: the END line starts at
         // `end_index` or one after it).
@@ -287,9 +295,17 @@ pub fn sole_block(bytes: &[u8], label: &str) -> Result<Vec<u8>, String> {
     let (block, span) = match items.as_slice() {
         [] => return Err("it has no PEM block".to_owned()),
         [Item::Block(block, span)] => (block, span.clone()),
-        [Item::Skipped(skip)] => return Err(format!("its PEM block is skipped by Go's reader: {}", skip.reason())),
+        [Item::Skipped(skip)] => {
+            return Err(format!(
+                "its PEM block is skipped by Go's reader: {}",
+                skip.reason()
+            ));
+        }
         more => {
-            let skipped = more.iter().filter(|i| matches!(i, Item::Skipped(_))).count();
+            let skipped = more
+                .iter()
+                .filter(|i| matches!(i, Item::Skipped(_)))
+                .count();
             return Err(format!(
                 "it has {} PEM blocks and {skipped} skipped by Go's reader (Go reads only the first block it can decode)",
                 more.len() - skipped

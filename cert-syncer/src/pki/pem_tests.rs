@@ -53,7 +53,10 @@ fn a_torn_block_fails_the_strict_reader_and_is_skipped_by_the_lenient_one() {
     let torn_first = format!("-----BEGIN CERTIFICATE-----\naGVs\n{CERT}");
     assert_eq!(skips(&torn_first), [Skip::Torn]);
     assert_eq!(go_reads(&torn_first), one("CERTIFICATE", b"hello"));
-    assert_eq!(blocks_skipping_torn(torn_first.as_bytes()).unwrap().len(), 1);
+    assert_eq!(
+        blocks_skipping_torn(torn_first.as_bytes()).unwrap().len(),
+        1
+    );
     assert!(blocks(torn_first.as_bytes()).is_err());
     let garbage = "-----BEGIN CERTIFICATE-----\n!!!\n-----END CERTIFICATE-----\n";
     assert!(blocks(garbage.as_bytes()).is_err());
@@ -66,7 +69,10 @@ fn a_begin_line_counts_only_at_the_start_of_the_text_or_of_a_line() {
     // In the middle of a line it is text (Go's `\n-----BEGIN `).
     assert!(go_reads(&format!("junk {CERT}")).is_empty());
     assert!(go_reads(&format!(" {CERT}")).is_empty());
-    assert_eq!(go_reads(&format!("junk\n{CERT}")), one("CERTIFICATE", b"hello"));
+    assert_eq!(
+        go_reads(&format!("junk\n{CERT}")),
+        one("CERTIFICATE", b"hello")
+    );
     // The two-block request of issue 35: a reader that finds BEGIN anywhere reads node-a, Go
     // reads node-b.
     let a = "-----BEGIN CERTIFICATE REQUEST-----\nbm9kZS1h\n-----END CERTIFICATE REQUEST-----\n";
@@ -124,8 +130,12 @@ fn line_ends_follow_go() {
 
 #[test]
 fn headers_blanks_in_base64_and_empty_blocks_follow_go() {
-    let text = "-----BEGIN A-----\nProc-Type: 4,ENCRYPTED\nDEK-Info: x\n\naGVsbG8=\n-----END A-----\n";
-    assert_eq!(go_reads(text), vec![("A".to_owned(), b"hello".to_vec(), true)]);
+    let text =
+        "-----BEGIN A-----\nProc-Type: 4,ENCRYPTED\nDEK-Info: x\n\naGVsbG8=\n-----END A-----\n";
+    assert_eq!(
+        go_reads(text),
+        vec![("A".to_owned(), b"hello".to_vec(), true)]
+    );
     assert!(blocks(text.as_bytes()).is_err(), "strict: headers refused");
     assert!(blocks_skipping_torn(text.as_bytes()).unwrap()[0].has_headers);
     // Spaces and tabs inside the base64 are removed.
@@ -134,7 +144,10 @@ fn headers_blanks_in_base64_and_empty_blocks_follow_go() {
         one("A", b"hello")
     );
     // An END line right after the BEGIN line: an empty block.
-    assert_eq!(go_reads("-----BEGIN A-----\n-----END A-----\n"), one("A", b""));
+    assert_eq!(
+        go_reads("-----BEGIN A-----\n-----END A-----\n"),
+        one("A", b"")
+    );
     // Unused bits set in the last base64 character: Go's decoder is not strict.
     assert_eq!(
         go_reads("-----BEGIN A-----\naGVsbG9=\n-----END A-----\n"),
@@ -160,7 +173,11 @@ fn the_csr_shape_is_one_lf_block_of_canonical_base64_with_blanks_around() {
         format!(" \t\n{pem}\n \t\n"),
         pem.trim_end().to_owned(),
     ] {
-        assert_eq!(sole_block(around.as_bytes(), CSR_LABEL).unwrap(), der, "{around:?}");
+        assert_eq!(
+            sole_block(around.as_bytes(), CSR_LABEL).unwrap(),
+            der,
+            "{around:?}"
+        );
     }
     let single_line = request_pem(&b64);
     assert_eq!(sole_block(single_line.as_bytes(), CSR_LABEL).unwrap(), der);
@@ -183,25 +200,50 @@ fn every_other_csr_text_is_refused_whatever_go_reads_from_it() {
             format!("-----BEGIN {CSR_LABEL}-----\n!!\n-----END {CSR_LABEL}-----\n{pem}"),
             "skipped by Go",
         ),
-        (format!("-----BEGIN {CSR_LABEL}-----\n{b64}"), "skipped by Go"),
-        (pem.replace(CSR_LABEL, "NEW CERTIFICATE REQUEST"), "not CERTIFICATE REQUEST"),
-        (pem.replace(CSR_LABEL, "CERTIFICATE"), "not CERTIFICATE REQUEST"),
+        (
+            format!("-----BEGIN {CSR_LABEL}-----\n{b64}"),
+            "skipped by Go",
+        ),
+        (
+            pem.replace(CSR_LABEL, "NEW CERTIFICATE REQUEST"),
+            "not CERTIFICATE REQUEST",
+        ),
+        (
+            pem.replace(CSR_LABEL, "CERTIFICATE"),
+            "not CERTIFICATE REQUEST",
+        ),
         (
             pem.replacen("-----\n", "-----\nProc-Type: 4,ENCRYPTED\n", 1),
             "headers",
         ),
-        (pem.replacen("-----\n", "----- \n", 1), "BEGIN line has blanks"),
-        (pem.replace(&b64, &format!("{} {}", &b64[..4], &b64[4..])), "blanks"),
-        (pem.replace(&b64, &format!("{}\n\n{}", &b64[..4], &b64[4..])), "empty line"),
+        (
+            pem.replacen("-----\n", "----- \n", 1),
+            "BEGIN line has blanks",
+        ),
+        (
+            pem.replace(&b64, &format!("{} {}", &b64[..4], &b64[4..])),
+            "blanks",
+        ),
+        (
+            pem.replace(&b64, &format!("{}\n\n{}", &b64[..4], &b64[4..])),
+            "empty line",
+        ),
         (pem.replace(&b64, &format!("{}\t", &b64)), "blanks"),
         (String::new(), "no PEM block"),
     ];
     for (text, want) in cases {
         let err = sole_block(text.as_bytes(), CSR_LABEL).unwrap_err();
         assert!(err.contains(want), "{text:?}: {want:?} not in {err:?}");
-        assert!(!err.contains(&b64[..8]), "the reason quotes the text: {err}");
+        assert!(
+            !err.contains(&b64[..8]),
+            "the reason quotes the text: {err}"
+        );
     }
     // Unused bits set (Go accepts it, the bytes are the same, but no encoder writes it).
     let odd = request_pem("aGVsbG9=");
-    assert!(sole_block(odd.as_bytes(), CSR_LABEL).unwrap_err().contains("canonical"));
+    assert!(
+        sole_block(odd.as_bytes(), CSR_LABEL)
+            .unwrap_err()
+            .contains("canonical")
+    );
 }

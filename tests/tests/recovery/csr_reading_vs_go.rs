@@ -30,7 +30,9 @@ use std::collections::BTreeMap;
 use e2e::envtest::{RealApiServer, RealOptions};
 use e2e::{install_crypto_provider, require_real_apiserver};
 use k8s_openapi::ByteString;
-use k8s_openapi::api::certificates::v1::{CertificateSigningRequest, CertificateSigningRequestSpec};
+use k8s_openapi::api::certificates::v1::{
+    CertificateSigningRequest, CertificateSigningRequestSpec,
+};
 use kube::Api;
 use kube::api::{ObjectMeta, PostParams};
 use testkit::csr::{
@@ -92,7 +94,8 @@ fn ders() -> Vec<DerVariant> {
         }),
         ("two-cns-ours-last", || {
             let mut raw = kubelet();
-            raw.subject.insert(0, vec![Atv::utf8(CN, "system:node:node-y")]);
+            raw.subject
+                .insert(0, vec![Atv::utf8(CN, "system:node:node-y")]);
             raw
         }),
         ("two-os", || {
@@ -123,9 +126,14 @@ fn ders() -> Vec<DerVariant> {
             raw
         }),
         ("empty-extension-request", || {
-            with_attributes(vec![(EXTENSION_REQUEST, vec![extension_request_value(&[])])])
+            with_attributes(vec![(
+                EXTENSION_REQUEST,
+                vec![extension_request_value(&[])],
+            )])
         }),
-        ("san", || with_attributes(vec![(EXTENSION_REQUEST, vec![san()])])),
+        ("san", || {
+            with_attributes(vec![(EXTENSION_REQUEST, vec![san()])])
+        }),
         ("san-in-second-attribute", || {
             with_attributes(vec![
                 (EXTENSION_REQUEST, vec![extension_request_value(&[])]),
@@ -191,26 +199,50 @@ fn framed(label: &str, body: &str) -> String {
 fn pems() -> Vec<PemVariant> {
     vec![
         ("canonical", |der, _| pem_of(der)),
-        ("blank-lines-around", |der, _| format!("\n \t\n{}\n\n", pem_of(der))),
-        ("no-final-newline", |der, _| pem_of(der).trim_end().to_owned()),
-        ("one-line", |der, _| framed("CERTIFICATE REQUEST", &body_lines(der, 100_000, "\n"))),
-        ("76-columns", |der, _| framed("CERTIFICATE REQUEST", &body_lines(der, 76, "\n"))),
+        ("blank-lines-around", |der, _| {
+            format!("\n \t\n{}\n\n", pem_of(der))
+        }),
+        ("no-final-newline", |der, _| {
+            pem_of(der).trim_end().to_owned()
+        }),
+        ("one-line", |der, _| {
+            framed("CERTIFICATE REQUEST", &body_lines(der, 100_000, "\n"))
+        }),
+        ("76-columns", |der, _| {
+            framed("CERTIFICATE REQUEST", &body_lines(der, 76, "\n"))
+        }),
         ("crlf", |der, _| pem_of(der).replace('\n', "\r\n")),
-        ("cr-after-begin", |der, _| pem_of(der).replacen('\n', "\r", 1)),
-        ("cr-in-body", |der, _| framed("CERTIFICATE REQUEST", &body_lines(der, 64, "\r"))),
-        ("cr-after-end", |der, _| format!("{}\r", pem_of(der).trim_end())),
+        ("cr-after-begin", |der, _| {
+            pem_of(der).replacen('\n', "\r", 1)
+        }),
+        ("cr-in-body", |der, _| {
+            framed("CERTIFICATE REQUEST", &body_lines(der, 64, "\r"))
+        }),
+        ("cr-after-end", |der, _| {
+            format!("{}\r", pem_of(der).trim_end())
+        }),
         ("text-before", |der, _| format!("junk\n{}", pem_of(der))),
         ("text-after", |der, _| format!("{}junk\n", pem_of(der))),
         ("begin-mid-line", |der, _| format!("x{}", pem_of(der))),
         ("leading-space", |der, _| format!(" {}", pem_of(der))),
-        ("second-block-after", |der, other| format!("{}{}", pem_of(der), pem_of(other))),
-        ("second-block-before", |der, other| format!("{}{}", pem_of(other), pem_of(der))),
-        ("mid-line-then-other", |der, other| format!("x{}{}", pem_of(der), pem_of(other))),
+        ("second-block-after", |der, other| {
+            format!("{}{}", pem_of(der), pem_of(other))
+        }),
+        ("second-block-before", |der, other| {
+            format!("{}{}", pem_of(other), pem_of(der))
+        }),
+        ("mid-line-then-other", |der, other| {
+            format!("x{}{}", pem_of(der), pem_of(other))
+        }),
         ("broken-then-other", |der, other| {
             format!("{}{}", pem_of(der).replacen("\nM", "\n!", 1), pem_of(other))
         }),
         ("torn-then-other", |der, other| {
-            format!("-----BEGIN CERTIFICATE REQUEST-----\n{}\n{}", &body_lines(der, 64, "\n")[..40], pem_of(other))
+            format!(
+                "-----BEGIN CERTIFICATE REQUEST-----\n{}\n{}",
+                &body_lines(der, 64, "\n")[..40],
+                pem_of(other)
+            )
         }),
         ("headers", |der, _| {
             pem_of(der).replacen("-----\n", "-----\nProc-Type: 4,ENCRYPTED\n", 1)
@@ -218,13 +250,27 @@ fn pems() -> Vec<PemVariant> {
         ("blank-line-after-headers", |der, _| {
             pem_of(der).replacen("-----\n", "-----\nX: y\n\n", 1)
         }),
-        ("spaces-in-base64", |der, _| framed("CERTIFICATE REQUEST", &body_lines(der, 8, " "))),
-        ("tabs-in-base64", |der, _| framed("CERTIFICATE REQUEST", &body_lines(der, 16, "\t\n"))),
-        ("empty-line-in-body", |der, _| framed("CERTIFICATE REQUEST", &body_lines(der, 64, "\n\n"))),
-        ("blanks-after-begin", |der, _| pem_of(der).replacen("-----\n", "----- \t\n", 1)),
-        ("blanks-after-end", |der, _| format!("{} \t\n", pem_of(der).trim_end())),
-        ("new-label", |der, _| pem_of(der).replace("CERTIFICATE REQUEST", "NEW CERTIFICATE REQUEST")),
-        ("certificate-label", |der, _| pem_of(der).replace("CERTIFICATE REQUEST", "CERTIFICATE")),
+        ("spaces-in-base64", |der, _| {
+            framed("CERTIFICATE REQUEST", &body_lines(der, 8, " "))
+        }),
+        ("tabs-in-base64", |der, _| {
+            framed("CERTIFICATE REQUEST", &body_lines(der, 16, "\t\n"))
+        }),
+        ("empty-line-in-body", |der, _| {
+            framed("CERTIFICATE REQUEST", &body_lines(der, 64, "\n\n"))
+        }),
+        ("blanks-after-begin", |der, _| {
+            pem_of(der).replacen("-----\n", "----- \t\n", 1)
+        }),
+        ("blanks-after-end", |der, _| {
+            format!("{} \t\n", pem_of(der).trim_end())
+        }),
+        ("new-label", |der, _| {
+            pem_of(der).replace("CERTIFICATE REQUEST", "NEW CERTIFICATE REQUEST")
+        }),
+        ("certificate-label", |der, _| {
+            pem_of(der).replace("CERTIFICATE REQUEST", "CERTIFICATE")
+        }),
         ("end-label-mismatch", |der, _| {
             pem_of(der).replacen("END CERTIFICATE REQUEST", "END CERTIFICATE", 1)
         }),
@@ -274,7 +320,10 @@ fn requests() -> Vec<(String, String)> {
         out.push((format!("der {name}"), pem_of(&build().der())));
     }
     for (name, frame) in &pems {
-        out.push((format!("pem {name}"), frame(&RawRequest::kubelet(NODE).der(), &other)));
+        out.push((
+            format!("pem {name}"),
+            frame(&RawRequest::kubelet(NODE).der(), &other),
+        ));
     }
     let mut rng = Rng(SEED);
     for _ in 0..GENERATED {
@@ -288,17 +337,23 @@ fn requests() -> Vec<(String, String)> {
         } else {
             &pems[rng.below(pems.len())]
         };
-        out.push((format!("{der_name} / {pem_name}"), frame(&build().der(), &other)));
+        out.push((
+            format!("{der_name} / {pem_name}"),
+            frame(&build().der(), &other),
+        ));
     }
     out
 }
+
+/// A subject as Go keeps it: the last CN, every O.
+type GoSubject = (String, Vec<String>);
 
 /// What our readers make of one request.
 struct Ours {
     /// The approver's verdict.
     accepted: Result<(), String>,
     /// Go's way on the first block our PEM reader finds: (type, CN, Os) when it parses.
-    first_block: Option<(String, Option<(String, Vec<String>)>)>,
+    first_block: Option<(String, Option<GoSubject>)>,
 }
 
 fn ours(request: &str) -> Ours {
@@ -317,7 +372,7 @@ fn ours(request: &str) -> Ours {
 /// type: Go's `encoding/asn1` reads BMPString as UTF-16, T61String as its bytes). `None` when
 /// x509-parser cannot read the request (it is stricter than Go about some elements Go ignores;
 /// the first assertion covers those).
-fn go_subject(der: &[u8]) -> Option<(String, Vec<String>)> {
+fn go_subject(der: &[u8]) -> Option<GoSubject> {
     use x509_parser::prelude::FromDer;
     let (_, request) =
         x509_parser::certification_request::X509CertificationRequest::from_der(der).ok()?;
@@ -411,8 +466,10 @@ async fn differential() {
                 we_accept += 1;
                 if let Some(view) = view {
                     let view = view.and_then(|v| v.as_ref().ok());
-                    let expected =
-                        BTreeMap::from([("Organization".to_owned(), vec!["system:nodes".to_owned()])]);
+                    let expected = BTreeMap::from([(
+                        "Organization".to_owned(),
+                        vec!["system:nodes".to_owned()],
+                    )]);
                     match view {
                         Some(v)
                             if v.common_name == format!("system:node:{NODE}")
@@ -429,7 +486,11 @@ async fn differential() {
         }
         // Our PEM reader's first block is the one Go read.
         if let (true, Some(Some(Ok(view)))) = (api_accepted, view) {
-            let go_organizations = view.subject.get("Organization").cloned().unwrap_or_default();
+            let go_organizations = view
+                .subject
+                .get("Organization")
+                .cloned()
+                .unwrap_or_default();
             match &ours.first_block {
                 Some((label, Some((cn, organizations))))
                     if label == "CERTIFICATE REQUEST"
@@ -454,9 +515,15 @@ async fn differential() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
     // The check has teeth: requests of every kind were made.
     assert!(we_accept >= 10, "we accept only {we_accept}");
-    assert!(api_only >= 20, "kube-apiserver alone accepts only {api_only}");
+    assert!(
+        api_only >= 20,
+        "kube-apiserver alone accepts only {api_only}"
+    );
     assert!(both_refuse >= 10, "both refuse only {both_refuse}");
     if go.is_some() {
-        assert!(framing_compared >= 100, "framing compared for {framing_compared} only");
+        assert!(
+            framing_compared >= 100,
+            "framing compared for {framing_compared} only"
+        );
     }
 }

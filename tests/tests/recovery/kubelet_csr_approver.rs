@@ -60,7 +60,8 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use e2e::envtest::{BOOTSTRAP_TOKEN_AUTH, RealApiServer, RealOptions, User};
+use e2e::bootstrap_tokens::BOOTSTRAP_TOKEN_AUTH;
+use e2e::envtest::{RealApiServer, RealOptions, User};
 use e2e::{ChildProcess, bin_path, install_crypto_provider, require_real_apiserver, wait_until};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::certificates::v1::{
@@ -395,7 +396,8 @@ async fn refusals() {
     };
     let two_common_names = {
         let mut raw = RawRequest::kubelet("master-0");
-        raw.subject.push(vec![Atv::utf8(CN, "system:node:master-1")]);
+        raw.subject
+            .push(vec![Atv::utf8(CN, "system:node:master-1")]);
         raw.pem()
     };
     let with_subject = |subject: &[(&str, &str)], sans: &[&str]| {
@@ -527,8 +529,10 @@ async fn window_and_one_per_certificate() {
     let now = time::OffsetDateTime::now_utc();
     let expiring = kubelet_cert(
         &ca,
-        CertSpec::client("system:node:master-0")
-            .valid(now - time::Duration::hours(1), now + time::Duration::seconds(3)),
+        CertSpec::client("system:node:master-0").valid(
+            now - time::Duration::hours(1),
+            now + time::Duration::seconds(3),
+        ),
     );
     rename_into(&plane.cert_file, expiring.as_bytes());
     tokio::time::sleep(Duration::from_secs(4)).await;
@@ -558,9 +562,14 @@ async fn window_and_one_per_certificate() {
         .create(&plane.api)
         .await;
     plane
-        .wait_logged("from-the-node", "one approval per kubelet certificate on disk")
+        .wait_logged(
+            "from-the-node",
+            "one approval per kubelet certificate on disk",
+        )
         .await;
-    plane.still_pending(&["second", "from-the-node", "early"]).await;
+    plane
+        .still_pending(&["second", "from-the-node", "early"])
+        .await;
     rename_into(
         &plane.cert_file,
         kubelet_cert(&ca, CertSpec::client("system:node:master-0").expired(1)).as_bytes(),
@@ -660,7 +669,9 @@ async fn two_blocks() {
         .await;
     plane.still_pending(&["two-blocks"]).await;
     // The approver would approve: node-a's own request is.
-    Csr::good("node-a", &bootstrap, "node-a").create(&plane.api).await;
+    Csr::good("node-a", &bootstrap, "node-a")
+        .create(&plane.api)
+        .await;
     plane.wait_approved("node-a").await;
     assert!(plane.conditions("two-blocks").await.is_empty());
 }

@@ -193,7 +193,11 @@ mod tests {
             .policy
             .bootstrap_users;
         assert_eq!(
-            users[0].groups.iter().map(String::as_str).collect::<Vec<_>>(),
+            users[0]
+                .groups
+                .iter()
+                .map(String::as_str)
+                .collect::<Vec<_>>(),
             [
                 "system:authenticated",
                 "system:serviceaccounts",
@@ -210,7 +214,11 @@ mod tests {
         .policy
         .bootstrap_users;
         assert_eq!(
-            users[0].groups.iter().map(String::as_str).collect::<Vec<_>>(),
+            users[0]
+                .groups
+                .iter()
+                .map(String::as_str)
+                .collect::<Vec<_>>(),
             ["system:authenticated", "system:bootstrappers"]
         );
         for bad in [
@@ -219,7 +227,7 @@ mod tests {
             &["--bootstrap-user", "system:serviceaccount:nonamespace"],
             &["--bootstrap-group", ""],
         ] {
-            let err = settings(bad).err().expect("refused");
+            let err = settings(bad).expect_err("refused");
             assert!(err.0.contains("--bootstrap-"), "{bad:?}: {}", err.0);
         }
     }
