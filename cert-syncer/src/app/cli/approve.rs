@@ -187,6 +187,66 @@ mod tests {
             };
             args.settings()
         };
+        let groups = |argv: &[&str]| -> Vec<String> {
+            let users = settings(argv).unwrap().policy.bootstrap_users;
+            users[0].groups.iter().cloned().collect()
+        };
+        let account = "system:serviceaccount:openshift-machine-config-operator:node-bootstrapper";
+        assert_eq!(
+            groups(&["--bootstrap-user", account]),
+            [
+                "system:authenticated",
+                "system:serviceaccounts",
+                "system:serviceaccounts:openshift-machine-config-operator"
+            ]
+        );
+        assert_eq!(
+            groups(&[
+                "--bootstrap-user",
+                "kubelet-bootstrap",
+                "--bootstrap-group",
+                "system:bootstrappers",
+            ]),
+            ["system:authenticated", "system:bootstrappers"]
+        );
+        for bad in ["", "Master_0", "a/b"] {
+            let cli = parse(&["--node-name", bad]).unwrap();
+            let err = cli.command.job().err().expect("refused");
+            assert!(err.0.contains("--node-name"), "{bad:?}: {}", err.0);
+        }
+        let cli = parse(&[
+            "--node-name",
+            "master-0",
+            "--kubelet-client-cert",
+            "rel.pem",
+        ])
+        .unwrap();
+        assert!(cli.command.job().is_err(), "a relative certificate path");
+        let cli = parse(&["--node-name", "master-0"]).unwrap();
+        let Command::ApproveKubeletCsr(args) = &cli.command else {
+            unreachable!()
+        };
+        let settings = args.settings().unwrap();
+        assert_eq!(settings.policy.node_name, "master-0");
+        assert!(settings.policy.bootstrap_users.is_empty());
+        assert_eq!(settings.policy.clock_skew, 300);
+        assert_eq!(
+            settings.kubelet_client_cert,
+            std::path::Path::new("/var/lib/kubelet/pki/kubelet-client-current.pem")
+        );
+    }
+
+    #[test]
+    fn a_bootstrap_user_comes_with_its_groups() {
+        let settings = |more: &[&str]| {
+            let mut argv = vec!["--node-name", "master-0"];
+            argv.extend_from_slice(more);
+            let cli = parse(&argv).unwrap();
+            let Command::ApproveKubeletCsr(args) = &cli.command else {
+                unreachable!()
+            };
+            args.settings()
+        };
         let account = "system:serviceaccount:openshift-machine-config-operator:node-bootstrapper";
         let users = settings(&["--bootstrap-user", account])
             .unwrap()
