@@ -222,16 +222,8 @@ pub fn decide(
             }
         }
     }
-    let eligible = match gate(&candidates, disk, approved_before.as_deref(), policy, now) {
-        Err(refusals) => {
-            decisions.extend(refusals.into_iter().map(|(n, r)| (n, Decision::Leave(r))));
-            return decisions;
-        }
-        Ok((eligible, refusals)) => {
-            decisions.extend(refusals.into_iter().map(|(n, r)| (n, Decision::Leave(r))));
-            eligible
-        }
-    };
+    let (eligible, refusals) = gate(&candidates, disk, approved_before.as_deref(), policy, now);
+    decisions.extend(refusals.into_iter().map(|(n, r)| (n, Decision::Leave(r))));
     let Some(newest) = eligible
         .iter()
         .max_by_key(|name| (candidates[*name].created, (*name).clone()))
@@ -253,15 +245,15 @@ pub fn decide(
 /// Refusals by CSR name.
 type Refusals = Vec<(String, Refusal)>;
 
-/// Rules 6–9 over the candidates: the names still eligible and the refusals, or (the disk says
-/// no) a refusal for each.
+/// Rules 6–9 over the candidates: the names still eligible and the refusals (all of them when
+/// the disk says no).
 fn gate(
     candidates: &BTreeMap<String, Candidate>,
     disk: &KubeletCert,
     approved_before: Option<&str>,
     policy: &Policy,
     now: i64,
-) -> Result<(Vec<String>, Refusals), Refusals> {
+) -> (Vec<String>, Refusals) {
     let skew = policy.clock_skew;
     let all = |refusal: Refusal| {
         candidates
@@ -271,19 +263,25 @@ fn gate(
     };
     let since = match disk {
         KubeletCert::Valid { not_after } => {
-            return Err(all(refuse(
-                Kind::NotARecovery,
-                format!(
-                    "the kubelet's client certificate on disk is valid until {}: not a recovery",
-                    crate::base::time::rfc3339(*not_after)
-                ),
-            )));
+            return (
+                Vec::new(),
+                all(refuse(
+                    Kind::NotARecovery,
+                    format!(
+                        "the kubelet's client certificate on disk is valid until {}: not a recovery",
+                        crate::base::time::rfc3339(*not_after)
+                    ),
+                )),
+            );
         }
         KubeletCert::Unknown(why) => {
-            return Err(all(refuse(
-                Kind::CannotTell,
-                format!("cannot tell whether the kubelet's client certificate expired: {why}"),
-            )));
+            return (
+                Vec::new(),
+                all(refuse(
+                    Kind::CannotTell,
+                    format!("cannot tell whether the kubelet's client certificate expired: {why}"),
+                )),
+            );
         }
         KubeletCert::Expired { not_after, .. } => *not_after,
         KubeletCert::Absent { since } => *since,
@@ -333,7 +331,7 @@ fn gate(
         );
         refusals.extend(eligible.drain(..).map(|name| (name, flood.clone())));
     }
-    Ok((eligible, refusals))
+    (eligible, refusals)
 }
 
 fn since_text(disk: &KubeletCert) -> String {
