@@ -6,8 +6,8 @@
 //! the odd ones of issue 35 in `seeds/kubelet_csr/`).
 //!
 //! Properties, besides no panic:
-//! - a refusal has a reason, and the reason never quotes the request (no base64 run of 16
-//!   characters from it);
+//! - a refusal has a reason on one line that never quotes the request's text (no run of 48
+//!   base64 characters from it: more than the 40 characters of a PEM type a reason may quote);
 //! - whatever is accepted as node `n`'s kubelet request is exactly one block that Go's
 //!   `pem.Decode` reads too: the first block Go finds (`go_first_block`) is a `CERTIFICATE
 //!   REQUEST` with the same DER as the accepted one, and nothing but blanks is around it;
@@ -26,10 +26,11 @@ fuzz_target!(|data: &[u8]| {
     match verdict {
         Err(refused) => {
             assert!(!refused.reason.trim().is_empty(), "a refusal without a reason");
+            assert!(!refused.reason.contains('\n'), "a reason on several lines");
             if let Ok(text) = std::str::from_utf8(data) {
                 for run in text
                     .split(|c: char| !(c.is_ascii_alphanumeric() || c == '+' || c == '/'))
-                    .filter(|run| run.len() >= 16)
+                    .filter(|run| run.len() >= 48)
                 {
                     assert!(!refused.reason.contains(run), "the reason quotes the request");
                 }
