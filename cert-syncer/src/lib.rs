@@ -25,7 +25,9 @@
 //! The public surface is small on purpose: [`cli`] (the flags, as data), [`run`] (one
 //! subcommand to completion), [`regenerate::config`] (the rotation config parser, public so
 //! that it can be fuzzed and checked by tests), [`access`] (the API access each subcommand
-//! needs for given flags: what RBAC must grant), [`error`] and [`kind`]. Everything else is
+//! needs for given flags: what RBAC must grant), [`kubelet_csr`] (how the CSR approver reads a
+//! request, public so that it can be fuzzed and checked against Go's reading), [`error`] and
+//! [`kind`]. Everything else is
 //! internal.
 
 mod app;
@@ -40,6 +42,7 @@ pub mod regenerate;
 mod sync;
 
 pub use app::{access, cli};
+pub use approve::request as kubelet_csr;
 pub use base::{error, kind};
 
 /// Runs one subcommand until it finishes or is shut down (SIGTERM/SIGINT).

@@ -462,6 +462,8 @@ pub const FLAGS_WITHOUT_ACCESS: &[(&str, &[&str])] = &[
             "node-name",
             "kubelet-client-cert",
             "bootstrap-user",
+            "bootstrap-group",
+            "clock-skew-margin",
             "recheck-interval",
             "metrics-listen",
         ],
