@@ -131,7 +131,7 @@ fn our_code_registers_the_metrics_we_know() {
     expect(
         "cert_syncer_kubelet_csr_decisions_total",
         "counter",
-        &["result"],
+        &["reason", "result"],
     );
     expect(
         "reload_certificate_not_after_timestamp_seconds",
