@@ -4,7 +4,7 @@
 //! `mini-apiserver` with kube clients that connect as cert-syncer does ([`apiserver`]), a real
 //! kube-apiserver with etcd ([`envtest`]), one abstraction over both ([`backend`]), and
 //! `cert-syncer sync` connected to it ([`syncer`]), and `manifests/` read as Kubernetes
-//! objects and command lines ([`manifests`]).
+//! objects and command lines ([`manifests`]), and the README's shell blocks ([`readme`]).
 //!
 //! The most used items are re-exported here.
 
@@ -17,6 +17,7 @@ pub mod metrics;
 pub mod node;
 pub mod process;
 pub mod rbac;
+pub mod readme;
 pub mod syncer;
 pub mod tls;
 pub mod tokens;
