@@ -4,8 +4,8 @@
 //! `mini-apiserver` with kube clients that connect as cert-syncer does ([`apiserver`]), a real
 //! kube-apiserver with etcd ([`envtest`]; bootstrap tokens on it: [`bootstrap_tokens`]), one
 //! abstraction over both ([`backend`]), and `cert-syncer sync` connected to it ([`syncer`]),
-//! `manifests/` read as Kubernetes objects and command lines ([`manifests`]), and Go's reading
-//! of a CSR as kubectl prints it ([`go_csr`]).
+//! `manifests/` read as Kubernetes objects and command lines ([`manifests`]), Go's reading
+//! of a CSR as kubectl prints it ([`go_csr`]), and the README's shell blocks ([`readme`]).
 //!
 //! The most used items are re-exported here.
 
@@ -22,6 +22,7 @@ pub mod node;
 pub mod process;
 pub mod prometheus;
 pub mod rbac;
+pub mod readme;
 pub mod syncer;
 pub mod tls;
 pub mod tokens;

@@ -601,12 +601,9 @@ async fn the_static_pod_sidecars_make_only_requests_their_rbac_allows(backend: B
     let mut regenerate = sidecar(REGENERATE_CONTAINER, &api, tmp.path(), regenerate_token);
     assert_eq!(regenerate.user, regenerate_user);
     // Renew often, so the run shows renewals too. No config.openshift.io objects here: the
-    // hostnames come from flags.
+    // names come from the pod's own flags.
     regenerate.argv.extend(
         [
-            "--service-network-ip=172.30.0.1",
-            "--api-hostname=api.cluster.example.com",
-            "--api-int-hostname=api-int.cluster.example.com",
             "--leader-elect-lease-duration=2s",
             "--leader-elect-renew-deadline=1500ms",
             "--leader-elect-retry-period=200ms",
