@@ -18,7 +18,7 @@
 //! 4. a token for the opt-in CSR approver (`manifests/rbac/csr-approver.yaml`'s account);
 //! 5. the kube-scheduler pod's files as the sleep left them ([`SleptScheduler`]).
 
-use super::tokens::{bound_service_account, token_of};
+use super::tokens::{bound_service_account, token_of, write_container_tokens};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -49,6 +49,8 @@ pub const KCM_SERVER: &str = "kube-controller-manager";
 pub const KCM_SYNC: &str = "kube-controller-manager-cert-syncer";
 /// The pod's regeneration sidecar.
 pub const KCM_RECOVERY: &str = "kube-controller-manager-recovery-controller";
+/// The pod's `restart-on-change` sidecar (restarts [`KCM_SERVER`] on a new client certificate).
+pub const KCM_RESTARTER: &str = "kube-controller-manager-cert-restarter";
 /// The kubelet's bootstrap identity on OpenShift (its bootstrap kubeconfig's token).
 pub const BOOTSTRAPPER: (&str, &str) = ("openshift-machine-config-operator", "node-bootstrapper");
 /// [`BOOTSTRAPPER`] as a username (`approve-kubelet-csr --bootstrap-user`).
@@ -183,7 +185,8 @@ impl KcmPlane {
     /// When any step fails, naming it.
     pub async fn prepare(plane: &ControlPlane, node: &str) -> KcmPlane {
         let root = &plane.root;
-        let pod = bind_to_loopback(rewrite_host_paths(render("static-pod-kcm"), root));
+        let rendered = render("static-pod-kcm");
+        let pod = bind_to_loopback(rewrite_host_paths(rendered.clone(), root));
         let resources = host_path(&pod, "resource-dir");
         let certs = host_path(&pod, "cert-dir");
         let seed_keys = root.join("seed");
@@ -283,17 +286,7 @@ impl KcmPlane {
             &plane.recovery_ca,
             0o644,
         );
-        for (secret, account) in [
-            ("kube-controller-manager-cert-syncer-token", "cert-syncer"),
-            ("cert-recovery-controller-token", "cert-recovery-controller"),
-        ] {
-            let token = token_of(&admin, KCM_NS, account).await;
-            write(
-                &resources.join(format!("secrets/{secret}/token")),
-                &token,
-                0o600,
-            );
-        }
+        write_container_tokens(&admin, &pod, &rendered, &resources).await;
         let approver_token = root.join("etc/kubernetes/kubelet-csr-approver.token");
         write(
             &approver_token,
@@ -459,6 +452,13 @@ impl KcmPlane {
                 std::env::var("RUST_LOG").unwrap_or("info".into()),
             );
         command
+    }
+
+    /// Turns `restart-on-change` off in the controller manager's and the scheduler's pods
+    /// ([`super::pod::without_restarters`]): the baseline of the whole recovery's benchmark.
+    pub fn without_restarters(&mut self) {
+        self.pod = super::pod::without_restarters(self.pod.clone());
+        self.scheduler.pod = super::pod::without_restarters(self.scheduler.pod.clone());
     }
 
     /// The cert dir file `kind/name/key`.

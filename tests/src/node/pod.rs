@@ -136,3 +136,20 @@ pub fn raw_argv(pod: &Pod, name: &str) -> Vec<String> {
         .cloned()
         .collect()
 }
+
+/// The pod without its `restart-on-change` sidecars (containers running `cert-syncer
+/// restart-on-change`) and without the shared PID namespace they need: the servers then take a
+/// new client certificate only at client-go's 5-minute re-read (the benchmark's baseline,
+/// `E2E_NODE_RESTART=off`).
+pub fn without_restarters(mut pod: Pod) -> Pod {
+    if let Some(spec) = pod.spec.as_mut() {
+        spec.containers.retain(|c| {
+            !c.command
+                .iter()
+                .flatten()
+                .any(|arg| arg == "restart-on-change")
+        });
+        spec.share_process_namespace = None;
+    }
+    pod
+}

@@ -1,0 +1,339 @@
+//! The rule of `restart-on-change`, pure: what to do about one container, given what its pairs
+//! hold now, what was decided before, its process, and the brake.
+//!
+//! A server reads its pairs when it starts. So a pair written after the running process
+//! started is one it has not read (whatever the sidecar saw before: this holds across the
+//! sidecar's own restarts), and one written before is one it has. A restart happens only when
+//! the bytes are not those the running process is known to hold nor those of the last
+//! decision, were written after it started, every pair is fit (parses, the key fits, valid
+//! now) and the brake allows it.
+
+use std::time::{Duration, SystemTime};
+
+use super::pair::{Digest, Seen};
+use super::process::{Lookup, Process};
+
+/// How long an unfit content is given to settle before it is held: a writer that is not
+/// atomic (`cp` of the certificate, then of the key), or a read that straddled two writes,
+/// shows a torn pair for a moment.
+pub const SETTLE: Duration = Duration::from_secs(2);
+
+/// How long no single process may be found for a change before the restart is held for it: a
+/// container between two lives (the kubelet restarts it within seconds) needs no restart.
+pub const NO_PROCESS_GRACE: Duration = Duration::from_secs(30);
+
+/// A process's start is known to the clock tick (1/100 s): bytes written within a tick after
+/// the start it shows count as read (no server reads its files in its first milliseconds).
+const START_RESOLUTION: Duration = Duration::from_millis(10);
+
+/// What is known about one container at the moment of deciding.
+#[derive(Debug)]
+pub struct Facts<'a> {
+    pub seen: &'a Seen,
+    /// For how long the pairs have held these bytes (as far as this sidecar saw).
+    pub unchanged_for: Duration,
+    /// The bytes the found process is known to have read (seen written before it started).
+    pub process_has: Option<&'a Digest>,
+    /// The bytes of the last decision (restarted for, held as unfit, or read by the process).
+    pub decided: Option<&'a Digest>,
+    /// The bytes when this sidecar started.
+    pub baseline: &'a Digest,
+    pub process: &'a Lookup,
+    /// `Some(wait)` when the brake withholds a restart now.
+    pub brake: Option<Duration>,
+}
+
+/// Why a restart is withheld (the `reason` label of
+/// `cert_syncer_container_restarts_held_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum HeldReason {
+    InvalidPair,
+    Brake,
+    NoProcess,
+}
+
+impl HeldReason {
+    pub const ALL: [HeldReason; 3] = [
+        HeldReason::InvalidPair,
+        HeldReason::Brake,
+        HeldReason::NoProcess,
+    ];
+
+    /// The metric label.
+    pub fn label(self) -> &'static str {
+        match self {
+            HeldReason::InvalidPair => "invalid_pair",
+            HeldReason::Brake => "brake",
+            HeldReason::NoProcess => "no_process",
+        }
+    }
+
+    /// The Event reason.
+    pub fn event_reason(self) -> &'static str {
+        match self {
+            HeldReason::InvalidPair => "RestartHeldInvalidPair",
+            HeldReason::Brake => "RestartHeldBrake",
+            HeldReason::NoProcess => "RestartHeldNoProcess",
+        }
+    }
+}
+
+/// What to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Nothing, now or later, for these bytes.
+    Nothing,
+    /// The running process started after these bytes were written: it has them.
+    AlreadyRead,
+    /// Look again after this long (a torn pair settling, a container between lives).
+    Wait(Duration),
+    /// SIGTERM to this process: the kubelet starts the container again, which reads the pairs.
+    Restart(Process),
+    /// The restart is withheld; `detail` says why (for the Event and the log).
+    Hold { reason: HeldReason, detail: String },
+}
+
+/// The rule (see the module docs).
+pub fn decide(facts: &Facts<'_>) -> Decision {
+    let seen = facts.seen;
+    if facts.process_has == Some(&seen.digest) || facts.decided == Some(&seen.digest) {
+        return Decision::Nothing;
+    }
+    match facts.process {
+        Lookup::Found(process) if read_by(seen.written, process.started) => Decision::AlreadyRead,
+        Lookup::Found(process) => match (&seen.verdict, facts.brake) {
+            (Err(why), _) => unfit(why, facts.unchanged_for),
+            (Ok(_), Some(wait)) => Decision::Hold {
+                reason: HeldReason::Brake,
+                detail: format!(
+                    "the brake holds it: the last restarts used the budget of its window; the \
+                     next is possible in {}s",
+                    wait.as_secs().max(1)
+                ),
+            },
+            (Ok(_), None) => Decision::Restart(process.clone()),
+        },
+        // Nothing changed since this sidecar started and nothing runs: whatever starts next
+        // reads these bytes.
+        Lookup::Missing | Lookup::Several(_) if &seen.digest == facts.baseline => Decision::Nothing,
+        Lookup::Missing | Lookup::Several(_) => match &seen.verdict {
+            Err(why) => unfit(why, facts.unchanged_for),
+            Ok(_) if facts.unchanged_for < NO_PROCESS_GRACE => {
+                Decision::Wait(NO_PROCESS_GRACE - facts.unchanged_for)
+            }
+            Ok(_) => Decision::Hold {
+                reason: HeldReason::NoProcess,
+                detail: match facts.process {
+                    Lookup::Several(pids) => format!(
+                        "{} processes run its executable (pids {pids:?}): which one is the \
+                         container's cannot be told",
+                        pids.len()
+                    ),
+                    _ => "no process runs its executable here (is shareProcessNamespace: true \
+                          set on the pod, and --container's executable the container's \
+                          command?)"
+                        .to_owned(),
+                },
+            },
+        },
+    }
+}
+
+/// Whether a process that started at `started` read what was written at `written`.
+fn read_by(written: Option<SystemTime>, started: SystemTime) -> bool {
+    written.is_some_and(|written| written <= started + START_RESOLUTION)
+}
+
+fn unfit(why: &str, unchanged_for: Duration) -> Decision {
+    if unchanged_for < SETTLE {
+        return Decision::Wait(SETTLE - unchanged_for);
+    }
+    Decision::Hold {
+        reason: HeldReason::InvalidPair,
+        detail: format!("the new pair is not one to restart into: {why}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::pair::Leaf;
+    use super::super::process::Lookup;
+    use super::*;
+
+    const T0: Duration = Duration::from_secs(1_800_000_000);
+
+    fn at(seconds: u64) -> SystemTime {
+        SystemTime::UNIX_EPOCH + T0 + Duration::from_secs(seconds)
+    }
+
+    fn seen(byte: u8, written: u64, fit: bool) -> Seen {
+        Seen {
+            digest: [byte; 32],
+            written: Some(at(written)),
+            verdict: if fit {
+                Ok(vec![Leaf {
+                    serial: "01".into(),
+                    not_after: 2_000_000_000,
+                }])
+            } else {
+                Err("tls.key does not fit".into())
+            },
+        }
+    }
+
+    fn running(started: u64) -> Lookup {
+        Lookup::Found(Process::for_test(7, at(started)))
+    }
+
+    fn decide_with(seen: &Seen, process: &Lookup, decided: Option<&Digest>) -> Decision {
+        decide(&Facts {
+            seen,
+            unchanged_for: Duration::from_secs(60),
+            process_has: None,
+            decided,
+            baseline: &[0; 32],
+            process,
+            brake: None,
+        })
+    }
+
+    #[test]
+    fn a_fit_pair_written_after_the_process_started_restarts_it_once() {
+        let new = seen(1, 100, true);
+        assert_eq!(
+            decide_with(&new, &running(50), None),
+            Decision::Restart(Process::for_test(7, at(50)))
+        );
+        // Decided: the same bytes again restart nothing (whatever the process).
+        assert_eq!(
+            decide_with(&new, &running(50), Some(&new.digest)),
+            Decision::Nothing
+        );
+    }
+
+    #[test]
+    fn bytes_the_process_holds_restart_nothing_even_after_other_bytes_were_decided() {
+        // It read A at its start; B (unfit) was held; A written back: nothing to do.
+        let a = seen(1, 100, true);
+        let held_b = [2; 32];
+        let decision = decide(&Facts {
+            seen: &a,
+            unchanged_for: Duration::from_secs(60),
+            process_has: Some(&a.digest),
+            decided: Some(&held_b),
+            baseline: &[0; 32],
+            process: &running(50),
+            brake: None,
+        });
+        assert_eq!(decision, Decision::Nothing);
+    }
+
+    #[test]
+    fn a_pair_written_before_the_process_started_was_read_by_it() {
+        // The process restarted by the kubelet after the write, or the sidecar started late.
+        let new = seen(1, 100, true);
+        assert_eq!(
+            decide_with(&new, &running(101), None),
+            Decision::AlreadyRead
+        );
+        // Within the tick the start is known to: read too.
+        let mut within = new.clone();
+        within.written = Some(at(100) + Duration::from_millis(5));
+        assert_eq!(
+            decide_with(&within, &running(100), None),
+            Decision::AlreadyRead
+        );
+        // Even unfit: it runs with it already, nothing to hold.
+        let bad = seen(2, 100, false);
+        assert_eq!(
+            decide_with(&bad, &running(100), None),
+            Decision::AlreadyRead
+        );
+    }
+
+    #[test]
+    fn an_unfit_pair_is_held_once_it_has_settled() {
+        let bad = seen(2, 100, false);
+        let mut facts = Facts {
+            seen: &bad,
+            unchanged_for: Duration::from_millis(500),
+            process_has: None,
+            decided: None,
+            baseline: &[0; 32],
+            process: &running(50),
+            brake: None,
+        };
+        assert_eq!(
+            decide(&facts),
+            Decision::Wait(SETTLE - Duration::from_millis(500))
+        );
+        facts.unchanged_for = SETTLE;
+        assert!(matches!(
+            decide(&facts),
+            Decision::Hold { reason: HeldReason::InvalidPair, detail } if detail.contains("does not fit")
+        ));
+    }
+
+    #[test]
+    fn the_brake_holds_a_restart_it_has_no_budget_for() {
+        let new = seen(1, 100, true);
+        let decision = decide(&Facts {
+            seen: &new,
+            unchanged_for: Duration::ZERO,
+            process_has: None,
+            decided: None,
+            baseline: &[0; 32],
+            process: &running(50),
+            brake: Some(Duration::from_secs(90)),
+        });
+        assert!(matches!(
+            decision,
+            Decision::Hold { reason: HeldReason::Brake, detail } if detail.contains("90s")
+        ));
+    }
+
+    #[test]
+    fn without_one_process_a_change_waits_then_is_held() {
+        let new = seen(1, 100, true);
+        for process in [Lookup::Missing, Lookup::Several(vec![7, 8])] {
+            // Unchanged since the sidecar started: nothing to do, whatever starts reads it.
+            let mut facts = Facts {
+                seen: &new,
+                unchanged_for: Duration::from_secs(5),
+                process_has: None,
+                decided: None,
+                baseline: &new.digest,
+                process: &process,
+                brake: None,
+            };
+            assert_eq!(decide(&facts), Decision::Nothing);
+            let baseline = [9; 32];
+            facts.baseline = &baseline;
+            assert_eq!(
+                decide(&facts),
+                Decision::Wait(NO_PROCESS_GRACE - Duration::from_secs(5))
+            );
+            facts.unchanged_for = NO_PROCESS_GRACE;
+            assert!(matches!(
+                decide(&facts),
+                Decision::Hold {
+                    reason: HeldReason::NoProcess,
+                    ..
+                }
+            ));
+        }
+    }
+
+    #[test]
+    fn an_unreadable_pair_is_never_read_by_the_process() {
+        let mut gone = seen(3, 100, false);
+        gone.written = None;
+        assert!(matches!(
+            decide_with(&gone, &running(1_000), None),
+            Decision::Hold {
+                reason: HeldReason::InvalidPair,
+                ..
+            }
+        ));
+    }
+}

@@ -1,0 +1,322 @@
+//! `cert-syncer restart-on-change`'s rules end to end, with real processes, real files and the
+//! real kube-apiserver's Events (docs/restart-on-change.md; the happy path on a node is
+//! `kubelet_full_recovery.rs`). Two "containers" run on the host: `a` (opted in: `--container`
+//! and `--pair`) and `b` (not opted in), each a real process (`sleep`, with the container's
+//! executable as `argv[0]`) that the test starts again whenever it exits, as the kubelet does.
+//! In one PID namespace (the host's here, the pod's shared one on a node) the sidecar finds `a`
+//! by its executable.
+//!
+//! 1. Started after `a` read its pair: nothing happens, and `/readyz` turns ready (the process
+//!    was seen).
+//! 2. A pair whose key does not fit, then an expired pair, written to `a`'s watched path: no
+//!    restart (the same process runs on), an Event `RestartHeldInvalidPair` each naming the
+//!    problem, `held{reason="invalid_pair"}` 2.
+//! 3. `a`'s original bytes written back: no restart (the process holds them), no Event.
+//! 4. `b`'s pair replaced by a new valid one: `b` is never touched (same process to the end).
+//! 5. A new valid pair for `a`: SIGTERM (its exit status says so), the Event
+//!    `RestartingContainer`, `restarts_total` 1; the "kubelet" starts it again, which reads it.
+//! 6. The brake (2 restarts per 8 s): a second new pair restarts it (2); a third is held (Event
+//!    `RestartHeldBrake`, `held{reason="brake"}` 1, the process runs on), then restarted into
+//!    once the first restart leaves the window (3).
+//!
+//! Real kube-apiserver only (the Events); skips with a printed reason otherwise.
+
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use e2e::envtest::RealApiServer;
+use e2e::{
+    Ca, CertSpec, ChildProcess, bin_path, install_crypto_provider, metric_sum, plain_http_get,
+    require_real_apiserver, wait_until,
+};
+use k8s_openapi::api::core::v1::Event;
+use kube::api::{Api, ListParams};
+use testkit::rename::rename_into_with_mode;
+
+const POD: &str = "restarter-test";
+const RESTARTS: &str = "cert_syncer_container_restarts_total";
+const HELD: &str = "cert_syncer_container_restarts_held_total";
+
+/// A "container": a process the test starts again whenever it exits (the kubelet's part).
+struct Container {
+    executable: String,
+    process: std::process::Child,
+    /// How each earlier life ended.
+    ended: Vec<std::process::ExitStatus>,
+}
+
+impl Container {
+    fn start(executable: &str) -> Container {
+        Container {
+            executable: executable.to_owned(),
+            process: spawn(executable),
+            ended: Vec::new(),
+        }
+    }
+
+    /// Starts it again if it exited; whether it did.
+    fn keep_running(&mut self) -> bool {
+        match self.process.try_wait().expect("try_wait") {
+            None => false,
+            Some(status) => {
+                self.ended.push(status);
+                self.process = spawn(&self.executable);
+                true
+            }
+        }
+    }
+}
+
+impl Drop for Container {
+    fn drop(&mut self) {
+        let _ = self.process.kill();
+        let _ = self.process.wait();
+    }
+}
+
+/// `sleep` with `executable` as its `argv[0]`, as a container's `command` shows in `/proc`.
+fn spawn(executable: &str) -> std::process::Child {
+    let child = Command::new("sleep")
+        .arg0(executable)
+        .arg("3600")
+        .spawn()
+        .expect("sleep runs");
+    // Until it has exec'd, /proc shows the test's command line: let it.
+    std::thread::sleep(Duration::from_millis(100));
+    child
+}
+
+/// Writes `cert` and `key` as `dir/tls.crt` and `dir/tls.key` (renamed into place).
+fn write_pair(dir: &Path, cert: &str, key: &str) {
+    rename_into_with_mode(&dir.join("tls.crt"), cert.as_bytes(), 0o644);
+    rename_into_with_mode(&dir.join("tls.key"), key.as_bytes(), 0o600);
+}
+
+/// The reasons and messages of the Events on the sidecar's pod, oldest first.
+async fn events(client: &kube::Client) -> Vec<(String, String)> {
+    let api: Api<Event> = Api::namespaced(client.clone(), "default");
+    let mut list = api
+        .list(&ListParams::default().fields(&format!("involvedObject.name={POD}")))
+        .await
+        .expect("the Events")
+        .items;
+    list.sort_by_key(|e| e.metadata.creation_timestamp.clone().map(|t| t.0));
+    list.into_iter()
+        .map(|e| (e.reason.unwrap_or_default(), e.message.unwrap_or_default()))
+        .collect()
+}
+
+fn count(events: &[(String, String)], reason: &str) -> usize {
+    events.iter().filter(|(r, _)| r == reason).count()
+}
+
+struct Sidecar {
+    process: ChildProcess,
+}
+
+impl Sidecar {
+    fn metric(&self, name: &str, labels: &[&str]) -> f64 {
+        metric_sum(
+            &plain_http_get(&self.process.addr.to_string(), "/metrics").1,
+            name,
+            labels,
+        )
+    }
+}
+
+/// Keeps both containers running (as the kubelet) while waiting for `done` to hold of `a`
+/// and the Events.
+async fn wait_keeping(
+    (a, b): (&mut Container, &mut Container),
+    client: &kube::Client,
+    what: &str,
+    done: impl Fn(&Container, &[(String, String)]) -> bool,
+) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        a.keep_running();
+        b.keep_running();
+        if done(a, &events(client).await) {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not within 60 s: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restarts_only_the_opted_in_container_only_into_valid_pairs_and_braked() {
+    require_real_apiserver!();
+    install_crypto_provider();
+    let tmp = tempfile::tempdir().unwrap();
+    let api = RealApiServer::start(&tmp.path().join("apiserver"));
+    let client = api.recovery_client();
+    let (dir_a, dir_b): (PathBuf, PathBuf) = (tmp.path().join("a"), tmp.path().join("b"));
+    std::fs::create_dir_all(&dir_a).unwrap();
+    std::fs::create_dir_all(&dir_b).unwrap();
+    let ca = Ca::new("restart-on-change-test");
+    let leaf = |cn: &str| ca.issue(&CertSpec::client(cn));
+    let (first_a, first_b) = (leaf("a"), leaf("b"));
+    write_pair(&dir_a, &first_a.cert_pem, &first_a.key_pem);
+    write_pair(&dir_b, &first_b.cert_pem, &first_b.key_pem);
+    std::thread::sleep(Duration::from_millis(50));
+    let exe = |name: &str| format!("/test/{}/{name}", std::process::id());
+    let (mut a, mut b) = (Container::start(&exe("a")), Container::start(&exe("b")));
+    let b_pid = b.process.id();
+
+    let mut command = Command::new(bin_path("cert-syncer"));
+    command
+        .arg("restart-on-change")
+        .args(["--server", &api.url()])
+        .args(["--tls-server-name-override", "localhost-recovery"])
+        .arg("--ca-file")
+        .arg(api.dir.join("recovery-ca.crt"))
+        .arg("--token-file")
+        .arg(api.dir.join("token"))
+        .args(["--container", &format!("a={}", exe("a"))])
+        .args([
+            "--pair",
+            &format!(
+                "a={},{}",
+                dir_a.join("tls.crt").display(),
+                dir_a.join("tls.key").display()
+            ),
+        ])
+        .args(["--max-restarts", "2", "--restart-window", "8s"])
+        .args([
+            "--recheck-interval",
+            "1s",
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ])
+        .args(["--pod-name", POD, "--pod-namespace", "default"])
+        .env(
+            "RUST_LOG",
+            std::env::var("RUST_LOG").unwrap_or("info".into()),
+        );
+    let sidecar = Sidecar {
+        process: ChildProcess::start(command),
+    };
+    let addr = sidecar.process.addr.to_string();
+
+    // 1. Ready once it saw `a`'s process; `a` read its pair: nothing to do.
+    wait_until(
+        "the sidecar ready (a's process seen)",
+        Duration::from_secs(30),
+        || async { plain_http_get(&addr, "/readyz").0 == 200 },
+    )
+    .await;
+
+    // 2. Unfit pairs at the watched path: held, each once, with why.
+    let (x, y) = (leaf("a"), leaf("a"));
+    write_pair(&dir_a, &x.cert_pem, &y.key_pem);
+    wait_keeping(
+        (&mut a, &mut b),
+        &client,
+        "the mismatched pair held",
+        |_, e| count(e, "RestartHeldInvalidPair") == 1,
+    )
+    .await;
+    let expired = ca.issue(&CertSpec::client("a").expired(2));
+    write_pair(&dir_a, &expired.cert_pem, &expired.key_pem);
+    wait_keeping(
+        (&mut a, &mut b),
+        &client,
+        "the expired pair held",
+        |_, e| count(e, "RestartHeldInvalidPair") == 2,
+    )
+    .await;
+    let seen = events(&client).await;
+    let held: Vec<&String> = seen
+        .iter()
+        .filter(|(r, _)| r == "RestartHeldInvalidPair")
+        .map(|(_, m)| m)
+        .collect();
+    assert!(held[0].contains("does not fit"), "{}", held[0]);
+    assert!(held[1].contains("expired"), "{}", held[1]);
+    assert!(seen.iter().all(|(_, m)| !m.contains("PRIVATE KEY")));
+    assert_eq!(sidecar.metric(HELD, &["reason=\"invalid_pair\""]), 2.0);
+
+    // 3. `a`'s own bytes back: it holds them, nothing to do.
+    write_pair(&dir_a, &first_a.cert_pem, &first_a.key_pem);
+    // 4. `b` is not opted in: its new pair touches nothing.
+    let second_b = leaf("b");
+    write_pair(&dir_b, &second_b.cert_pem, &second_b.key_pem);
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert!(
+        !a.keep_running() && !b.keep_running(),
+        "neither a (its own bytes) nor b (not opted in) restarted"
+    );
+    assert_eq!(
+        events(&client).await.len(),
+        2,
+        "{:?}",
+        events(&client).await
+    );
+    assert_eq!(sidecar.metric(RESTARTS, &[]), 0.0);
+
+    // 5. A new valid pair: SIGTERM, an Event, a metric; started again by the "kubelet".
+    let second_a = leaf("a");
+    write_pair(&dir_a, &second_a.cert_pem, &second_a.key_pem);
+    wait_keeping((&mut a, &mut b), &client, "a restarted", |_, e| {
+        count(e, "RestartingContainer") == 1
+    })
+    .await;
+    wait_keeping((&mut a, &mut b), &client, "a's first life over", |a, _| {
+        !a.ended.is_empty()
+    })
+    .await;
+    assert_eq!(a.ended[0].signal(), Some(libc::SIGTERM), "{:?}", a.ended);
+    assert_eq!(sidecar.metric(RESTARTS, &["container=\"a\""]), 1.0);
+    let message = events(&client)
+        .await
+        .into_iter()
+        .find(|(r, _)| r == "RestartingContainer");
+    assert!(
+        message
+            .as_ref()
+            .is_some_and(|(_, m)| m.contains("SIGTERM to container a")),
+        "{message:?}"
+    );
+
+    // 6. The brake: a second restart within the window, a third held, then done once the
+    // first leaves it.
+    std::thread::sleep(Duration::from_millis(50));
+    let third_a = leaf("a");
+    write_pair(&dir_a, &third_a.cert_pem, &third_a.key_pem);
+    wait_keeping((&mut a, &mut b), &client, "a restarted twice", |a, _| {
+        a.ended.len() == 2
+    })
+    .await;
+    std::thread::sleep(Duration::from_millis(50));
+    let fourth_a = leaf("a");
+    write_pair(&dir_a, &fourth_a.cert_pem, &fourth_a.key_pem);
+    wait_keeping(
+        (&mut a, &mut b),
+        &client,
+        "the third restart held",
+        |_, e| count(e, "RestartHeldBrake") == 1,
+    )
+    .await;
+    assert_eq!(a.ended.len(), 2, "held: the process runs on");
+    assert_eq!(sidecar.metric(HELD, &["reason=\"brake\""]), 1.0);
+    wait_keeping(
+        (&mut a, &mut b),
+        &client,
+        "the held restart done",
+        |a, _| a.ended.len() == 3,
+    )
+    .await;
+    assert!(a.ended.iter().all(|s| s.signal() == Some(libc::SIGTERM)));
+    assert_eq!(sidecar.metric(RESTARTS, &["container=\"a\""]), 3.0);
+    assert_eq!(count(&events(&client).await, "RestartingContainer"), 3);
+    assert!(
+        b.ended.is_empty() && b.process.id() == b_pid,
+        "b never touched"
+    );
+}
