@@ -12,8 +12,10 @@
 //! Milestones from the kubelet's start, each asserted and printed (`NAMES`): kube-apiserver
 //! container running; it answers `localhost-recovery`; it recovered (a client trusting only
 //! node mode's host bundle verifies `https://localhost:6443`); the kubelet's CSR, created by the
-//! bootstrap identity, approved by the opt-in approver (`cert-syncer approve-kubelet-csr`, a
-//! host process here; watched alongside the others); the controller manager's `csr-signer`
+//! bootstrap identity, approved by the approver (`cert-syncer approve-kubelet-csr`, the
+//! kube-controller-manager pod's container `kube-controller-manager-csr-approver`, reading the
+//! kubelet's certificate directory through a hostPath; watched alongside the others); the
+//! controller manager's `csr-signer`
 //! regenerated and published, its client certificate re-issued and copied, both synced into
 //! its cert dir; the scheduler's client certificate re-issued, copied and synced;
 //! kube-controller-manager and kube-scheduler authenticate with the new certificates (each
@@ -42,14 +44,14 @@ use std::time::{Duration, Instant};
 use e2e::install_crypto_provider;
 use e2e::node::cluster::ControlPlane;
 use e2e::node::kcm_plane::{
-    BOOTSTRAP_USER, KCM_NS, KCM_POD, KCM_RECOVERY, KCM_RESTARTER, KCM_SERVER, KCM_SYNC, KcmPlane,
+    BOOTSTRAP_USER, KCM_APPROVER, KCM_NS, KCM_POD, KCM_RECOVERY, KCM_RESTARTER, KCM_SERVER,
+    KCM_SYNC, KcmPlane,
 };
 use e2e::node::scenario::{WakeOptions, Woken, first_der, not_after, now};
 use e2e::node::scheduler::{
     NAMESPACE as SCHEDULER_NS, POD as SCHEDULER_POD, RESTARTER as SCHEDULER_RESTARTER, SCHEDULER,
 };
 use e2e::node::{KubeletOptions, Node, images, kubelet::node_name};
-use e2e::process::ChildProcess;
 use e2e::tls::p50_p99;
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -88,8 +90,6 @@ const NAMES: [&str; 16] = [
 struct Run {
     woken: Woken,
     kcm: KcmPlane,
-    /// The approver (a host process, killed on drop).
-    approver: Option<ChildProcess>,
 }
 
 /// `E2E_NODE_RESTART`: `off` runs the pods without their `restart-on-change` sidecars (the
@@ -108,7 +108,7 @@ impl Run {
         panic!(
             "not reached: {what} (within {WITHIN:?} of the kubelet's start)\nkubelet:\n{}\n\
              kube-controller-manager:\n{}\nkcm sync:\n{}\nkcm recovery:\n{}\nkcm restarter:\n{}\n\
-             scheduler restarter:\n{}\nkube-apiserver:\n{}\nkas regenerate:\n{}",
+             scheduler restarter:\n{}\nkube-apiserver:\n{}\nkas regenerate:\n{}\napprover:\n{}",
             node.kubelet_log_tail(),
             node.container_log(KCM_POD, KCM_SERVER),
             node.container_log(KCM_POD, KCM_SYNC),
@@ -120,6 +120,7 @@ impl Run {
                 "kube-apiserver",
                 "kube-apiserver-cert-regeneration-controller"
             ),
+            node.container_log(KCM_POD, KCM_APPROVER),
         )
     }
 
@@ -307,21 +308,11 @@ async fn recover_once(restart: bool) -> Vec<Option<Duration>> {
     let started = tokio::task::block_in_place(|| node.start_kubelet(&kubelet).started);
     let started_wall = now();
     let woken = Woken::assemble(node, plane, started, WakeOptions::default(), tmp);
-    let mut run = Run {
-        woken,
-        kcm,
-        approver: None,
-    };
+    let mut run = Run { woken, kcm };
     let mut times = Vec::new();
 
     times.push(Some(run.woken.apiserver_running().await));
     times.push(Some(run.woken.recovery_answers().await));
-    // The approver runs from the moment the API answers (opt-in: started by the operator, here
-    // the test).
-    let approver = run.kcm.approver_command(&run.woken.node.name);
-    run.approver = Some(tokio::task::block_in_place(|| {
-        ChildProcess::start(approver)
-    }));
     // The kubelet's CSR, created with the bootstrap token, is approved by ours as soon as the
     // kube-apiserver answers (signed only later, by the recovered csr-signer): watched alongside
     // the other milestones, which are observed one after the other.

@@ -15,7 +15,9 @@
 //!    old `csr-signer`, expired (in `--cert-dir`, `kubelet-client-current.pem`, and a kubeconfig
 //!    naming it, as the kubelet writes them), and a bootstrap kubeconfig with the long-lived
 //!    token of OpenShift's `openshift-machine-config-operator/node-bootstrapper`;
-//! 4. a token for the opt-in CSR approver (`manifests/rbac/csr-approver.yaml`'s account);
+//! 4. the tokens of the pod's containers that have a kubeconfig (the sidecars, and the kubelet
+//!    CSR approver, [`KCM_APPROVER`], as `manifests/rbac/csr-approver.yaml`'s account), and the
+//!    approver's token as a host file too ([`KcmPlane::approver_command`]);
 //! 5. the kube-scheduler pod's files as the sleep left them ([`SleptScheduler`]).
 
 use super::tokens::{bound_service_account, token_of, write_container_tokens};
@@ -31,7 +33,7 @@ use testkit::pki::{Ca, CertSpec};
 use super::cluster::ControlPlane;
 use super::ks_plane::SleptScheduler;
 use super::kubeconfig::kubeconfig;
-use super::pod::{host_path, raw_argv, rewrite_host_paths};
+use super::pod::{host_path, mount_at_host_path, raw_argv, rewrite_host_paths};
 use super::profile_objects::{KS, URL};
 use super::seed::SeedApiServer;
 use crate::manifests;
@@ -51,6 +53,8 @@ pub const KCM_SYNC: &str = "kube-controller-manager-cert-syncer";
 pub const KCM_RECOVERY: &str = "kube-controller-manager-recovery-controller";
 /// The pod's `restart-on-change` sidecar (restarts [`KCM_SERVER`] on a new client certificate).
 pub const KCM_RESTARTER: &str = "kube-controller-manager-cert-restarter";
+/// The pod's kubelet CSR approver (`approve-kubelet-csr`).
+pub const KCM_APPROVER: &str = "kube-controller-manager-csr-approver";
 /// The kubelet's bootstrap identity on OpenShift (its bootstrap kubeconfig's token).
 pub const BOOTSTRAPPER: (&str, &str) = ("openshift-machine-config-operator", "node-bootstrapper");
 /// [`BOOTSTRAPPER`] as a username (`approve-kubelet-csr --bootstrap-user`).
@@ -186,7 +190,10 @@ impl KcmPlane {
     pub async fn prepare(plane: &ControlPlane, node: &str) -> KcmPlane {
         let root = &plane.root;
         let rendered = render("static-pod-kcm");
-        let pod = bind_to_loopback(rewrite_host_paths(rendered.clone(), root));
+        let pod = mount_at_host_path(
+            bind_to_loopback(rewrite_host_paths(rendered.clone(), root)),
+            "kubelet-pki",
+        );
         let resources = host_path(&pod, "resource-dir");
         let certs = host_path(&pod, "cert-dir");
         let seed_keys = root.join("seed");
@@ -347,7 +354,7 @@ impl KcmPlane {
                     not_after - time::Duration::hours(1),
                 ),
         );
-        let kubelet_cert_dir = root.join("var/lib/kubelet/pki");
+        let kubelet_cert_dir = host_path(&pod, "kubelet-pki");
         std::fs::create_dir_all(&kubelet_cert_dir).unwrap();
         let pair = kubelet_cert_dir.join("kubelet-client-2015-01-01-00-00-00.pem");
         write(
@@ -425,8 +432,9 @@ impl KcmPlane {
         self.kubelet_cert_dir.join("kubelet-client-current.pem")
     }
 
-    /// `cert-syncer approve-kubelet-csr` for `node` as a host process, connected like the
-    /// sidecars (`localhost-recovery`, the recovery CA) with its own account's token, accepting
+    /// `cert-syncer approve-kubelet-csr` for `node` as a host process (the pod runs the same
+    /// approver as its container [`KCM_APPROVER`]; this is for a test that runs it outside a
+    /// pod), connected like the sidecars (`localhost-recovery`, the recovery CA) with its own account's token, accepting
     /// the node-bootstrapper as the bootstrap identity.
     pub fn approver_command(&self, node: &str) -> Command {
         let mut command = Command::new(bin_path("cert-syncer"));

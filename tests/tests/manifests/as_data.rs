@@ -1072,6 +1072,91 @@ fn the_csr_approver_cluster_role_grants_exactly_what_the_subcommand_needs() {
 }
 
 #[test]
+fn the_csr_approver_runs_in_the_kcm_pod_on_its_node_s_kubelet_certificate() {
+    // Next to the CSR signer it feeds (the enhancement's step 14, then 15), as the sidecars
+    // run: its own account (the ClusterRole checked above), this node's name from the
+    // downward API, the kubelet's certificate directory read-only at the node's own path (the
+    // kubelet's `kubelet-client-current.pem` is an absolute symlink there).
+    let pod = KCM.load();
+    let name = "kube-controller-manager-csr-approver";
+    let c = container(&pod, name);
+    let argv = argv(&pod, c);
+    let env = manifests::environment(&pod, c);
+    let cli = manifests::parse_cert_syncer(&argv, &env)
+        .unwrap_or_else(|err| panic!("{name}: cert-syncer refuses its flags {argv:?}:\n{err}"));
+    let Command::ApproveKubeletCsr(args) = &cli.command else {
+        panic!("{name} must run `approve-kubelet-csr`")
+    };
+    let node_name = c
+        .env
+        .iter()
+        .flatten()
+        .find(|v| v.name == "NODE_NAME")
+        .and_then(|v| v.value_from.as_ref()?.field_ref.as_ref())
+        .map(|f| f.field_path.as_str());
+    assert_eq!(node_name, Some("spec.nodeName"));
+    assert_eq!(
+        args.bootstrap_user,
+        ["system:serviceaccount:openshift-machine-config-operator:node-bootstrapper"]
+    );
+    let cert = args.kubelet_client_cert.display().to_string();
+    let (host, _) = node_file(&pod, c, &cert).expect("the kubelet's certificate on a hostPath");
+    assert_eq!(host, cert, "mounted at the node's own path");
+    let mount = c
+        .volume_mounts
+        .iter()
+        .flatten()
+        .find(|m| cert.starts_with(&format!("{}/", m.mount_path)))
+        .expect("a mount");
+    assert_eq!(
+        mount.read_only,
+        Some(true),
+        "the kubelet's keys are only read"
+    );
+    // Its token is the approver's account's, whose ClusterRole is checked above.
+    let (_, kubeconfig) = sidecar_kubeconfig(&pod, name);
+    let token_file = kubeconfig.auth_infos[0]
+        .auth_info
+        .as_ref()
+        .and_then(|a| a.token_file.clone())
+        .expect("a token file");
+    assert_eq!(
+        manifests::service_account_of_token_file(&token_file),
+        (
+            "openshift-kube-apiserver".to_owned(),
+            "kubelet-csr-approver".to_owned()
+        )
+    );
+    let security = c.security_context.as_ref().expect("securityContext");
+    assert_eq!(security.read_only_root_filesystem, Some(true));
+    assert_eq!(
+        security.capabilities.as_ref().and_then(|c| c.drop.clone()),
+        Some(vec!["ALL".to_owned()])
+    );
+    let listen = flag(&argv, "metrics-listen").expect("--metrics-listen");
+    assert!(listen.starts_with("127.0.0.1:"), "{listen}");
+    for probe in [&c.readiness_probe, &c.liveness_probe] {
+        let get = probe
+            .as_ref()
+            .and_then(|p| p.http_get.as_ref())
+            .expect("a probe");
+        assert_eq!(
+            format!(
+                "{}:{}",
+                get.host.as_deref().unwrap_or_default(),
+                match &get.port {
+                    k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(p) =>
+                        p.to_string(),
+                    k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String(p) =>
+                        p.clone(),
+                }
+            ),
+            listen
+        );
+    }
+}
+
+#[test]
 fn no_regenerate_token_can_list_or_watch_a_namespace_s_secrets() {
     // The regeneration controllers read their declared objects by name (a token that lists a namespace's Secrets reads etcd's client keys too): the
     // namespaces they write hold other components' keys (etcd's client keys among them).
