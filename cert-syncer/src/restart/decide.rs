@@ -39,6 +39,9 @@ pub struct Facts<'a> {
     /// The bytes when this sidecar started.
     pub baseline: &'a Digest,
     pub process: &'a Lookup,
+    /// Whether a single process of the container has been found since this sidecar started
+    /// (its PID namespace is shared and the executable right).
+    pub process_seen_before: bool,
     /// `Some(wait)` when the brake withholds a restart now.
     pub brake: Option<Duration>,
 }
@@ -113,9 +116,11 @@ pub fn decide(facts: &Facts<'_>) -> Decision {
             },
             (Ok(_), None) => Decision::Restart(process.clone()),
         },
-        // Nothing changed since this sidecar started and nothing runs: whatever starts next
-        // reads these bytes.
+        // Nothing changed since this sidecar started and nothing runs, or the container is
+        // between two lives (its process was seen before): whatever starts next reads these
+        // bytes.
         Lookup::Missing | Lookup::Several(_) if &seen.digest == facts.baseline => Decision::Nothing,
+        Lookup::Missing if facts.process_seen_before => Decision::Nothing,
         Lookup::Missing | Lookup::Several(_) => match &seen.verdict {
             Err(why) => unfit(why, facts.unchanged_for),
             Ok(_) if facts.unchanged_for < NO_PROCESS_GRACE => {
@@ -193,6 +198,7 @@ mod tests {
             decided,
             baseline: &[0; 32],
             process,
+            process_seen_before: true,
             brake: None,
         })
     }
@@ -223,6 +229,7 @@ mod tests {
             decided: Some(&held_b),
             baseline: &[0; 32],
             process: &running(50),
+            process_seen_before: true,
             brake: None,
         });
         assert_eq!(decision, Decision::Nothing);
@@ -261,6 +268,7 @@ mod tests {
             decided: None,
             baseline: &[0; 32],
             process: &running(50),
+            process_seen_before: true,
             brake: None,
         };
         assert_eq!(
@@ -284,6 +292,7 @@ mod tests {
             decided: None,
             baseline: &[0; 32],
             process: &running(50),
+            process_seen_before: true,
             brake: Some(Duration::from_secs(90)),
         });
         assert!(matches!(
@@ -293,7 +302,24 @@ mod tests {
     }
 
     #[test]
-    fn without_one_process_a_change_waits_then_is_held() {
+    fn a_container_between_two_lives_needs_no_restart() {
+        // Its process was seen before: the kubelet starts it again, and it reads the new pair.
+        let new = seen(1, 100, true);
+        let decision = decide(&Facts {
+            seen: &new,
+            unchanged_for: NO_PROCESS_GRACE * 2,
+            process_has: None,
+            decided: None,
+            baseline: &[0; 32],
+            process: &Lookup::Missing,
+            process_seen_before: true,
+            brake: None,
+        });
+        assert_eq!(decision, Decision::Nothing);
+    }
+
+    #[test]
+    fn without_one_process_ever_seen_a_change_waits_then_is_held() {
         let new = seen(1, 100, true);
         for process in [Lookup::Missing, Lookup::Several(vec![7, 8])] {
             // Unchanged since the sidecar started: nothing to do, whatever starts reads it.
@@ -304,6 +330,7 @@ mod tests {
                 decided: None,
                 baseline: &new.digest,
                 process: &process,
+                process_seen_before: false,
                 brake: None,
             };
             assert_eq!(decide(&facts), Decision::Nothing);

@@ -214,6 +214,8 @@ struct Container {
     decided: Option<Digest>,
     /// The process last found and the bytes it is known to have read.
     process_has: Option<(process::Process, Digest)>,
+    /// Whether a single process has been found since this sidecar started.
+    process_seen: bool,
     /// The bytes last seen, and since when.
     current: (Digest, Instant),
     /// The last withheld restart reported (once per bytes and reason).
@@ -231,6 +233,7 @@ impl Container {
             baseline: seen.digest,
             decided: None,
             process_has: None,
+            process_seen: false,
             current: (seen.digest, Instant::now()),
             reported: None,
             target,
@@ -245,7 +248,8 @@ impl Container {
         if seen.digest != self.current.0 {
             self.current = (seen.digest, Instant::now());
         }
-        if matches!(process, Lookup::Found(_)) {
+        if matches!(process, Lookup::Found(_)) && !self.process_seen {
+            self.process_seen = true;
             job.readiness.clear(&readiness_key(&self.target));
         }
         let brake = self.brake.holds();
@@ -260,6 +264,7 @@ impl Container {
             decided: self.decided.as_ref(),
             baseline: &self.baseline,
             process: &process,
+            process_seen_before: self.process_seen,
             brake,
         });
         match decision {

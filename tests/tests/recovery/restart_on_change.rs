@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use e2e::envtest::RealApiServer;
 use e2e::{
-    Ca, CertSpec, ChildProcess, bin_path, install_crypto_provider, metric_sum, plain_http_get,
+    Ca, CertSpec, ChildProcess, install_crypto_provider, metric_sum, plain_http_get,
     require_real_apiserver, wait_until,
 };
 use k8s_openapi::api::core::v1::Event;
@@ -169,15 +169,8 @@ async fn restarts_only_the_opted_in_container_only_into_valid_pairs_and_braked()
     let (mut a, mut b) = (Container::start(&exe("a")), Container::start(&exe("b")));
     let b_pid = b.process.id();
 
-    let mut command = Command::new(bin_path("cert-syncer"));
+    let mut command = e2e::syncer::recovery_command("restart-on-change", &api);
     command
-        .arg("restart-on-change")
-        .args(["--server", &api.url()])
-        .args(["--tls-server-name-override", "localhost-recovery"])
-        .arg("--ca-file")
-        .arg(api.dir.join("recovery-ca.crt"))
-        .arg("--token-file")
-        .arg(api.dir.join("token"))
         .args(["--container", &format!("a={}", exe("a"))])
         .args([
             "--pair",
@@ -194,11 +187,7 @@ async fn restarts_only_the_opted_in_container_only_into_valid_pairs_and_braked()
             "--metrics-listen",
             "127.0.0.1:0",
         ])
-        .args(["--pod-name", POD, "--pod-namespace", "default"])
-        .env(
-            "RUST_LOG",
-            std::env::var("RUST_LOG").unwrap_or("info".into()),
-        );
+        .args(["--pod-name", POD, "--pod-namespace", "default"]);
     let sidecar = Sidecar {
         process: ChildProcess::start(command),
     };
