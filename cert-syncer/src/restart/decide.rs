@@ -99,11 +99,20 @@ pub enum Decision {
 /// The rule (see the module docs).
 pub fn decide(facts: &Facts<'_>) -> Decision {
     let seen = facts.seen;
-    if facts.process_has == Some(&seen.digest) || facts.decided == Some(&seen.digest) {
+    if facts.process_has == Some(&seen.digest) {
+        return Decision::Nothing;
+    }
+    // What the running process holds is learnt once per process, decided bytes or not (a
+    // process the kubelet started after the last restart holds what that restart was for).
+    if let Lookup::Found(process) = facts.process
+        && read_by(seen.written, process.started)
+    {
+        return Decision::AlreadyRead;
+    }
+    if facts.decided == Some(&seen.digest) {
         return Decision::Nothing;
     }
     match facts.process {
-        Lookup::Found(process) if read_by(seen.written, process.started) => Decision::AlreadyRead,
         Lookup::Found(process) => match (&seen.verdict, facts.brake) {
             (Err(why), _) => unfit(why, facts.unchanged_for),
             (Ok(_), Some(wait)) => Decision::Hold {
@@ -210,10 +219,15 @@ mod tests {
             decide_with(&new, &running(50), None),
             Decision::Restart(Process::for_test(7, at(50)))
         );
-        // Decided: the same bytes again restart nothing (whatever the process).
+        // Decided: the same bytes again restart nothing (the process shutting down)...
         assert_eq!(
             decide_with(&new, &running(50), Some(&new.digest)),
             Decision::Nothing
+        );
+        // ... and the process the kubelet starts next is learnt to hold them.
+        assert_eq!(
+            decide_with(&new, &running(120), Some(&new.digest)),
+            Decision::AlreadyRead
         );
     }
 
