@@ -21,7 +21,7 @@ pub struct RestartOnChangeArgs {
     pub connection: ConnectionArgs,
     /// A container of this pod to restart, and the executable its process runs: NAME=EXECUTABLE,
     /// NAME its name in the pod (for Events and metrics), EXECUTABLE the absolute path of its
-    /// `command` (the process's argv[0]). Repeatable. The pod needs `shareProcessNamespace: true`
+    /// `command` (the process's `argv[0]`). Repeatable. The pod needs `shareProcessNamespace: true`
     /// and this sidecar the container's user. kube-apiserver is refused: it reloads its files.
     #[arg(long = "container", value_name = "NAME=EXECUTABLE", required = true)]
     pub containers: Vec<String>,
