@@ -18,9 +18,12 @@ use super::process::{Lookup, Process};
 /// shows a torn pair for a moment.
 pub const SETTLE: Duration = Duration::from_secs(2);
 
-/// How long no single process may be found for a change before the restart is held for it: a
-/// container between two lives (the kubelet restarts it within seconds) needs no restart.
-pub const NO_PROCESS_GRACE: Duration = Duration::from_secs(30);
+/// How long no process, never seen since this sidecar started, may be found for a change
+/// before the restart is held for it: a container in the kubelet's crash-loop back-off (at most
+/// 5 minutes between two lives; a server whose pair was missing exits at once) reads the new pair
+/// when it starts and needs no restart, so only a process this sidecar cannot see (no shared
+/// PID namespace, another executable) outlasts it.
+pub const NO_PROCESS_GRACE: Duration = Duration::from_secs(300);
 
 /// A process's start is known to the clock tick (1/100 s): bytes written within a tick after
 /// the start it shows count as read (no server reads its files in its first milliseconds).
