@@ -248,7 +248,8 @@ impl Node {
         }
         let ran_for = kubelet.started.elapsed();
         eprintln!(
-            "node {}: the kubelet exited after {} ms; started again, as systemd's              Restart=always does:\n{}",
+            "node {}: the kubelet exited after {} ms; started again, as systemd's \
+             Restart=always does:\n{}",
             self.name,
             ran_for.as_millis(),
             self.kubelet_log_tail()
