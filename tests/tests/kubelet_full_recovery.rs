@@ -313,9 +313,10 @@ async fn recover_once(restart: bool) -> Vec<Option<Duration>> {
 
     times.push(Some(run.woken.apiserver_running().await));
     times.push(Some(run.woken.recovery_answers().await));
-    // The kubelet's CSR, created with the bootstrap token, is approved by ours as soon as the
-    // kube-apiserver answers (signed only later, by the recovered csr-signer): watched alongside
-    // the other milestones, which are observed one after the other.
+    // From now on every milestone is watched concurrently (every 50-100 ms), so that each time
+    // is when it first held, whatever the order. The kubelet's CSR, created with the bootstrap
+    // token, is approved by ours once the kube-apiserver answers (signed only later, by the
+    // recovered csr-signer).
     let csrs: Api<CertificateSigningRequest> = Api::all(run.woken.plane.admin());
     let approval = {
         let (csrs, started) = (csrs.clone(), run.woken.started);
@@ -334,24 +335,11 @@ async fn recover_once(restart: bool) -> Vec<Option<Duration>> {
             None
         })
     };
-    times.push(Some(run.woken.verified().await.0));
     let admin = run.woken.plane.admin();
-    let approved_at = approval
-        .await
-        .expect("the CSR watch")
-        .unwrap_or_else(|| run.fail(NAMES[3]));
-    eprintln!(
-        "milestone +{:>6} ms: {} (watched alongside)",
-        approved_at.as_millis(),
-        NAMES[3]
-    );
-    times.push(Some(approved_at));
     let node_cn = format!("system:node:{}", run.woken.node.name);
     let node_name = run.woken.node.name.clone();
 
-    // The rest, each watched from now on concurrently (every 100 ms), so that each time is when
-    // it first held, whatever the order. The scheduler's pod is created as soon as the API
-    // admits it (its `default` service account is made by kube-controller-manager once it
+    // The scheduler's pod is created as soon as the API admits it (its `default` service account is made by kube-controller-manager once it
     // authenticates), and bound once the scheduler authenticates and the node is schedulable.
     let workloads: Api<Pod> = Api::namespaced(admin.clone(), "default");
     let started = run.woken.started;
@@ -464,6 +452,7 @@ async fn recover_once(restart: bool) -> Vec<Option<Duration>> {
         })
     };
     let watchers = vec![
+        Some(approval),
         Some(valid_secret("csr-signer")),
         Some(valid_secret("kube-controller-manager-client-cert-key")),
         Some(valid_files(vec![
@@ -481,7 +470,8 @@ async fn recover_once(restart: bool) -> Vec<Option<Duration>> {
         Some(ready),
         Some(bound),
     ];
-    times.extend(run.collect(&NAMES[4..], watchers).await);
+    times.push(Some(run.woken.verified().await.0));
+    times.extend(run.collect(&NAMES[3..], watchers).await);
 
     // The issued certificate: this node's, signed by the recovered csr-signer (not the slept
     // one), and the one the kubelet now has on its disk.
