@@ -413,6 +413,8 @@ pub const FLAGS_THAT_CHANGE_ACCESS: &[(&str, &[&str])] = &[
     // Its access is fixed: the node name and users change which CSRs it approves, not which
     // requests it makes.
     ("approve-kubelet-csr", &[]),
+    // Events on its pod, when the pod is known.
+    ("restart-on-change", &["pod-name", "pod-namespace"]),
 ];
 
 /// See [`FLAGS_THAT_CHANGE_ACCESS`]: output, timing and mode flags.
@@ -474,6 +476,18 @@ pub const FLAGS_WITHOUT_ACCESS: &[(&str, &[&str])] = &[
             "node-name",
             "kubelet-client-cert",
             "bootstrap-user",
+            "recheck-interval",
+            "metrics-listen",
+        ],
+    ),
+    // What it restarts and when is found on the node, never through the API.
+    (
+        "restart-on-change",
+        &[
+            "container",
+            "pair",
+            "max-restarts",
+            "restart-window",
             "recheck-interval",
             "metrics-listen",
         ],
