@@ -489,6 +489,7 @@ pub const FLAGS_WITHOUT_ACCESS: &[(&str, &[&str])] = &[
             "max-restarts",
             "restart-window",
             "recheck-interval",
+            "reload-period",
             "metrics-listen",
         ],
     ),

@@ -7,6 +7,12 @@
 //! the bytes are not those the running process is known to hold nor those of the last
 //! decision, were written after it started, every pair is fit (parses, the key fits, valid
 //! now) and the brake allows it.
+//!
+//! A server that also re-reads its pairs on a timer (`--reload-period`: client-go's 5 minutes
+//! for kube-controller-manager and kube-scheduler) takes new bytes itself within that period.
+//! It is restarted only when what it runs with is unusable before then (expired or unfit, as
+//! after a sleep, or unknown to this sidecar); a healthy one is left to its re-read, because a
+//! restart costs a leader-elected server its Lease (the next process waits for it to expire).
 
 use std::time::{Duration, SystemTime};
 
@@ -24,6 +30,9 @@ pub const SETTLE: Duration = Duration::from_secs(2);
 /// when it starts and needs no restart, so only a process this sidecar cannot see (no shared
 /// PID namespace, another executable) outlasts it.
 pub const NO_PROCESS_GRACE: Duration = Duration::from_secs(300);
+
+/// Added to `--reload-period`: a server's re-read is due within the period, plus this.
+pub const RELOAD_MARGIN: Duration = Duration::from_secs(60);
 
 /// A process's start is known to the clock tick (1/100 s): bytes written within a tick after
 /// the start it shows count as read (no server reads its files in its first milliseconds).
@@ -47,6 +56,11 @@ pub struct Facts<'a> {
     pub process_seen_before: bool,
     /// `Some(wait)` when the brake withholds a restart now.
     pub brake: Option<Duration>,
+    /// Until when what the found process is known to hold stays usable (`None`: unknown, or
+    /// unusable now).
+    pub held_usable_until: Option<SystemTime>,
+    /// The server's own re-read period and the time now, when it re-reads (`--reload-period`).
+    pub reload: Option<(Duration, SystemTime)>,
 }
 
 /// Why a restart is withheld (the `reason` label of
@@ -93,6 +107,9 @@ pub enum Decision {
     AlreadyRead,
     /// Look again after this long (a torn pair settling, a container between lives).
     Wait(Duration),
+    /// Left to the server's own re-read, due within this long (what it holds stays usable
+    /// until after that); looked at again then.
+    LeftToServer(Duration),
     /// SIGTERM to this process: the kubelet starts the container again, which reads the pairs.
     Restart(Process),
     /// The restart is withheld; `detail` says why (for the Event and the log).
@@ -112,13 +129,28 @@ pub fn decide(facts: &Facts<'_>) -> Decision {
     {
         return Decision::AlreadyRead;
     }
+    // A server that re-reads its pairs has read bytes written a re-read period ago.
+    let reread_by = reread_deadline(seen.written, facts.reload);
+    if let (Lookup::Found(_), Some(due), Some((_, now))) = (facts.process, reread_by, facts.reload)
+        && now >= due
+    {
+        return Decision::AlreadyRead;
+    }
     if facts.decided == Some(&seen.digest) {
         return Decision::Nothing;
     }
+    // What it holds stays usable past its re-read: no restart needed.
+    let left_to_server = match (reread_by, facts.held_usable_until, facts.reload) {
+        (Some(due), Some(usable), Some((_, now))) if usable > due => {
+            Some(due.duration_since(now).unwrap_or_default())
+        }
+        _ => None,
+    };
     match facts.process {
-        Lookup::Found(process) => match (&seen.verdict, facts.brake) {
-            (Err(why), _) => unfit(why, facts.unchanged_for),
-            (Ok(_), Some(wait)) => Decision::Hold {
+        Lookup::Found(process) => match (&seen.verdict, left_to_server, facts.brake) {
+            (Err(why), _, _) => unfit(why, facts.unchanged_for),
+            (Ok(_), Some(due), _) => Decision::LeftToServer(due),
+            (Ok(_), None, Some(wait)) => Decision::Hold {
                 reason: HeldReason::Brake,
                 detail: format!(
                     "the brake holds it: the last restarts used the budget of its window; the \
@@ -126,7 +158,7 @@ pub fn decide(facts: &Facts<'_>) -> Decision {
                     wait.as_secs().max(1)
                 ),
             },
-            (Ok(_), None) => Decision::Restart(process.clone()),
+            (Ok(_), None, None) => Decision::Restart(process.clone()),
         },
         // Nothing changed since this sidecar started and nothing runs, or the container is
         // between two lives (its process was seen before): whatever starts next reads these
@@ -154,6 +186,15 @@ pub fn decide(facts: &Facts<'_>) -> Decision {
             },
         },
     }
+}
+
+/// When a server that re-reads every `reload.0` has read what was written at `written`.
+fn reread_deadline(
+    written: Option<SystemTime>,
+    reload: Option<(Duration, SystemTime)>,
+) -> Option<SystemTime> {
+    let (period, _) = reload?;
+    Some(written? + period + RELOAD_MARGIN)
 }
 
 /// Whether a process that started at `started` read what was written at `written`.
@@ -198,6 +239,8 @@ mod tests {
         }
     }
 
+    static RUNNING_50: std::sync::LazyLock<Lookup> = std::sync::LazyLock::new(|| running(50));
+
     fn running(started: u64) -> Lookup {
         Lookup::Found(Process::for_test(7, at(started)))
     }
@@ -211,6 +254,8 @@ mod tests {
             baseline: &[0; 32],
             process,
             process_seen_before: true,
+            held_usable_until: None,
+            reload: None,
             brake: None,
         })
     }
@@ -247,6 +292,8 @@ mod tests {
             baseline: &[0; 32],
             process: &running(50),
             process_seen_before: true,
+            held_usable_until: None,
+            reload: None,
             brake: None,
         });
         assert_eq!(decision, Decision::Nothing);
@@ -286,6 +333,8 @@ mod tests {
             baseline: &[0; 32],
             process: &running(50),
             process_seen_before: true,
+            held_usable_until: None,
+            reload: None,
             brake: None,
         };
         assert_eq!(
@@ -310,12 +359,50 @@ mod tests {
             baseline: &[0; 32],
             process: &running(50),
             process_seen_before: true,
+            held_usable_until: None,
+            reload: None,
             brake: Some(Duration::from_secs(90)),
         });
         assert!(matches!(
             decision,
             Decision::Hold { reason: HeldReason::Brake, detail } if detail.contains("90s")
         ));
+    }
+
+    #[test]
+    fn a_server_that_rereads_is_left_to_it_unless_what_it_holds_expires_first() {
+        let period = Duration::from_secs(300);
+        let new = seen(1, 100, true);
+        let facts = |held_until: Option<SystemTime>, now: u64| Facts {
+            seen: &new,
+            unchanged_for: Duration::from_secs(60),
+            process_has: None,
+            decided: None,
+            baseline: &[0; 32],
+            process: &RUNNING_50,
+            process_seen_before: true,
+            brake: None,
+            held_usable_until: held_until,
+            reload: Some((period, at(now))),
+        };
+        let due = period + RELOAD_MARGIN;
+        // What it holds stays valid past its re-read: left to it, looked at again when due...
+        assert_eq!(
+            decide(&facts(Some(at(100_000)), 110)),
+            Decision::LeftToServer(due - Duration::from_secs(10))
+        );
+        // ... when it has read them itself.
+        assert_eq!(
+            decide(&facts(Some(at(100_000)), 100 + due.as_secs())),
+            Decision::AlreadyRead
+        );
+        // Expired before its re-read (the sleep), or unknown, or unusable: restarted now.
+        for held in [Some(at(200)), None] {
+            assert_eq!(
+                decide(&facts(held, 110)),
+                Decision::Restart(Process::for_test(7, at(50)))
+            );
+        }
     }
 
     #[test]
@@ -330,6 +417,8 @@ mod tests {
             baseline: &[0; 32],
             process: &Lookup::Missing,
             process_seen_before: true,
+            held_usable_until: None,
+            reload: None,
             brake: None,
         });
         assert_eq!(decision, Decision::Nothing);
@@ -348,6 +437,8 @@ mod tests {
                 baseline: &new.digest,
                 process: &process,
                 process_seen_before: false,
+                held_usable_until: None,
+                reload: None,
                 brake: None,
             };
             assert_eq!(decide(&facts), Decision::Nothing);

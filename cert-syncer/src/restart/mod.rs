@@ -34,7 +34,7 @@ pub use pair::Pair;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -66,6 +66,8 @@ pub struct Settings {
     pub restart_window: Duration,
     /// The files and processes are looked at this often, besides inotify's wake-ups.
     pub recheck_interval: Duration,
+    /// How often the servers re-read their pairs themselves (`None`: only at start).
+    pub reload_period: Option<Duration>,
     pub metrics_listen: Option<SocketAddr>,
     /// This pod, for the Events.
     pub pod_name: Option<String>,
@@ -207,13 +209,17 @@ struct Job {
 /// One container's state between evaluations.
 struct Container {
     target: Target,
+    reload_period: Option<Duration>,
     brake: Brake,
     /// The pairs' bytes when this sidecar started.
     baseline: Digest,
     /// The bytes of the last decision.
     decided: Option<Digest>,
-    /// The process last found and the bytes it is known to have read.
-    process_has: Option<(process::Process, Digest)>,
+    /// The process last found, the bytes it is known to have read and until when they are
+    /// usable (`None`: unusable).
+    process_has: Option<(process::Process, Digest, Option<SystemTime>)>,
+    /// The bytes last left to the server's own re-read (logged once).
+    left: Option<Digest>,
     /// Whether a single process has been found since this sidecar started.
     process_seen: bool,
     /// The bytes last seen, and since when.
@@ -229,10 +235,12 @@ impl Container {
             None => pair::read(&target.pairs, crate::base::time::unix_now()),
         };
         Container {
+            reload_period: settings.reload_period,
             brake: Brake::new(settings.max_restarts, settings.restart_window),
             baseline: seen.digest,
             decided: None,
             process_has: None,
+            left: None,
             process_seen: false,
             current: (seen.digest, Instant::now()),
             reported: None,
@@ -253,9 +261,11 @@ impl Container {
             job.readiness.clear(&readiness_key(&self.target));
         }
         let brake = self.brake.holds();
-        let process_has = match (&process, &self.process_has) {
-            (Lookup::Found(found), Some((known, digest))) if found.is(known) => Some(digest),
-            _ => None,
+        let (process_has, held_usable_until) = match (&process, &self.process_has) {
+            (Lookup::Found(found), Some((known, digest, usable))) if found.is(known) => {
+                (Some(digest), *usable)
+            }
+            _ => (None, None),
         };
         let decision = decide::decide(&Facts {
             seen: &seen,
@@ -265,6 +275,8 @@ impl Container {
             baseline: &self.baseline,
             process: &process,
             process_seen_before: self.process_seen,
+            held_usable_until,
+            reload: self.reload_period.map(|period| (period, SystemTime::now())),
             brake,
         });
         match decision {
@@ -272,12 +284,23 @@ impl Container {
             Decision::AlreadyRead => {
                 tracing::debug!(container = %self.target.container, "the running process read the pairs at its start");
                 if let Lookup::Found(found) = process {
-                    self.process_has = Some((found, seen.digest));
+                    self.process_has = Some((found, seen.digest, usable_until(&seen)));
                 }
                 self.decided = Some(seen.digest);
                 None
             }
             Decision::Wait(after) => Some(after),
+            Decision::LeftToServer(due) => {
+                if self.left != Some(seen.digest) {
+                    self.left = Some(seen.digest);
+                    tracing::info!(
+                        container = %self.target.container,
+                        due_in_seconds = due.as_secs(),
+                        "new pairs left to the server's own re-read: what it runs with stays valid until after it"
+                    );
+                }
+                Some(due)
+            }
             Decision::Restart(process) => self.restart(job, &seen, &process).await,
             Decision::Hold { reason, detail } => {
                 self.hold(job, &seen, reason, &detail).await;
@@ -390,6 +413,13 @@ impl Container {
             )
             .await;
     }
+}
+
+/// Until when fit pairs are usable (the earliest notAfter); `None` for unfit ones.
+fn usable_until(seen: &Seen) -> Option<SystemTime> {
+    let leaves = seen.verdict.as_ref().ok()?;
+    let earliest = leaves.iter().map(|leaf| leaf.not_after).min()?;
+    Some(SystemTime::UNIX_EPOCH + Duration::from_secs(u64::try_from(earliest).ok()?))
 }
 
 fn pairs_text(target: &Target) -> String {

@@ -45,6 +45,12 @@ pub struct RestartOnChangeArgs {
     /// Look at the files and processes this often besides inotify's wake-ups (a safety net).
     #[arg(long, value_parser = parse_duration, default_value = "10s")]
     pub recheck_interval: Duration,
+    /// How often the servers re-read their pairs themselves (client-go's 5m for
+    /// kube-controller-manager and kube-scheduler); 0: only at start. A server that re-reads is
+    /// restarted only when what it runs with is unusable (expired, unfit, unknown) before its
+    /// next re-read (+1m); otherwise it takes the new pair itself and keeps its leader Lease.
+    #[arg(long, value_parser = parse_duration, default_value = "0s")]
+    pub reload_period: Duration,
     /// Serve /metrics, /healthz and /readyz on this address.
     #[arg(long)]
     pub metrics_listen: Option<SocketAddr>,
@@ -99,6 +105,7 @@ impl RestartOnChangeArgs {
             max_restarts: self.max_restarts as usize,
             restart_window: self.restart_window,
             recheck_interval: self.recheck_interval.max(Duration::from_secs(1)),
+            reload_period: (!self.reload_period.is_zero()).then_some(self.reload_period),
             metrics_listen: self.metrics_listen,
             pod_name: self.pod_name.clone().filter(|n| !n.is_empty()),
             pod_namespace: self.pod_namespace.clone().filter(|n| !n.is_empty()),
