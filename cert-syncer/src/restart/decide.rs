@@ -241,22 +241,34 @@ mod tests {
 
     static RUNNING_50: std::sync::LazyLock<Lookup> = std::sync::LazyLock::new(|| running(50));
 
+    /// The baseline of the facts below: bytes other than these.
+    const OTHER: Digest = [0; 32];
+
     fn running(started: u64) -> Lookup {
         Lookup::Found(Process::for_test(7, at(started)))
     }
 
-    fn decide_with(seen: &Seen, process: &Lookup, decided: Option<&Digest>) -> Decision {
-        decide(&Facts {
+    /// `seen` settled for a minute, nothing decided or known of `process` (seen before), no
+    /// brake, a server that reads only at start.
+    fn facts<'a>(seen: &'a Seen, process: &'a Lookup) -> Facts<'a> {
+        Facts {
             seen,
             unchanged_for: Duration::from_secs(60),
             process_has: None,
-            decided,
-            baseline: &[0; 32],
+            decided: None,
+            baseline: &OTHER,
             process,
             process_seen_before: true,
             held_usable_until: None,
             reload: None,
             brake: None,
+        }
+    }
+
+    fn decide_with(seen: &Seen, process: &Lookup, decided: Option<&Digest>) -> Decision {
+        decide(&Facts {
+            decided,
+            ..facts(seen, process)
         })
     }
 
@@ -285,16 +297,9 @@ mod tests {
         let a = seen(1, 100, true);
         let held_b = [2; 32];
         let decision = decide(&Facts {
-            seen: &a,
-            unchanged_for: Duration::from_secs(60),
             process_has: Some(&a.digest),
             decided: Some(&held_b),
-            baseline: &[0; 32],
-            process: &running(50),
-            process_seen_before: true,
-            held_usable_until: None,
-            reload: None,
-            brake: None,
+            ..facts(&a, &running(50))
         });
         assert_eq!(decision, Decision::Nothing);
     }
@@ -326,16 +331,8 @@ mod tests {
     fn an_unfit_pair_is_held_once_it_has_settled() {
         let bad = seen(2, 100, false);
         let mut facts = Facts {
-            seen: &bad,
             unchanged_for: Duration::from_millis(500),
-            process_has: None,
-            decided: None,
-            baseline: &[0; 32],
-            process: &running(50),
-            process_seen_before: true,
-            held_usable_until: None,
-            reload: None,
-            brake: None,
+            ..facts(&bad, &RUNNING_50)
         };
         assert_eq!(
             decide(&facts),
@@ -352,16 +349,9 @@ mod tests {
     fn the_brake_holds_a_restart_it_has_no_budget_for() {
         let new = seen(1, 100, true);
         let decision = decide(&Facts {
-            seen: &new,
             unchanged_for: Duration::ZERO,
-            process_has: None,
-            decided: None,
-            baseline: &[0; 32],
-            process: &running(50),
-            process_seen_before: true,
-            held_usable_until: None,
-            reload: None,
             brake: Some(Duration::from_secs(90)),
+            ..facts(&new, &running(50))
         });
         assert!(matches!(
             decision,
@@ -374,16 +364,9 @@ mod tests {
         let period = Duration::from_secs(300);
         let new = seen(1, 100, true);
         let facts = |held_until: Option<SystemTime>, now: u64| Facts {
-            seen: &new,
-            unchanged_for: Duration::from_secs(60),
-            process_has: None,
-            decided: None,
-            baseline: &[0; 32],
-            process: &RUNNING_50,
-            process_seen_before: true,
-            brake: None,
             held_usable_until: held_until,
             reload: Some((period, at(now))),
+            ..facts(&new, &RUNNING_50)
         };
         let due = period + RELOAD_MARGIN;
         // What it holds stays valid past its re-read: left to it, looked at again when due...
@@ -410,16 +393,8 @@ mod tests {
         // Its process was seen before: the kubelet starts it again, and it reads the new pair.
         let new = seen(1, 100, true);
         let decision = decide(&Facts {
-            seen: &new,
             unchanged_for: NO_PROCESS_GRACE * 2,
-            process_has: None,
-            decided: None,
-            baseline: &[0; 32],
-            process: &Lookup::Missing,
-            process_seen_before: true,
-            held_usable_until: None,
-            reload: None,
-            brake: None,
+            ..facts(&new, &Lookup::Missing)
         });
         assert_eq!(decision, Decision::Nothing);
     }
@@ -430,16 +405,10 @@ mod tests {
         for process in [Lookup::Missing, Lookup::Several(vec![7, 8])] {
             // Unchanged since the sidecar started: nothing to do, whatever starts reads it.
             let mut facts = Facts {
-                seen: &new,
                 unchanged_for: Duration::from_secs(5),
-                process_has: None,
-                decided: None,
                 baseline: &new.digest,
-                process: &process,
                 process_seen_before: false,
-                held_usable_until: None,
-                reload: None,
-                brake: None,
+                ..facts(&new, &process)
             };
             assert_eq!(decide(&facts), Decision::Nothing);
             let baseline = [9; 32];

@@ -367,16 +367,8 @@ async fn every_request_of_a_regenerate_run_is_in_its_access_list(backend: Backen
     rename_into(&config, ROTATION.as_bytes());
     let token = tmp.path().join("regenerate-token");
     rename_into(&token, b"regenerate-token");
-    let mut command = Command::new(bin_path("cert-syncer"));
+    let mut command = connected("regenerate", &api, &token);
     command
-        .arg("regenerate")
-        .arg(format!("--server={}", api.url()))
-        .arg("--tls-server-name-override=localhost-recovery")
-        .arg(format!(
-            "--ca-file={}",
-            api.dir.join("recovery-ca.crt").display()
-        ))
-        .arg(format!("--token-file={}", token.display()))
         .arg(format!("--config={}", config.display()))
         .args([
             "--pod-name=regenerate-pod",
@@ -446,16 +438,8 @@ async fn every_request_of_an_inspect_run_is_in_its_access_list(backend: Backend)
         .unwrap();
     let token = tmp.path().join("syncer-token");
     rename_into(&token, b"syncer-token");
-    let mut command = Command::new(bin_path("cert-syncer"));
+    let mut command = connected("inspect", &api, &token);
     command
-        .arg("inspect")
-        .arg(format!("--server={}", api.url()))
-        .arg("--tls-server-name-override=localhost-recovery")
-        .arg(format!(
-            "--ca-file={}",
-            api.dir.join("recovery-ca.crt").display()
-        ))
-        .arg(format!("--token-file={}", token.display()))
         .arg(format!("--namespace={NS}"))
         .arg("--json")
         .env("RUST_LOG", "warn");
@@ -485,16 +469,8 @@ async fn every_request_of_a_restart_on_change_run_is_in_its_access_list(backend:
     let (cert, key) = ca.client_leaf("system:kube-controller-manager");
     rename_into(&pair.join("tls.crt"), cert.as_bytes());
     rename_into(&pair.join("tls.key"), key.as_bytes());
-    let mut command = Command::new(bin_path("cert-syncer"));
+    let mut command = connected("restart-on-change", &api, &token);
     command
-        .arg("restart-on-change")
-        .arg(format!("--server={}", api.url()))
-        .arg("--tls-server-name-override=localhost-recovery")
-        .arg(format!(
-            "--ca-file={}",
-            api.dir.join("recovery-ca.crt").display()
-        ))
-        .arg(format!("--token-file={}", token.display()))
         .arg(format!(
             "--container=c=/no-such-dir-{}/server",
             std::process::id()
@@ -532,6 +508,22 @@ async fn every_request_of_a_restart_on_change_run_is_in_its_access_list(backend:
     .await;
     drop(restarter);
     assert_list_is_the_truth(&list, &requests_of(&api, "cert-syncer"));
+}
+
+/// `cert-syncer SUBCOMMAND` on `api`'s recovery connection with the token file `token` (one
+/// user of the audited apiserver), as `--name=value` flags (what `cli_of` parses back).
+fn connected(subcommand: &str, api: &TestApi, token: &Path) -> Command {
+    let mut command = Command::new(bin_path("cert-syncer"));
+    command
+        .arg(subcommand)
+        .arg(format!("--server={}", api.url()))
+        .arg("--tls-server-name-override=localhost-recovery")
+        .arg(format!(
+            "--ca-file={}",
+            api.dir.join("recovery-ca.crt").display()
+        ))
+        .arg(format!("--token-file={}", token.display()));
+    command
 }
 
 /// `argv` with `--name=VALUE` (or `--name VALUE`) replaced by `--name=value`.
