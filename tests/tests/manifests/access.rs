@@ -484,10 +484,21 @@ async fn every_request_of_a_restart_on_change_run_is_in_its_access_list(backend:
         .arg("--metrics-listen=127.0.0.1:0")
         .arg("--pod-name=restarter")
         .arg(format!("--pod-namespace={NS}"))
-        .env("RUST_LOG", "warn");
+        .env("RUST_LOG", "warn,cert_syncer::restart=info");
     let list = required_access(&cli_of(&command).command).unwrap();
     grant_on_real(&api, "cert-syncer", &list).await;
     let restarter = tokio::task::block_in_place(|| ChildProcess::start(command));
+    // The change must come after it read the pair as it was at its start.
+    e2e::wait_until(
+        "the restarter's first look",
+        Duration::from_secs(30),
+        || async {
+            restarter
+                .stderr_text()
+                .contains("restarting the container when its pairs change")
+        },
+    )
+    .await;
     let (_, other_key) = ca.client_leaf("system:kube-controller-manager");
     rename_into(&pair.join("tls.key"), other_key.as_bytes());
     let addr = restarter.addr.to_string();
