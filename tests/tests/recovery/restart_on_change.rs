@@ -19,6 +19,11 @@
 //!    `RestartHeldBrake`, `held{reason="brake"}` 1, the process runs on), then restarted into
 //!    once the first restart leaves the window (3).
 //!
+//! And with `--reload-period 5m` (the pods' setting, for a server that re-reads its pair
+//! itself): a rotation between valid pairs restarts nothing (logged as left to the server's own
+//! re-read); the server started on an expired pair (after a sleep) is restarted into a valid one
+//! at once.
+//!
 //! Real kube-apiserver only (the Events); skips with a printed reason otherwise.
 
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -117,6 +122,29 @@ struct Sidecar {
 }
 
 impl Sidecar {
+    /// `restart-on-change` for container `a` (`executable`) and its pair in `dir`, Events on
+    /// [`POD`], plus `extra`.
+    fn start(api: &RealApiServer, executable: &str, dir: &Path, extra: &[&str]) -> Sidecar {
+        let mut command = e2e::syncer::recovery_command("restart-on-change", api);
+        command
+            .args(["--container", &format!("a={executable}")])
+            .args([
+                "--pair",
+                &format!(
+                    "a={},{}",
+                    dir.join("tls.crt").display(),
+                    dir.join("tls.key").display()
+                ),
+            ])
+            .args(["--recheck-interval", "1s"])
+            .args(["--metrics-listen", "127.0.0.1:0"])
+            .args(["--pod-name", POD, "--pod-namespace", "default"])
+            .args(extra);
+        Sidecar {
+            process: ChildProcess::start(command),
+        }
+    }
+
     fn metric(&self, name: &str, labels: &[&str]) -> f64 {
         metric_sum(
             &plain_http_get(&self.process.addr.to_string(), "/metrics").1,
@@ -169,28 +197,12 @@ async fn restarts_only_the_opted_in_container_only_into_valid_pairs_and_braked()
     let (mut a, mut b) = (Container::start(&exe("a")), Container::start(&exe("b")));
     let b_pid = b.process.id();
 
-    let mut command = e2e::syncer::recovery_command("restart-on-change", &api);
-    command
-        .args(["--container", &format!("a={}", exe("a"))])
-        .args([
-            "--pair",
-            &format!(
-                "a={},{}",
-                dir_a.join("tls.crt").display(),
-                dir_a.join("tls.key").display()
-            ),
-        ])
-        .args(["--max-restarts", "2", "--restart-window", "8s"])
-        .args([
-            "--recheck-interval",
-            "1s",
-            "--metrics-listen",
-            "127.0.0.1:0",
-        ])
-        .args(["--pod-name", POD, "--pod-namespace", "default"]);
-    let sidecar = Sidecar {
-        process: ChildProcess::start(command),
-    };
+    let sidecar = Sidecar::start(
+        &api,
+        &exe("a"),
+        &dir_a,
+        &["--max-restarts", "2", "--restart-window", "8s"],
+    );
     let addr = sidecar.process.addr.to_string();
 
     // 1. Ready once it saw `a`'s process; `a` read its pair: nothing to do.
@@ -308,4 +320,75 @@ async fn restarts_only_the_opted_in_container_only_into_valid_pairs_and_braked()
         b.ended.is_empty() && b.process.id() == b_pid,
         "b never touched"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_rereads_is_restarted_only_when_what_it_runs_with_is_unusable() {
+    // `--reload-period 5m` (the pods' setting: client-go's re-read): a rotation between valid
+    // pairs is left to the server (a leader keeps its Lease); a server running on an expired
+    // pair (the sleep) is restarted into a valid one at once.
+    require_real_apiserver!();
+    install_crypto_provider();
+    let tmp = tempfile::tempdir().unwrap();
+    let api = RealApiServer::start(&tmp.path().join("apiserver"));
+    let client = api.recovery_client();
+    let dir = tmp.path().join("a");
+    std::fs::create_dir_all(&dir).unwrap();
+    let ca = Ca::new("restart-on-change-reload");
+    let leaf = || ca.issue(&CertSpec::client("a"));
+    let first = leaf();
+    write_pair(&dir, &first.cert_pem, &first.key_pem);
+    std::thread::sleep(Duration::from_millis(50));
+    let exe = |name: &str| format!("/test/{}/reload-{name}", std::process::id());
+    let (mut a, mut b) = (Container::start(&exe("a")), Container::start(&exe("b")));
+    let sidecar = Sidecar::start(&api, &exe("a"), &dir, &["--reload-period", "5m"]);
+    let addr = sidecar.process.addr.to_string();
+    wait_until("the sidecar ready", Duration::from_secs(30), || async {
+        plain_http_get(&addr, "/readyz").0 == 200
+    })
+    .await;
+
+    // A valid pair over the valid one it runs with: left to its re-read.
+    let rotated = leaf();
+    write_pair(&dir, &rotated.cert_pem, &rotated.key_pem);
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert!(
+        !a.keep_running(),
+        "a rotation between valid pairs restarts nothing"
+    );
+    assert_eq!(sidecar.metric(RESTARTS, &[]), 0.0);
+    assert!(
+        sidecar
+            .process
+            .stderr_text()
+            .contains("left to the server's own re-read"),
+        "{}",
+        sidecar.process.tail(20)
+    );
+
+    // After a sleep: it starts on an expired pair, then a valid one comes: restarted at once.
+    let expired = ca.issue(&CertSpec::client("a").expired(2));
+    write_pair(&dir, &expired.cert_pem, &expired.key_pem);
+    std::thread::sleep(Duration::from_millis(50));
+    a.process.kill().unwrap();
+    wait_keeping(
+        (&mut a, &mut b),
+        &client,
+        "a started on the expired pair",
+        |a, _| a.ended.len() == 1,
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let recovered = leaf();
+    write_pair(&dir, &recovered.cert_pem, &recovered.key_pem);
+    wait_keeping(
+        (&mut a, &mut b),
+        &client,
+        "a restarted into the valid pair",
+        |a, _| a.ended.len() == 2,
+    )
+    .await;
+    assert_eq!(a.ended[1].signal(), Some(libc::SIGTERM));
+    assert_eq!(sidecar.metric(RESTARTS, &["container=\"a\""]), 1.0);
+    assert!(b.ended.is_empty(), "b never touched");
 }
