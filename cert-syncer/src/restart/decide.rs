@@ -34,9 +34,12 @@ pub const NO_PROCESS_GRACE: Duration = Duration::from_secs(300);
 /// Added to `--reload-period`: a server's re-read is due within the period, plus this.
 pub const RELOAD_MARGIN: Duration = Duration::from_secs(60);
 
-/// A process's start is known to the clock tick (1/100 s): bytes written within a tick after
-/// the start it shows count as read (no server reads its files in its first milliseconds).
-const START_RESOLUTION: Duration = Duration::from_millis(10);
+/// A server reads its files during its start-up, some time after the exec (Go's runtime, flag
+/// parsing, config loading): bytes written within this of its start count as read by it. Found
+/// on the node: kube-scheduler in crash-loop back-off for a missing pair, started again just
+/// before `sync` wrote it, read it and ran; restarting it cost the Lease it had just taken. A
+/// recovery's new pair comes tens of seconds after the servers start.
+const START_READ_WINDOW: Duration = Duration::from_secs(2);
 
 /// What is known about one container at the moment of deciding.
 #[derive(Debug)]
@@ -199,7 +202,7 @@ fn reread_deadline(
 
 /// Whether a process that started at `started` read what was written at `written`.
 fn read_by(written: Option<SystemTime>, started: SystemTime) -> bool {
-    written.is_some_and(|written| written <= started + START_RESOLUTION)
+    written.is_some_and(|written| written <= started + START_READ_WINDOW)
 }
 
 fn unfit(why: &str, unchanged_for: Duration) -> Decision {
@@ -312,9 +315,9 @@ mod tests {
             decide_with(&new, &running(101), None),
             Decision::AlreadyRead
         );
-        // Within the tick the start is known to: read too.
+        // Within its start-up: read too.
         let mut within = new.clone();
-        within.written = Some(at(100) + Duration::from_millis(5));
+        within.written = Some(at(100) + Duration::from_millis(1500));
         assert_eq!(
             decide_with(&within, &running(100), None),
             Decision::AlreadyRead

@@ -48,6 +48,8 @@ const HELD: &str = "cert_syncer_container_restarts_held_total";
 struct Container {
     executable: String,
     process: std::process::Child,
+    /// When the current process started.
+    since: std::time::Instant,
     /// How each earlier life ended.
     ended: Vec<std::process::ExitStatus>,
 }
@@ -57,8 +59,16 @@ impl Container {
         Container {
             executable: executable.to_owned(),
             process: spawn(executable),
+            since: std::time::Instant::now(),
             ended: Vec::new(),
         }
+    }
+
+    /// Waits until the current process is past its start-up: the sidecar counts bytes written
+    /// within 2 s of a server's start as read by it (servers read their files while starting).
+    async fn past_start_up(&self) {
+        let past = self.since + Duration::from_millis(2_200);
+        tokio::time::sleep_until(past.into()).await;
     }
 
     /// Starts it again if it exited; whether it did.
@@ -68,6 +78,7 @@ impl Container {
             Some(status) => {
                 self.ended.push(status);
                 self.process = spawn(&self.executable);
+                self.since = std::time::Instant::now();
                 true
             }
         }
@@ -214,6 +225,7 @@ async fn restarts_only_the_opted_in_container_only_into_valid_pairs_and_braked()
     .await;
 
     // 2. Unfit pairs at the watched path: held, each once, with why.
+    a.past_start_up().await;
     let (x, y) = (leaf("a"), leaf("a"));
     write_pair(&dir_a, &x.cert_pem, &y.key_pem);
     wait_keeping(
@@ -287,14 +299,14 @@ async fn restarts_only_the_opted_in_container_only_into_valid_pairs_and_braked()
 
     // 6. The brake: a second restart within the window, a third held, then done once the
     // first leaves it.
-    std::thread::sleep(Duration::from_millis(50));
+    a.past_start_up().await;
     let third_a = leaf("a");
     write_pair(&dir_a, &third_a.cert_pem, &third_a.key_pem);
     wait_keeping((&mut a, &mut b), &client, "a restarted twice", |a, _| {
         a.ended.len() == 2
     })
     .await;
-    std::thread::sleep(Duration::from_millis(50));
+    a.past_start_up().await;
     let fourth_a = leaf("a");
     write_pair(&dir_a, &fourth_a.cert_pem, &fourth_a.key_pem);
     wait_keeping(
@@ -349,6 +361,7 @@ async fn a_server_that_rereads_is_restarted_only_when_what_it_runs_with_is_unusa
     .await;
 
     // A valid pair over the valid one it runs with: left to its re-read.
+    a.past_start_up().await;
     let rotated = leaf();
     write_pair(&dir, &rotated.cert_pem, &rotated.key_pem);
     tokio::time::sleep(Duration::from_secs(4)).await;
@@ -378,7 +391,7 @@ async fn a_server_that_rereads_is_restarted_only_when_what_it_runs_with_is_unusa
         |a, _| a.ended.len() == 1,
     )
     .await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    a.past_start_up().await;
     let recovered = leaf();
     write_pair(&dir, &recovered.cert_pem, &recovered.key_pem);
     wait_keeping(
