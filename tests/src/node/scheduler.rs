@@ -101,9 +101,9 @@ impl SchedulerPod {
         self.certs.join("secrets").join(CLIENT_CERT).join(key)
     }
 
-    /// The logs of the pod's three containers (for failure messages).
+    /// The logs of the pod's containers (for failure messages).
     pub fn logs(node: &Node) -> String {
-        [SCHEDULER, SYNC, RECOVERY]
+        [SCHEDULER, SYNC, RECOVERY, RESTARTER]
             .iter()
             .map(|c| format!("{c}:\n{}\n", node.container_log(POD, c)))
             .collect()
