@@ -16,9 +16,13 @@
 //! `inspect` lists the certificates of directories or of a namespace, with what is wrong
 //! with them.
 //!
+//! `restart-on-change` (opt-in, a sidecar in a pod sharing its PID namespace) restarts a
+//! container of its pod whose server reads its client certificate only at start, when that
+//! certificate changes on disk to a valid pair.
+//!
 //! The modules are folders in layers, lowest first: `base` (small types), `pki` (parse, verify,
 //! issue), `kube` (the Kubernetes plumbing), the jobs (`sync`, `regenerate`, `node`, `approve`,
-//! `inspect`: one per subcommand, none using another) and `app` (the flags, the access each
+//! `inspect`, `restart`: one per subcommand, none using another) and `app` (the flags, the access each
 //! subcommand needs, the shared sidecar start-up). A module never uses a layer above its own
 //! (`scripts/check-module-cycles`).
 //!
@@ -39,6 +43,7 @@ mod approve;
 mod inspect;
 mod node;
 pub mod regenerate;
+mod restart;
 mod sync;
 
 pub use app::{access, cli};

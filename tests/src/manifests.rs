@@ -169,6 +169,8 @@ pub fn environment(pod: &Pod, container: &Container) -> BTreeMap<String, String>
                     "metadata.name" => format!("{}-{NODE}", meta.name.as_deref().unwrap_or("")),
                     "metadata.namespace" => meta.namespace.clone().unwrap_or_default(),
                     "status.hostIP" => NODE_IP.to_owned(),
+                    // The kubelet sets a static pod's node to its own.
+                    "spec.nodeName" => NODE.to_owned(),
                     other => panic!(
                         "{}: env {} from unexpected field {other}",
                         container.name, var.name

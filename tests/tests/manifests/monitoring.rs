@@ -24,18 +24,7 @@ const EXTERNAL: &[(&str, &[&str], &str)] = &[(
 
 /// Metrics the rules use for work that is landing in another change, with their labels. Each
 /// must not be registered yet: once it is, this entry goes (and the catalog checks it).
-const PENDING: &[(&str, &[&str], &str)] = &[
-    (
-        "cert_syncer_container_restarts_total",
-        &["container"],
-        "restart what cannot reload (restarts done)",
-    ),
-    (
-        "cert_syncer_container_restarts_held_total",
-        &["container", "reason"],
-        "restart what cannot reload (restarts held: invalid_pair, brake, no_process)",
-    ),
-];
+const PENDING: &[(&str, &[&str], &str)] = &[];
 
 /// Labels a scrape adds to a series (static targets, Kubernetes service discovery), which the
 /// tests' series may carry besides the metric's own; `exported_namespace` is a metric's
