@@ -44,9 +44,11 @@ mod cluster;
 pub mod config;
 mod ctx;
 mod decide;
+mod graph;
 mod intermediate;
 #[cfg(test)]
 mod intermediate_pass_tests;
+mod keys;
 #[cfg(test)]
 mod loop_tests;
 mod metrics;
@@ -62,6 +64,8 @@ mod settings;
 #[cfg(test)]
 mod settle_tests;
 mod timer;
+mod trust;
+mod wait;
 mod write;
 
 use std::sync::Arc;
@@ -82,12 +86,15 @@ use crate::kube::connection::Connection;
 use crate::kube::events::EventRecorder;
 use crate::kube::leader::{self, Elector};
 use crate::kube::sidecar::Sidecar;
+use brake::lease::LeaseRecord;
 use cache::Cache;
 use clock::clocks;
 use cluster::Unavailable;
 use metrics::Metrics;
 use pass::{Pass, Reads};
+use report::Held;
 use timer::PassTimer;
+use wait::Waiting;
 
 /// The controller's metrics, and readiness blocked until its first pass (with
 /// `--leader-elect`, until the Lease is read: a standby is Ready while it can read the Lease;
@@ -114,7 +121,7 @@ pub(crate) async fn run_once(
     events: EventRecorder,
 ) -> anyhow::Result<()> {
     let client = connection.client.clone();
-    let Some(rotation) = load_rotation(&args, &client, Unavailable::Fail).await? else {
+    let Some(rotation) = load_rotation(&args, &connection, Unavailable::Fail).await? else {
         unreachable!("`Unavailable::Fail` never waits, so never sees a shutdown")
     };
     let metrics = Metrics::register(&mut Registry::default());
@@ -133,11 +140,17 @@ pub(crate) async fn run(args: Settings, sidecar: Sidecar, metrics: Metrics) -> a
     } = sidecar;
     let fixed_now = args.now;
     let client = connection.client.clone();
-    let wait = Unavailable::Wait {
-        shutdown: &shutdown,
-        readiness: &readiness,
-    };
-    let Some(rotation) = load_rotation(&args, &client, wait).await? else {
+    // Nothing can be read or decided before kube-apiserver answers (`wait`).
+    if !wait::until_answers(&connection, &shutdown, &readiness).await {
+        return Ok(());
+    }
+    let wait = Unavailable::Wait(Waiting::new(
+        &connection,
+        &shutdown,
+        &readiness,
+        "apiserver",
+    ));
+    let Some(rotation) = load_rotation(&args, &connection, wait).await? else {
         // SIGTERM while the apiserver could not answer yet.
         return Ok(());
     };
@@ -156,12 +169,20 @@ pub(crate) async fn run(args: Settings, sidecar: Sidecar, metrics: Metrics) -> a
     let lost = CancellationToken::new();
     let lost_reason = Arc::new(std::sync::Mutex::new(String::new()));
     let mut holder = None;
+    let mut record = None;
     if args.leader_elect {
+        let identity = identity(args.pod_name.as_deref());
+        record = Some(LeaseRecord::new(
+            client.clone(),
+            args.lease_namespace(),
+            &args.leader_elect_lease_name,
+            &identity,
+        ));
         let mut elector = Elector::new(
             client.clone(),
             args.lease_namespace(),
             &args.leader_elect_lease_name,
-            identity(args.pod_name.as_deref()),
+            identity,
             leader::Timing {
                 lease_duration: args.leader_elect_lease_duration,
                 renew_deadline: args.leader_elect_renew_deadline,
@@ -193,6 +214,7 @@ pub(crate) async fn run(args: Settings, sidecar: Sidecar, metrics: Metrics) -> a
         lost,
         lost_reason,
         holder,
+        record,
     };
     control(
         &client,
@@ -211,11 +233,13 @@ pub(crate) async fn run(args: Settings, sidecar: Sidecar, metrics: Metrics) -> a
     Ok(())
 }
 
-/// With `--leader-elect`: cancelled when the Lease is lost, and why; the task holding it.
+/// With `--leader-elect`: cancelled when the Lease is lost, and why; the task holding it; where
+/// the brake's record is kept (`brake::lease`).
 struct Leadership {
     lost: CancellationToken,
     lost_reason: Arc<std::sync::Mutex<String>>,
     holder: Option<tokio::task::JoinHandle<()>>,
+    record: Option<LeaseRecord>,
 }
 
 /// The controller's loop: the watches' cache, then a pass whenever a declared object changes
@@ -237,6 +261,7 @@ async fn control(
         lost,
         lost_reason,
         holder,
+        record,
     } = leadership;
     // One list+watch per declared object, or per namespace and kind above
     // --namespace-watch-threshold; any change of a declared object wakes the loop.
@@ -269,6 +294,10 @@ async fn control(
 
     let mut timer = PassTimer::default();
     let brake = brake::Brake::default();
+    if let Some(record) = &record {
+        // A restart, or another replica that led before, does not reset a fight.
+        record.load_into(&brake).await;
+    }
     let mut sleep_for = Duration::ZERO;
     loop {
         tokio::select! {
@@ -301,6 +330,9 @@ async fn control(
         for write in &report.written {
             brake.record(write.kind, &write.object);
         }
+        if let Some(record) = &record {
+            record.save(&brake).await;
+        }
         metrics.record(&report);
         log_report(&report);
         if lost.is_cancelled() {
@@ -321,10 +353,17 @@ async fn control(
             let failures: Vec<String> = report.failures.iter().map(ToString::to_string).collect();
             readiness.block("pass", failures.join("; "));
         }
-        if report.held.is_empty() {
+        let braked: Vec<&Held> = report.braked().collect();
+        if braked.is_empty() {
             readiness.clear("loop");
         } else {
-            readiness.block("loop", held_summary(&report.held));
+            readiness.block("loop", held_summary(&braked));
+        }
+        let waiting: Vec<&Held> = report.waiting().collect();
+        if waiting.is_empty() {
+            readiness.clear("trust");
+        } else {
+            readiness.block("trust", waiting_summary(&waiting));
         }
         sleep_for = timer.after_pass(&report, pass_now);
         tracing::debug!(next = ?sleep_for, "pass complete");
@@ -406,7 +445,7 @@ pub fn profile_objects(chosen: Profile) -> Result<config::Rotation, ConfigError>
 /// `None` on shutdown while waiting for the apiserver ([`Unavailable::Wait`]).
 async fn load_rotation(
     args: &Settings,
-    client: &kube::Client,
+    connection: &Connection,
     unavailable: Unavailable<'_>,
 ) -> anyhow::Result<Option<config::Rotation>> {
     let mut rotation = match (&args.config, args.profile) {
@@ -428,7 +467,7 @@ async fn load_rotation(
             let build =
                 |cluster: &cluster::ClusterValues| profile::build(chosen, release, cluster, &flags);
             if chosen.needs_cluster_values() {
-                match cluster::read(client, &unavailable, build).await? {
+                match cluster::read(connection, unavailable, build).await? {
                     Some(rotation) => rotation,
                     None => return Ok(None),
                 }
@@ -446,24 +485,49 @@ async fn load_rotation(
 }
 
 /// What `/readyz` says while the brake holds writes.
-fn held_summary(held: &[brake::Held]) -> String {
+fn held_summary(held: &[&Held]) -> String {
     let objects: Vec<String> = held
         .iter()
         .map(|h| {
+            let level = match &h.by {
+                report::HeldBy::Brake { level, .. } => *level,
+                report::HeldBy::Trust { .. } => 0,
+            };
             format!(
-                "{} {} (until {}s from the pass)",
+                "{} {} (fight {level} in a row; until {}s from the pass)",
                 h.kind,
                 h.object,
-                h.release_in.as_secs()
+                h.release_in.unwrap_or_default().as_secs()
             )
         })
         .collect();
     format!(
-        "write loop: {} object(s) written {} times within {}s and held (Event RegenerationLoop): {}",
+        "write loop: {} object(s) written {} times within {}s and held, each fight in a row \
+         twice as long up to {}h (Event RegenerationLoop): {}",
         held.len(),
         brake::BUDGET,
         brake::WINDOW.as_secs(),
+        brake::MAX_HOLD.as_secs() / 3600,
         objects.join(", ")
+    )
+}
+
+/// What `/readyz` says while writes wait for a bundle to hold their CA.
+fn waiting_summary(waiting: &[&Held]) -> String {
+    let objects: Vec<String> = waiting
+        .iter()
+        .map(|h| match &h.by {
+            report::HeldBy::Trust { waits_for } => {
+                format!("{} {} waits for {waits_for}", h.kind, h.object)
+            }
+            report::HeldBy::Brake { .. } => format!("{} {}", h.kind, h.object),
+        })
+        .collect();
+    format!(
+        "{} write(s) would issue from or publish a CA not every bundle holds yet (Event \
+         WaitingForTrust): {}",
+        waiting.len(),
+        objects.join("; ")
     )
 }
 
