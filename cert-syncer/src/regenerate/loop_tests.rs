@@ -23,7 +23,12 @@ use crate::kube::fake_api::FakeApi;
 use crate::pki::{self, KeyPairPem};
 
 /// A pass as the controller's loop makes it: with the per-object write budget.
-async fn braked_pass(api: &FakeApi, rotation: &Rotation, now: i64, brake: &Brake) -> Report {
+pub(super) async fn braked_pass(
+    api: &FakeApi,
+    rotation: &Rotation,
+    now: i64,
+    brake: &Brake,
+) -> Report {
     let client = api.client();
     let events = std::sync::Arc::new(EventRecorder::new(
         client.clone(),

@@ -65,6 +65,8 @@ mod settings;
 mod settle_tests;
 mod timer;
 mod trust;
+#[cfg(test)]
+mod trust_pass_tests;
 mod wait;
 mod write;
 

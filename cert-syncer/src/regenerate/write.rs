@@ -144,7 +144,12 @@ impl Ctx<'_> {
             }
             self.may_write(object)?;
             let key = match change.key {
-                Some(used_for) => Some(self.key(object, used_for).await?),
+                Some(used_for) => {
+                    let key = self.key(object, used_for).await?;
+                    // The Lease may have been lost while the key was made.
+                    self.may_write(object)?;
+                    Some(key)
+                }
                 None => None,
             };
             let built = (change.build)(key)?;
