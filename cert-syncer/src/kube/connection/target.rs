@@ -143,3 +143,133 @@ fn causes<'a>(
     }
     found
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Read, Write};
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::kube::connection::{Settings, connect};
+
+    #[test]
+    fn a_refused_certificate_is_explained_through_nested_io_errors() {
+        let tls = rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer);
+        // As hyper-rustls reports it: io::Error::other(tokio-rustls' io::Error(rustls::Error)).
+        let nested =
+            std::io::Error::other(std::io::Error::new(std::io::ErrorKind::InvalidData, tls));
+        let target = Target {
+            server: "https://127.0.0.1:6443/".to_owned(),
+            tls_server_name: Some("localhost-recovery".to_owned()),
+            ca_file: Some(PathBuf::from("/etc/ca.crt")),
+        };
+        let text = target.explain(&nested).expect("explained");
+        assert!(
+            text.contains("localhost-recovery is not trusted by /etc/ca.crt")
+                && text.contains("UnknownIssuer"),
+            "{text}"
+        );
+        let other = std::io::Error::other("connection refused");
+        assert!(target.explain(&other).is_none());
+    }
+
+    fn settings(server: String, ca_file: PathBuf) -> Settings {
+        Settings {
+            kubeconfig: None,
+            context: None,
+            server: Some(server),
+            ca_file: Some(ca_file),
+            token_file: None,
+            tls_server_name_override: None,
+            insecure_plain_http: false,
+            connect_timeout: std::time::Duration::from_secs(5),
+            read_idle_timeout: std::time::Duration::from_secs(5),
+        }
+    }
+
+    /// A CA file holding a CA of its own (trusting nothing the tests serve).
+    fn unrelated_ca(dir: &std::path::Path) -> PathBuf {
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let ca = params
+            .self_signed(&rcgen::KeyPair::generate().unwrap())
+            .unwrap();
+        let path = dir.join("ca.crt");
+        std::fs::write(&path, ca.pem()).unwrap();
+        path
+    }
+
+    async fn classified(server: String, ca_file: PathBuf) -> Option<NoAnswer> {
+        let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+        let connection = connect(&settings(server, ca_file)).await.unwrap();
+        let err = connection
+            .client
+            .apiserver_version()
+            .await
+            .expect_err("no apiserver there");
+        connection.target.classify(&err)
+    }
+
+    /// Real sockets: a port nobody listens on is "not up" (heals by itself); a host that does
+    /// not resolve, and a TLS server whose certificate the CA file does not trust, are not,
+    /// and say so in the words `sync` and `inspect` use.
+    #[tokio::test]
+    async fn no_answer_is_classified_as_not_up_unresolved_or_untrusted() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = unrelated_ca(dir.path());
+
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = closed.local_addr().unwrap().port();
+        drop(closed);
+        let refused = classified(format!("https://127.0.0.1:{port}"), ca.clone()).await;
+        assert!(
+            matches!(&refused, Some(NoAnswer::NotUp(_)))
+                && refused.as_ref().unwrap().heals_by_itself(),
+            "{refused:?}"
+        );
+
+        let unresolved =
+            classified("https://cert-reload-test.invalid:6443".into(), ca.clone()).await;
+        assert!(
+            matches!(&unresolved, Some(NoAnswer::Unresolved(_))),
+            "{unresolved:?}"
+        );
+        assert!(!unresolved.unwrap().heals_by_itself());
+
+        // A TLS server for `localhost` with a self-signed certificate.
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        let config = Arc::new(
+            rustls::ServerConfig::builder()
+                .with_no_client_auth()
+                .with_single_cert(
+                    vec![cert.der().clone()],
+                    rustls_pki_types::PrivateKeyDer::try_from(key.serialize_der()).unwrap(),
+                )
+                .unwrap(),
+        );
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let conn = rustls::ServerConnection::new(Arc::clone(&config)).unwrap();
+                let mut tls = rustls::StreamOwned::new(conn, stream);
+                let mut buf = [0u8; 1024];
+                // The client refuses the handshake; whatever happens here ends the connection.
+                let _ = tls.read(&mut buf);
+                let _ = tls.flush();
+            }
+        });
+        let untrusted = classified(format!("https://127.0.0.1:{port}"), ca.clone()).await;
+        let Some(NoAnswer::Tls(text)) = &untrusted else {
+            panic!("{untrusted:?}");
+        };
+        assert!(
+            text.contains(&format!("is not trusted by {}", ca.display())),
+            "{text}"
+        );
+    }
+}

@@ -130,3 +130,43 @@ impl TokenFile {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_token_follows_the_file_and_survives_a_bad_rewrite() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("token");
+        std::fs::write(&path, "first\n").unwrap();
+        let token = TokenFile::open(path.clone()).unwrap();
+        assert_eq!(token.header().unwrap(), "Bearer first");
+        assert!(token.header().unwrap().is_sensitive());
+        // Replaced by rename (a new inode), as kubelet and installers do.
+        let next = dir.path().join("token.new");
+        std::fs::write(&next, "second").unwrap();
+        std::fs::rename(&next, &path).unwrap();
+        assert_eq!(token.header().unwrap(), "Bearer second");
+        // Emptied: keep the last good token.
+        std::fs::write(&path, "").unwrap();
+        assert_eq!(token.header().unwrap(), "Bearer second");
+        // Removed: still the last good token.
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(token.header().unwrap(), "Bearer second");
+        std::fs::write(&path, "third").unwrap();
+        assert_eq!(token.header().unwrap(), "Bearer third");
+        assert!(!format!("{token:?}").contains("third"));
+    }
+
+    #[test]
+    fn a_missing_or_empty_token_file_is_a_config_error_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("token");
+        let err = TokenFile::open(path.clone()).unwrap_err();
+        assert!(err.0.contains(&path.display().to_string()), "{err}");
+        std::fs::write(&path, "  \n").unwrap();
+        let err = TokenFile::open(path).unwrap_err();
+        assert!(err.0.contains("empty"), "{err}");
+    }
+}
