@@ -100,20 +100,21 @@ impl<'a> Waiting<'a> {
     }
 
     /// Reports `blocked` (once per reason in the log, always on `/readyz`) and waits before
-    /// the next try; `false` on shutdown.
-    pub(super) async fn retry(&mut self, blocked: &Blocked, context: &str) -> bool {
+    /// the next try; `false` on shutdown. `waiting` is the log line of a wait that heals by
+    /// itself; one that does not is an error saying how it is retried.
+    pub(super) async fn retry(&mut self, blocked: &Blocked, waiting: &str) -> bool {
         let reason = blocked.to_string();
         self.readiness.block(self.blocker, reason.clone());
         self.blocked = true;
         if self.said.as_deref() != Some(reason.as_str()) {
             if blocked.heals_by_itself() {
-                tracing::info!(%reason, "{context}: waiting for kube-apiserver");
+                tracing::info!(%reason, "{waiting}");
             } else {
-                tracing::error!(%reason, retry_in = ?BROKEN_RETRY, "{context}: kube-apiserver cannot be reached as configured; retrying when the CA file changes or every {}s", BROKEN_RETRY.as_secs());
+                tracing::error!(%reason, "kube-apiserver cannot be reached as configured; retrying when the CA file changes, or every {}s", BROKEN_RETRY.as_secs());
             }
             self.said = Some(reason);
         } else {
-            tracing::debug!(%reason, "{context}: still waiting");
+            tracing::debug!(%reason, "still waiting");
         }
         let delay = match blocked {
             Blocked::NoAnswer(NoAnswer::NotUp(_)) => POLL,
@@ -173,7 +174,13 @@ pub(super) async fn until_answers(
             }
             blocked => blocked,
         };
-        if !waiting.retry(&blocked, "start-up").await {
+        if !waiting
+            .retry(
+                &blocked,
+                "kube-apiserver does not answer yet; the first pass waits for it",
+            )
+            .await
+        {
             return false;
         }
     }
