@@ -112,7 +112,11 @@ pub(crate) async fn connect(args: &Settings) -> anyhow::Result<Connection> {
 
     let (tls_config, tls) = tls_config(&config, &target, plain_http, args).await?;
     let token = token_file.map(TokenFile::open).transpose()?.map(Arc::new);
-    let client = transport::client(&config, tls_config, plain_http, token, args)?;
+    let timeouts = transport::Timeouts {
+        connect: args.connect_timeout,
+        idle: args.read_idle_timeout,
+    };
+    let client = transport::client(&config, tls_config, plain_http, token, &timeouts)?;
     Ok(Connection {
         client,
         target,

@@ -8,8 +8,16 @@ use std::sync::Arc;
 use anyhow::Context;
 use kube::client::ConfigExt;
 
-use super::{Settings, TokenFile};
+use super::token::TokenFile;
 use crate::base::error::ConfigError;
+
+/// How long a connection may take to set up, and to stay silent.
+pub(super) struct Timeouts {
+    /// The TCP connect and the TLS handshake.
+    pub connect: std::time::Duration,
+    /// Reads and writes, reset by every byte.
+    pub idle: std::time::Duration,
+}
 
 /// The kube client over our TLS configuration, timeouts and token file.
 pub(super) fn client(
@@ -17,11 +25,11 @@ pub(super) fn client(
     tls_config: rustls::ClientConfig,
     plain_http: bool,
     token: Option<Arc<TokenFile>>,
-    args: &Settings,
+    timeouts: &Timeouts,
 ) -> anyhow::Result<kube::Client> {
     let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
     http.enforce_http(false);
-    http.set_connect_timeout(Some(args.connect_timeout));
+    http.set_connect_timeout(Some(timeouts.connect));
     let https = hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls_config);
     // `https_only` also refuses a plain-HTTP URI that some layer might produce later.
     let mut https = if plain_http {
@@ -40,9 +48,9 @@ pub(super) fn client(
     // timeout covers the TCP connect and the TLS handshake; the read timeout is an idle timeout
     // (reset by every byte), so a long watch that keeps receiving events is not cut.
     let mut timed = hyper_timeout::TimeoutConnector::new(https);
-    timed.set_connect_timeout(Some(args.connect_timeout));
-    timed.set_read_timeout(Some(args.read_idle_timeout));
-    timed.set_write_timeout(Some(args.read_idle_timeout));
+    timed.set_connect_timeout(Some(timeouts.connect));
+    timed.set_read_timeout(Some(timeouts.idle));
+    timed.set_write_timeout(Some(timeouts.idle));
     let http_client: hyper_util::client::legacy::Client<_, kube::client::Body> =
         hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
             .build(timed);
