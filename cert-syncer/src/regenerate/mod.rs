@@ -8,24 +8,32 @@
 //! - `annotations`: OpenShift's labels and annotations, and the manual rotation trigger;
 //! - `decide`: pure decisions from parsed certificates and the time;
 //! - `crate::pki` (shared with `inspect`): parsing and generation (rcgen);
-//! - `pass`: one pass, a short sequence of `phases` in dependency order (read + clock check,
-//!   signers, bundles, targets, intermediates, copies), one file each, none calling another;
-//!   `ctx`: what every phase works with (the inputs, the reads, what one phase hands the
-//!   next, the one `decide::Stored` state of a Secret); `write`: the one write (create or
-//!   replace, conflict and re-read, owned Secret types, the brake and the Lease, Events off the
+//! - `pass`: one pass: everything read once (`phases::read`, with the clock check), then one
+//!   step per declared object (`phases`: signers, bundles, targets, intermediates, unions,
+//!   copies; one file each, none calling another), run concurrently in the order of `graph`
+//!   (what each step waits for; the needed chains first), with new keys made ahead on every CPU
+//!   (`keys`); a step that issues from or publishes a CA waits until every bundle built from it
+//!   holds it as stored (`trust`: a held or failed bundle write does not count as written);
+//!   `ctx`: what every step works with (the inputs, the reads, the graph, the keys, the one
+//!   `decide::Stored` state of a Secret); `write`: the one write (create or replace, conflict
+//!   and re-read, owned Secret types, the trust wait, the brake and the Lease, Events off the
 //!   write path) every object kind goes through; `objects`: how a managed Secret and a CA
 //!   bundle look; `report`: what a pass did, failures typed (kind, object, reason);
 //! - `intermediate`: the rules of intermediate CAs (the kube-controller-manager's
-//!   `csr-signer`), the bundles built from them and their delayed publication (its phase is
-//!   `phases::intermediates`); `phases::copies`: plain copies of objects (resource-sync);
+//!   `csr-signer`), the bundles built from them and their delayed publication (their steps are
+//!   `phases::intermediates`); `phases::unions`, `phases::copies`: unions of bundles and plain
+//!   copies of objects (resource-sync);
 //! - `clock`: the apiserver's clock;
 //! - `cache`: the declared objects as one list+watch per namespace and kind saw them (passes
 //!   read there, not with a GET per object);
+//! - `wait`: the start's wait for kube-apiserver: close for what heals by itself, said once for
+//!   what does not (a CA file that does not trust it, a name that does not resolve);
 //! - this module: the loop. A pass runs once every watched namespace has been listed, whenever
 //!   a declared object changes, and when the next expiry (or rotation point) is reached: a timer
 //!   aligned to the data, not a polling period. Failed passes are retried with backoff;
-//! - `brake`: each object's write budget, so a rule that does not settle or another controller
-//!   that disagrees cannot make an endless write loop (Event `RegenerationLoop`, a metric,
+//! - `brake`: each object's write budget, escalating while a fight goes on and kept on the
+//!   Lease (`brake::lease`), so a rule that does not settle or another controller that
+//!   disagrees cannot make an endless write loop (Event `RegenerationLoop`, a metric,
 //!   `/readyz`); `settle_tests` checks the rules settle over generated configs and states.
 //!
 //! Clock skew: each pass also reads the apiserver's clock (the `Date` of a `GET /version`) and decides at
