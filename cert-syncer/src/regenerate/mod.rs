@@ -174,57 +174,9 @@ pub(crate) async fn run(args: Settings, sidecar: Sidecar, metrics: Metrics) -> a
         );
     }
 
-    // With --leader-elect, act only while holding the Lease; losing it ends the process (the
-    // kubelet restarts it as a candidate), as client-go's leader election does.
-    let lost = CancellationToken::new();
-    let lost_reason = Arc::new(std::sync::Mutex::new(String::new()));
-    let mut holder = None;
-    let mut record = None;
-    if args.leader_elect {
-        let identity = identity(args.pod_name.as_deref());
-        record = Some(LeaseRecord::new(
-            client.clone(),
-            args.lease_namespace(),
-            &args.leader_elect_lease_name,
-            &identity,
-        ));
-        let mut elector = Elector::new(
-            client.clone(),
-            args.lease_namespace(),
-            &args.leader_elect_lease_name,
-            identity,
-            leader::Timing {
-                lease_duration: args.leader_elect_lease_duration,
-                renew_deadline: args.leader_elect_renew_deadline,
-                retry_period: args.leader_elect_retry_period,
-            },
-        )
-        .with_readiness(readiness.clone());
-        if !elector.acquire(&shutdown).await {
-            return Ok(());
-        }
-        readiness.block(
-            "pass",
-            "no pass completed yet since this replica became leader",
-        );
-        let (shutdown, lost, lost_reason) =
-            (shutdown.clone(), lost.clone(), Arc::clone(&lost_reason));
-        holder = Some(tokio::spawn(async move {
-            match elector.hold(&shutdown).await {
-                Some(reason) => {
-                    *lost_reason.lock().unwrap_or_else(|p| p.into_inner()) = reason;
-                    lost.cancel();
-                }
-                None => elector.release().await,
-            }
-        }));
-    }
-
-    let leadership = Leadership {
-        lost,
-        lost_reason,
-        holder,
-        record,
+    let Some(leadership) = lead(&args, &client, &shutdown, &readiness).await else {
+        // SIGTERM while waiting for the Lease.
+        return Ok(());
     };
     control(
         &client,
@@ -241,6 +193,69 @@ pub(crate) async fn run(args: Settings, sidecar: Sidecar, metrics: Metrics) -> a
     .await?;
     drop(connection);
     Ok(())
+}
+
+/// With `--leader-elect`, waits for the Lease and keeps it held (losing it ends the process:
+/// the kubelet restarts it as a candidate, as client-go's leader election does); `None` on
+/// shutdown while waiting. Without, a leadership that is never lost.
+async fn lead(
+    args: &Settings,
+    client: &kube::Client,
+    shutdown: &CancellationToken,
+    readiness: &Readiness,
+) -> Option<Leadership> {
+    let lost = CancellationToken::new();
+    let lost_reason = Arc::new(std::sync::Mutex::new(String::new()));
+    if !args.leader_elect {
+        return Some(Leadership {
+            lost,
+            lost_reason,
+            holder: None,
+            record: None,
+        });
+    }
+    let identity = identity(args.pod_name.as_deref());
+    let record = LeaseRecord::new(
+        client.clone(),
+        args.lease_namespace(),
+        &args.leader_elect_lease_name,
+        &identity,
+    );
+    let mut elector = Elector::new(
+        client.clone(),
+        args.lease_namespace(),
+        &args.leader_elect_lease_name,
+        identity,
+        leader::Timing {
+            lease_duration: args.leader_elect_lease_duration,
+            renew_deadline: args.leader_elect_renew_deadline,
+            retry_period: args.leader_elect_retry_period,
+        },
+    )
+    .with_readiness(readiness.clone());
+    if !elector.acquire(shutdown).await {
+        return None;
+    }
+    readiness.block(
+        "pass",
+        "no pass completed yet since this replica became leader",
+    );
+    let (shutdown, cancel, reason) = (shutdown.clone(), lost.clone(), Arc::clone(&lost_reason));
+    let holder = tokio::spawn(async move {
+        match elector.hold(&shutdown).await {
+            Some(why) => {
+                *reason.lock().unwrap_or_else(|p| p.into_inner()) = why;
+                cancel.cancel();
+            }
+            None => elector.release().await,
+        }
+    });
+    Some(Leadership {
+        lost,
+        lost_reason,
+        holder: Some(holder),
+        record: Some(record),
+    })
 }
 
 /// With `--leader-elect`: cancelled when the Lease is lost, and why; the task holding it; where
@@ -283,6 +298,15 @@ async fn control(
             watch.abort();
         }
     };
+    let lost_error = |during: &str| {
+        let reason = lost_reason
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        anyhow::anyhow!(
+            "lost leadership{during}: {reason}; exiting so the kubelet restarts us as a candidate"
+        )
+    };
     // The first pass waits for every namespace's list: a pass on a partial cache would take
     // objects not listed yet for failures.
     tokio::select! {
@@ -295,9 +319,8 @@ async fn control(
             return Ok(());
         }
         () = lost.cancelled() => {
-            let reason = lost_reason.lock().unwrap_or_else(|p| p.into_inner()).clone();
             stop(watches);
-            return Err(anyhow::anyhow!("lost leadership: {reason}; exiting so the kubelet restarts us as a candidate"));
+            return Err(lost_error(""));
         }
     }
     let mut changes = cache.subscribe();
@@ -316,9 +339,8 @@ async fn control(
             _ = changes.changed() => {}
             () = shutdown.cancelled() => break,
             () = lost.cancelled() => {
-                let reason = lost_reason.lock().unwrap_or_else(|p| p.into_inner()).clone();
                 stop(watches);
-                return Err(anyhow::anyhow!("lost leadership: {reason}; exiting so the kubelet restarts us as a candidate"));
+                return Err(lost_error(""));
             }
         }
         // Changes from here on wake the next pass; this one reads everything up to now.
@@ -337,44 +359,14 @@ async fn control(
         }
         .run()
         .await;
-        for write in &report.written {
-            brake.record(write.kind, &write.object);
-        }
-        if let Some(record) = &record {
-            record.save(&brake).await;
-        }
-        metrics.record(&report);
-        log_report(&report);
+        account(&report, &brake, record.as_ref(), metrics).await;
         if lost.is_cancelled() {
             // The pass stopped writing when the Lease was lost.
-            let reason = lost_reason
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .clone();
             stop(watches);
-            return Err(anyhow::anyhow!(
-                "lost leadership during a pass: {reason}; exiting so the kubelet restarts us as a candidate"
-            ));
+            return Err(lost_error(" during a pass"));
         }
         record_failures(events, &report).await;
-        if report.failures.is_empty() {
-            readiness.clear("pass");
-        } else {
-            let failures: Vec<String> = report.failures.iter().map(ToString::to_string).collect();
-            readiness.block("pass", failures.join("; "));
-        }
-        let braked: Vec<&Held> = report.braked().collect();
-        if braked.is_empty() {
-            readiness.clear("loop");
-        } else {
-            readiness.block("loop", held_summary(&braked));
-        }
-        let waiting: Vec<&Held> = report.waiting().collect();
-        if waiting.is_empty() {
-            readiness.clear("trust");
-        } else {
-            readiness.block("trust", waiting_summary(&waiting));
-        }
+        report_readiness(readiness, &report);
         sleep_for = timer.after_pass(&report, pass_now);
         tracing::debug!(next = ?sleep_for, "pass complete");
     }
@@ -492,6 +484,48 @@ async fn load_rotation(
     }
     tracing::info!(key_type = rotation.key_type.name(), "new keys");
     Ok(Some(rotation))
+}
+
+/// What a pass leaves behind: its writes in the brake (and the brake's record on the Lease),
+/// the metrics, the log.
+async fn account(
+    report: &report::Report,
+    brake: &brake::Brake,
+    record: Option<&LeaseRecord>,
+    metrics: &Metrics,
+) {
+    for write in &report.written {
+        brake.record(write.kind, &write.object);
+    }
+    if let Some(record) = record {
+        record.save(brake).await;
+    }
+    metrics.record(report);
+    log_report(report);
+}
+
+/// What `/readyz` says after a pass: its failures (`pass`), the writes the brake held (`loop`)
+/// and those that wait for a bundle to hold their CA (`trust`); each cleared by a pass that
+/// has none.
+fn report_readiness(readiness: &Readiness, report: &report::Report) {
+    if report.failures.is_empty() {
+        readiness.clear("pass");
+    } else {
+        let failures: Vec<String> = report.failures.iter().map(ToString::to_string).collect();
+        readiness.block("pass", failures.join("; "));
+    }
+    let braked: Vec<&Held> = report.braked().collect();
+    if braked.is_empty() {
+        readiness.clear("loop");
+    } else {
+        readiness.block("loop", held_summary(&braked));
+    }
+    let waiting: Vec<&Held> = report.waiting().collect();
+    if waiting.is_empty() {
+        readiness.clear("trust");
+    } else {
+        readiness.block("trust", waiting_summary(&waiting));
+    }
 }
 
 /// What `/readyz` says while the brake holds writes.
