@@ -75,14 +75,14 @@ impl Graph {
             deps.insert(Step::Bundle(j), needs);
         }
         for (k, target) in rotation.targets.iter().enumerate() {
-            let closure = objects.closure(objects.listing(rotation, target.signer));
+            let closure = objects.closure(listing(rotation, target.signer));
             let mut needs = vec![Step::Signer(target.signer)];
             needs.extend(closure.iter().copied());
             deps.insert(Step::Target(k), needs);
             trust.insert(Step::Target(k), closure);
         }
         for (i, intermediate) in rotation.intermediates.iter().enumerate() {
-            let direct = objects.listing(rotation, intermediate.signer);
+            let direct = listing(rotation, intermediate.signer);
             let mut needs = vec![Step::Signer(intermediate.signer)];
             needs.extend(direct.iter().copied());
             deps.insert(Step::Intermediate(i), needs);
@@ -248,17 +248,6 @@ impl Objects {
         self.producer(Kind::ConfigMap, object)
     }
 
-    /// The bundles that list signer `signer`.
-    fn listing(&self, rotation: &Rotation, signer: usize) -> Vec<Step> {
-        rotation
-            .bundles
-            .iter()
-            .enumerate()
-            .filter(|(_, b)| b.signers.contains(&signer))
-            .map(|(j, _)| Step::Bundle(j))
-            .collect()
-    }
-
     /// `start` and every bundle step built from them, transitively, each once.
     fn closure(&self, start: Vec<Step>) -> Vec<Step> {
         let mut seen: BTreeSet<Step> = start.iter().copied().collect();
@@ -277,6 +266,17 @@ impl Objects {
         }
         out
     }
+}
+
+/// The bundle steps that list signer `signer` (what its certificates must chain to).
+pub(super) fn listing(rotation: &Rotation, signer: usize) -> Vec<Step> {
+    rotation
+        .bundles
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| b.signers.contains(&signer))
+        .map(|(j, _)| Step::Bundle(j))
+        .collect()
 }
 
 /// Each step's priority: its item's own (targets, intermediates with their bundle and

@@ -13,10 +13,11 @@ use std::sync::{Mutex, OnceLock};
 use futures::FutureExt;
 use futures::future::{BoxFuture, Shared, join_all};
 
+use super::config::ObjectRef;
 use super::ctx::{Ctx, Outcome, ReadBundle, ReadSecret};
 pub use super::ctx::{Pass, Reads};
 use super::decide::Stored;
-use super::graph::Step;
+use super::graph::{self, Step};
 use super::keys::KeyUse;
 use super::phases::read::Read;
 use super::phases::{bundles, copies, intermediates, read, signers, targets, unions};
@@ -179,7 +180,7 @@ async fn run_step(ctx: &Ctx<'_>, step: Step, slots: &Slots, report: &mut Report)
             let issuer = targets::Issuer {
                 signer,
                 triggered,
-                roots: slots.bundles(ctx, &listing(ctx, config.signer)),
+                roots: slots.bundles(ctx, &graph::listing(rotation, config.signer)),
                 trusted_by: slots.bundles(ctx, graph.trust(step)),
             };
             targets::step(ctx, config, read, issuer, report).await;
@@ -242,26 +243,16 @@ async fn skipped(ctx: &Ctx<'_>, step: Step) -> Outcome {
         _ => None,
     };
     match object {
-        Some(object) => Outcome::Bundle(BundleState {
-            object: object.clone(),
-            stored: ctx.read_bundle(object).await.map(|(_, certs)| certs),
-            not_written: Some(NotWritten::Failed(
-                "skipped: the clock check refused this step".to_owned(),
-            )),
-        }),
+        Some(object) => Outcome::Bundle(
+            bundles::as_read(
+                ctx,
+                object,
+                NotWritten::Failed("skipped: the clock check refused this step".to_owned()),
+            )
+            .await,
+        ),
         None => Outcome::Done,
     }
-}
-
-/// The bundle steps that list signer `signer`.
-fn listing(ctx: &Ctx<'_>, signer: usize) -> Vec<Step> {
-    ctx.rotation
-        .bundles
-        .iter()
-        .enumerate()
-        .filter(|(_, b)| b.signers.contains(&signer))
-        .map(|(j, _)| Step::Bundle(j))
-        .collect()
 }
 
 /// Asks for the keys this pass will most likely need, before any step runs: a signer,
@@ -284,7 +275,7 @@ fn keys_ahead(ctx: &Ctx<'_>, read: &Read) {
     }
     // Nothing ahead for a write the brake holds, or one whose bundles it holds: a fight would
     // otherwise cost a key every pass.
-    let braked = |kind: &str, step: Step, object: &crate::regenerate::config::ObjectRef| {
+    let braked = |kind: &str, step: Step, object: &ObjectRef| {
         ctx.brake.is_some_and(|brake| {
             brake.is_holding(kind, object)
                 || ctx
@@ -314,43 +305,51 @@ fn keys_ahead(ctx: &Ctx<'_>, read: &Read) {
             .flat_map(|(_, certs)| certs.iter().cloned())
             .collect()
     };
-    for (k, (config, target)) in rotation.targets.iter().zip(&read.targets).enumerate() {
-        let signer = usable(&read.signers[config.signer]);
-        let needs = target.is_ok()
-            && read.signers[config.signer].is_ok()
-            && !braked("target", Step::Target(k), &config.object)
-            && match signer {
-                Some(signer) if !renewed[config.signer] => {
-                    let roots = roots(config.signer);
-                    targets::reason(ctx, config, found(target), &roots, signer.cert(), false)
-                        .is_some()
-                }
-                _ => true,
-            };
-        if needs {
-            ctx.key_ahead(Step::Target(k), &config.object, KeyUse::Leaf);
+    // A target or an intermediate CA: ahead when its signer is renewed, or when its own
+    // decision on the state as read (`reason`: on what it holds, its roots, its signer) says so.
+    type Reason<'r> = &'r dyn Fn(&Stored, &[Cert], &Cert) -> bool;
+    let issued = |step: Step,
+                  object: &ObjectRef,
+                  signer: usize,
+                  own: &ReadSecret,
+                  key: KeyUse,
+                  reason: Reason<'_>| {
+        if own.is_err() || read.signers[signer].is_err() || braked("target", step, object) {
+            return;
         }
+        let needs = match usable(&read.signers[signer]) {
+            Some(pair) if !renewed[signer] => reason(found(own), &roots(signer), pair.cert()),
+            _ => true,
+        };
+        if needs {
+            ctx.key_ahead(step, object, key);
+        }
+    };
+    for (k, (config, own)) in rotation.targets.iter().zip(&read.targets).enumerate() {
+        let reason = |found: &Stored, roots: &[Cert], signer: &Cert| {
+            targets::reason(ctx, config, found, roots, signer, false).is_some()
+        };
+        issued(
+            Step::Target(k),
+            &config.object,
+            config.signer,
+            own,
+            KeyUse::Leaf,
+            &reason,
+        );
     }
-    for (i, (config, own)) in rotation
-        .intermediates
-        .iter()
-        .zip(&read.intermediates)
-        .enumerate()
-    {
-        let signer = usable(&read.signers[config.signer]);
-        let needs = own.is_ok()
-            && read.signers[config.signer].is_ok()
-            && !braked("target", Step::Intermediate(i), &config.object)
-            && match signer {
-                Some(signer) if !renewed[config.signer] => {
-                    let roots = roots(config.signer);
-                    intermediates::reason(ctx, config, found(own), &roots, signer.cert(), false)
-                        .is_some()
-                }
-                _ => true,
-            };
-        if needs {
-            ctx.key_ahead(Step::Intermediate(i), &config.object, KeyUse::Ca);
-        }
+    let intermediates = rotation.intermediates.iter().zip(&read.intermediates);
+    for (i, (config, own)) in intermediates.enumerate() {
+        let reason = |found: &Stored, roots: &[Cert], signer: &Cert| {
+            intermediates::reason(ctx, config, found, roots, signer, false).is_some()
+        };
+        issued(
+            Step::Intermediate(i),
+            &config.object,
+            config.signer,
+            own,
+            KeyUse::Ca,
+            &reason,
+        );
     }
 }

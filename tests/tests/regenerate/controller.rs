@@ -20,7 +20,7 @@ use testkit::files::rename_into;
 use time::OffsetDateTime;
 
 use super::fixture::{
-    Fixture, candidate, chains_to, controller, days, der_of, fixture, metrics_of,
+    Fixture, candidate, chains_to, controller, days, der_of, fixture, keep_writing, metrics_of,
 };
 
 both_backends!(
@@ -601,9 +601,7 @@ async fn a_writer_that_disagrees_meets_a_bounded_number_of_writes(backend: Backe
     );
     let theirs = signer.issue(&CertSpec::server(&["localhost"]));
     let object = format!("object=\"{NS}/serving-cert\"");
-    let mut fights = 0;
-    let deadline = std::time::Instant::now() + Duration::from_secs(6);
-    while std::time::Instant::now() < deadline {
+    let fights = keep_writing(6, Duration::from_millis(200), || async {
         let mut secret = f.secrets.get("serving-cert").await.unwrap();
         let data = secret.data.get_or_insert_with(BTreeMap::new);
         data.insert(
@@ -614,16 +612,12 @@ async fn a_writer_that_disagrees_meets_a_bounded_number_of_writes(backend: Backe
             "tls.key".into(),
             ByteString(theirs.key_pem.clone().into_bytes()),
         );
-        if f.secrets
+        f.secrets
             .replace("serving-cert", &PostParams::default(), &secret)
             .await
             .is_ok()
-        {
-            fights += 1;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    })
+    .await;
     let metrics = metrics_of(&process);
     let ours = metric_sum(
         &metrics,

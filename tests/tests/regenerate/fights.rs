@@ -15,7 +15,7 @@
 //!
 //! Skips (passing, `SKIP: <reason>`) without the real kube-apiserver.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use e2e::apiserver::ADMIN_TOKEN;
 use e2e::syncer::{NS, bundle_config_map, regenerate_command};
@@ -24,7 +24,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Event;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 
-use super::fixture::{Fixture, controller, fixture, metrics_of};
+use super::fixture::{Fixture, controller, fixture, keep_writing, metrics_of};
 
 // `<scenario>::real`: .config/nextest.toml gives real-apiserver tests a longer leash.
 mod a_leaf_waits_while_a_fight_holds_its_bundle {
@@ -78,24 +78,18 @@ async fn a_leaf_waits_while_a_fight_holds_its_bundle() {
     wait_for_target(&process).await;
     // Theirs: a bundle of another CA only, put back whenever ours holds more.
     let other = Ca::new("another writer's CA");
-    let deadline = Instant::now() + Duration::from_secs(8);
-    let mut fights = 0;
-    while Instant::now() < deadline {
+    let fights = keep_writing(8, Duration::from_millis(200), || async {
         let mut map = f.config_maps.get("serving-ca").await.unwrap();
-        let current = map.data.as_ref().unwrap()["ca-bundle.crt"].clone();
-        if current != other.cert_pem {
-            map.data = bundle_config_map("serving-ca", &other.cert_pem).data;
-            if f.config_maps
-                .replace("serving-ca", &PostParams::default(), &map)
-                .await
-                .is_ok()
-            {
-                fights += 1;
-            }
+        if map.data.as_ref().unwrap()["ca-bundle.crt"] == other.cert_pem {
+            return false;
         }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    tokio::time::sleep(Duration::from_millis(500)).await;
+        map.data = bundle_config_map("serving-ca", &other.cert_pem).data;
+        f.config_maps
+            .replace("serving-ca", &PostParams::default(), &map)
+            .await
+            .is_ok()
+    })
+    .await;
     let metrics = metrics_of(&process);
     let bundle_writes = sum(
         &metrics,
@@ -160,28 +154,18 @@ fn leader(f: &Fixture) -> ChildProcess {
     ChildProcess::start(command)
 }
 
-/// Deletes `serving-cert` whenever it exists, for `seconds`.
-async fn delete_for(f: &Fixture, seconds: u64) -> usize {
-    let deadline = Instant::now() + Duration::from_secs(seconds);
-    let mut deleted = 0;
-    while Instant::now() < deadline {
-        if f.secrets
-            .delete("serving-cert", &DeleteParams::default())
-            .await
-            .is_ok()
-        {
-            deleted += 1;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    deleted
-}
-
 async fn a_deleted_object_meets_the_brake_and_a_restart_does_not_reset_it() {
     let f = fixture(Backend::Real).await;
     let first = leader(&f);
     wait_for_target(&first).await;
-    let deleted = delete_for(&f, 6).await;
+    // Deletes the leaf whenever it exists.
+    let deleted = keep_writing(6, Duration::from_millis(100), || async {
+        f.secrets
+            .delete("serving-cert", &DeleteParams::default())
+            .await
+            .is_ok()
+    })
+    .await;
     let metrics = metrics_of(&first);
     let created = sum(
         &metrics,

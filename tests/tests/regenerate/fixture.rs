@@ -203,3 +203,26 @@ pub(crate) fn controller(f: &Fixture) -> e2e::ChildProcess {
 pub(crate) fn metrics_of(process: &e2e::ChildProcess) -> String {
     e2e::plain_http_get(&process.addr.to_string(), "/metrics").1
 }
+
+/// Another writer: `write` every `every` for `seconds` (each `true` when it changed something),
+/// then half a second for ours to answer; how many writes changed something.
+pub(crate) async fn keep_writing<F, Fut>(
+    seconds: u64,
+    every: std::time::Duration,
+    mut write: F,
+) -> usize
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(seconds);
+    let mut wrote = 0;
+    while std::time::Instant::now() < deadline {
+        if write().await {
+            wrote += 1;
+        }
+        tokio::time::sleep(every).await;
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    wrote
+}

@@ -35,15 +35,22 @@ pub(crate) async fn step(
         }
         Err(err) => {
             report.fail(FailureKind::ConfigMap, &config.object, err.clone());
-            BundleState {
-                object: config.object.clone(),
-                stored: ctx
-                    .read_bundle(&config.object)
-                    .await
-                    .map(|(_, certs)| certs),
-                not_written: Some(NotWritten::Failed(err)),
-            }
+            as_read(ctx, &config.object, NotWritten::Failed(err)).await
         }
+    }
+}
+
+/// The state of a bundle (`object`) whose step did not write it (`why`): what it holds now,
+/// read again.
+pub(crate) async fn as_read(
+    ctx: &Ctx<'_>,
+    object: &crate::regenerate::config::ObjectRef,
+    why: NotWritten,
+) -> BundleState {
+    BundleState {
+        object: object.clone(),
+        stored: ctx.read_bundle(object).await.map(|(_, certs)| certs),
+        not_written: Some(why),
     }
 }
 

@@ -25,7 +25,7 @@ use crate::regenerate::keys::KeyUse;
 use crate::regenerate::objects::{
     BundleKind, Managed, ca_data, new_tls_secret, write_bundle, write_managed_secret,
 };
-use crate::regenerate::phases::bundles::as_stored;
+use crate::regenerate::phases::bundles::{as_read, as_stored};
 use crate::regenerate::report::{FailureKind, Report};
 use crate::regenerate::trust::{self, BundleState, NotWritten};
 use crate::regenerate::write::{Built, Change, Plan, Wait};
@@ -159,11 +159,7 @@ pub(crate) async fn collect(
         }
         Err(err) => {
             report.fail(FailureKind::ConfigMap, object, err.clone());
-            BundleState {
-                object: object.clone(),
-                stored: ctx.read_bundle(object).await.map(|(_, certs)| certs),
-                not_written: Some(NotWritten::Failed(err)),
-            }
+            as_read(ctx, object, NotWritten::Failed(err)).await
         }
     }
 }

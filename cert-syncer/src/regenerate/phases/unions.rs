@@ -8,7 +8,7 @@ use crate::regenerate::config::Union;
 use crate::regenerate::ctx::Ctx;
 use crate::regenerate::intermediate;
 use crate::regenerate::objects::{BundleKind, write_bundle};
-use crate::regenerate::phases::bundles::as_stored;
+use crate::regenerate::phases::bundles::{as_read, as_stored};
 use crate::regenerate::report::{FailureKind, Report};
 use crate::regenerate::trust::{BundleState, NotWritten};
 
@@ -27,14 +27,7 @@ pub(crate) async fn step(
         }
         Err(err) => {
             report.fail(FailureKind::ConfigMap, &config.object, err.clone());
-            BundleState {
-                object: config.object.clone(),
-                stored: ctx
-                    .read_bundle(&config.object)
-                    .await
-                    .map(|(_, certs)| certs),
-                not_written: Some(NotWritten::Failed(err)),
-            }
+            as_read(ctx, &config.object, NotWritten::Failed(err)).await
         }
     }
 }
