@@ -258,9 +258,14 @@ async fn skipped(ctx: &Ctx<'_>, step: Step) -> Outcome {
 /// Asks for the keys this pass will most likely need, before any step runs: a signer,
 /// target or intermediate CA whose decision on the state as read says so, or whose signer's
 /// does. Only the keys: each write still decides on what it reads (a key not taken is
-/// dropped; one not asked for is made when needed).
+/// dropped; one not asked for is made when needed). Asked for in the graph's order, so the
+/// first threads start on the most needed keys.
 fn keys_ahead(ctx: &Ctx<'_>, read: &Read) {
     let rotation = ctx.rotation;
+    let wanted = std::cell::RefCell::new(Vec::new());
+    let want = |step: Step, object: &ObjectRef, key: KeyUse| {
+        wanted.borrow_mut().push((step, object.clone(), key));
+    };
     fn usable(read: &ReadSecret) -> Option<&KeyPairPem> {
         match read {
             Ok((_, Stored::Usable(pair))) => Some(pair),
@@ -291,7 +296,7 @@ fn keys_ahead(ctx: &Ctx<'_>, read: &Read) {
         if read.is_ok() && signers::reason(ctx, config, found(read)).is_some() {
             renewed[i] = true;
             if !braked("signer", Step::Signer(i), &config.object) {
-                ctx.key_ahead(Step::Signer(i), &config.object, KeyUse::Ca);
+                want(Step::Signer(i), &config.object, KeyUse::Ca);
             }
         }
     }
@@ -322,7 +327,7 @@ fn keys_ahead(ctx: &Ctx<'_>, read: &Read) {
             _ => true,
         };
         if needs {
-            ctx.key_ahead(step, object, key);
+            want(step, object, key);
         }
     };
     for (k, (config, own)) in rotation.targets.iter().zip(&read.targets).enumerate() {
@@ -351,5 +356,10 @@ fn keys_ahead(ctx: &Ctx<'_>, read: &Read) {
             KeyUse::Ca,
             &reason,
         );
+    }
+    let mut wanted = wanted.into_inner();
+    wanted.sort_by_key(|(step, _, _)| ctx.graph.rank(*step));
+    for (step, object, key) in wanted {
+        ctx.key_ahead(step, &object, key);
     }
 }
