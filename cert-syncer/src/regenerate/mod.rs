@@ -31,6 +31,8 @@
 //! - this module: the loop. A pass runs once every watched namespace has been listed, whenever
 //!   a declared object changes, and when the next expiry (or rotation point) is reached: a timer
 //!   aligned to the data, not a polling period. Failed passes are retried with backoff;
+//! - `leadership`: with `--leader-elect`, the Lease taken, held and released, and where the
+//!   brake's record is kept;
 //! - `brake`: each object's write budget, escalating while a fight goes on and kept on the
 //!   Lease (`brake::lease`), so a rule that does not settle or another controller that
 //!   disagrees cannot make an endless write loop (Event `RegenerationLoop`, a metric,
@@ -57,6 +59,7 @@ mod intermediate;
 #[cfg(test)]
 mod intermediate_pass_tests;
 mod keys;
+mod leadership;
 #[cfg(test)]
 mod loop_tests;
 mod metrics;
@@ -94,12 +97,12 @@ use crate::base::readiness::Readiness;
 use crate::base::time::unix_now;
 use crate::kube::connection::Connection;
 use crate::kube::events::EventRecorder;
-use crate::kube::leader::{self, Elector};
 use crate::kube::sidecar::Sidecar;
 use brake::lease::LeaseRecord;
 use cache::Cache;
 use clock::clocks;
 use cluster::Unavailable;
+use leadership::Leadership;
 use metrics::Metrics;
 use pass::{Pass, Reads};
 use report::Held;
@@ -174,7 +177,7 @@ pub(crate) async fn run(args: Settings, sidecar: Sidecar, metrics: Metrics) -> a
         );
     }
 
-    let Some(leadership) = lead(&args, &client, &shutdown, &readiness).await else {
+    let Some(leadership) = Leadership::take(&args, &client, &shutdown, &readiness).await else {
         // SIGTERM while waiting for the Lease.
         return Ok(());
     };
@@ -195,78 +198,6 @@ pub(crate) async fn run(args: Settings, sidecar: Sidecar, metrics: Metrics) -> a
     Ok(())
 }
 
-/// With `--leader-elect`, waits for the Lease and keeps it held (losing it ends the process:
-/// the kubelet restarts it as a candidate, as client-go's leader election does); `None` on
-/// shutdown while waiting. Without, a leadership that is never lost.
-async fn lead(
-    args: &Settings,
-    client: &kube::Client,
-    shutdown: &CancellationToken,
-    readiness: &Readiness,
-) -> Option<Leadership> {
-    let lost = CancellationToken::new();
-    let lost_reason = Arc::new(std::sync::Mutex::new(String::new()));
-    if !args.leader_elect {
-        return Some(Leadership {
-            lost,
-            lost_reason,
-            holder: None,
-            record: None,
-        });
-    }
-    let identity = identity(args.pod_name.as_deref());
-    let record = LeaseRecord::new(
-        client.clone(),
-        args.lease_namespace(),
-        &args.leader_elect_lease_name,
-        &identity,
-    );
-    let mut elector = Elector::new(
-        client.clone(),
-        args.lease_namespace(),
-        &args.leader_elect_lease_name,
-        identity,
-        leader::Timing {
-            lease_duration: args.leader_elect_lease_duration,
-            renew_deadline: args.leader_elect_renew_deadline,
-            retry_period: args.leader_elect_retry_period,
-        },
-    )
-    .with_readiness(readiness.clone());
-    if !elector.acquire(shutdown).await {
-        return None;
-    }
-    readiness.block(
-        "pass",
-        "no pass completed yet since this replica became leader",
-    );
-    let (shutdown, cancel, reason) = (shutdown.clone(), lost.clone(), Arc::clone(&lost_reason));
-    let holder = tokio::spawn(async move {
-        match elector.hold(&shutdown).await {
-            Some(why) => {
-                *reason.lock().unwrap_or_else(|p| p.into_inner()) = why;
-                cancel.cancel();
-            }
-            None => elector.release().await,
-        }
-    });
-    Some(Leadership {
-        lost,
-        lost_reason,
-        holder: Some(holder),
-        record: Some(record),
-    })
-}
-
-/// With `--leader-elect`: cancelled when the Lease is lost, and why; the task holding it; where
-/// the brake's record is kept (`brake::lease`).
-struct Leadership {
-    lost: CancellationToken,
-    lost_reason: Arc<std::sync::Mutex<String>>,
-    holder: Option<tokio::task::JoinHandle<()>>,
-    record: Option<LeaseRecord>,
-}
-
 /// The controller's loop: the watches' cache, then a pass whenever a declared object changes
 /// or a deadline comes, until shutdown (`Ok`) or the Lease is lost (`Err`).
 #[allow(clippy::too_many_arguments)]
@@ -282,52 +213,28 @@ async fn control(
     watch_timeout_seconds: u32,
     now: impl Fn() -> i64,
 ) -> anyhow::Result<()> {
-    let Leadership {
-        lost,
-        lost_reason,
-        holder,
-        record,
-    } = leadership;
     // One list+watch per declared object, or per namespace and kind above
     // --namespace-watch-threshold; any change of a declared object wakes the loop.
     let cache = Arc::new(Cache::new(rotation, args.namespace_watch_threshold));
-    let watches = cache.spawn_watches(client, watch_timeout_seconds);
+    let watches = Watches(cache.spawn_watches(client, watch_timeout_seconds));
     tracing::info!(mode = ?args.mode, signers = rotation.signers.len(), bundles = rotation.bundles.len(), targets = rotation.targets.len(), watches = ?cache.watched().map(ToString::to_string).collect::<Vec<_>>(), "regeneration controller started");
-    let stop = |watches: Vec<tokio::task::JoinHandle<()>>| {
-        for watch in watches {
-            watch.abort();
-        }
-    };
-    let lost_error = |during: &str| {
-        let reason = lost_reason
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
-        anyhow::anyhow!(
-            "lost leadership{during}: {reason}; exiting so the kubelet restarts us as a candidate"
-        )
-    };
+    let lost = leadership.lost.clone();
     // The first pass waits for every namespace's list: a pass on a partial cache would take
     // objects not listed yet for failures.
     tokio::select! {
         () = cache.ready() => tracing::debug!("every watch listed"),
         () = shutdown.cancelled() => {
-            stop(watches);
-            if let Some(holder) = holder {
-                let _ = holder.await;
-            }
+            drop(watches);
+            leadership.release().await;
             return Ok(());
         }
-        () = lost.cancelled() => {
-            stop(watches);
-            return Err(lost_error(""));
-        }
+        () = lost.cancelled() => return Err(leadership.lost_error("")),
     }
     let mut changes = cache.subscribe();
 
     let mut timer = PassTimer::default();
     let brake = brake::Brake::default();
-    if let Some(record) = &record {
+    if let Some(record) = &leadership.record {
         // A restart, or another replica that led before, does not reset a fight.
         record.load_into(&brake).await;
     }
@@ -338,10 +245,7 @@ async fn control(
             // The sender lives as long as the cache.
             _ = changes.changed() => {}
             () = shutdown.cancelled() => break,
-            () = lost.cancelled() => {
-                stop(watches);
-                return Err(lost_error(""));
-            }
+            () = lost.cancelled() => return Err(leadership.lost_error("")),
         }
         // Changes from here on wake the next pass; this one reads everything up to now.
         changes.borrow_and_update();
@@ -359,23 +263,30 @@ async fn control(
         }
         .run()
         .await;
-        account(&report, &brake, record.as_ref(), metrics).await;
+        account(&report, &brake, leadership.record.as_ref(), metrics).await;
         if lost.is_cancelled() {
             // The pass stopped writing when the Lease was lost.
-            stop(watches);
-            return Err(lost_error(" during a pass"));
+            return Err(leadership.lost_error(" during a pass"));
         }
         record_failures(events, &report).await;
         report_readiness(readiness, &report);
         sleep_for = timer.after_pass(&report, pass_now);
         tracing::debug!(next = ?sleep_for, "pass complete");
     }
-    stop(watches);
-    if let Some(holder) = holder {
-        // Releases the Lease so a standby takes over at once.
-        let _ = holder.await;
-    }
+    drop(watches);
+    leadership.release().await;
     Ok(())
+}
+
+/// The cache's watch tasks, aborted when the loop ends, however it ends.
+struct Watches(Vec<tokio::task::JoinHandle<()>>);
+
+impl Drop for Watches {
+    fn drop(&mut self) {
+        for watch in &self.0 {
+            watch.abort();
+        }
+    }
 }
 
 /// `--once`: one pass reading by GET, its failures (and the broken config items) the exit
@@ -602,14 +513,4 @@ fn log_report(report: &report::Report) {
             "writes refused as stale (409) were read again and decided again"
         );
     }
-}
-
-/// This replica's name in the Lease: the pod name, else the host name and the process id.
-fn identity(pod_name: Option<&str>) -> String {
-    pod_name.map(str::to_owned).unwrap_or_else(|| {
-        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .map(|h| h.trim().to_owned())
-            .unwrap_or_else(|_| "unknown-host".to_owned());
-        format!("{host}_{}", std::process::id())
-    })
 }
