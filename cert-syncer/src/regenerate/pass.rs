@@ -266,31 +266,7 @@ fn keys_ahead(ctx: &Ctx<'_>, read: &Read) {
     let want = |step: Step, object: &ObjectRef, key: KeyUse| {
         wanted.borrow_mut().push((step, object.clone(), key));
     };
-    fn usable(read: &ReadSecret) -> Option<&KeyPairPem> {
-        match read {
-            Ok((_, Stored::Usable(pair))) => Some(pair),
-            _ => None,
-        }
-    }
-    fn found(read: &ReadSecret) -> &Stored {
-        match read {
-            Ok((_, stored)) => stored,
-            Err(_) => &Stored::Missing,
-        }
-    }
-    // Nothing ahead for a write the brake holds, or one whose bundles it holds: a fight would
-    // otherwise cost a key every pass.
-    let braked = |kind: &str, step: Step, object: &ObjectRef| {
-        ctx.brake.is_some_and(|brake| {
-            brake.is_holding(kind, object)
-                || ctx
-                    .graph
-                    .trust(step)
-                    .iter()
-                    .filter_map(|s| ctx.graph.object(*s))
-                    .any(|bundle| brake.is_holding("bundle", bundle))
-        })
-    };
+    let braked = |kind: &str, step: Step, object: &ObjectRef| braked(ctx, kind, step, object);
     let mut renewed = vec![false; rotation.signers.len()];
     for (i, (config, read)) in rotation.signers.iter().zip(&read.signers).enumerate() {
         if read.is_ok() && signers::reason(ctx, config, found(read)).is_some() {
@@ -362,4 +338,34 @@ fn keys_ahead(ctx: &Ctx<'_>, read: &Read) {
     for (step, object, key) in wanted {
         ctx.key_ahead(step, &object, key);
     }
+}
+
+/// A pair read as usable.
+fn usable(read: &ReadSecret) -> Option<&KeyPairPem> {
+    match read {
+        Ok((_, Stored::Usable(pair))) => Some(pair),
+        _ => None,
+    }
+}
+
+/// What a Secret was read to hold (a failed read: as missing, for the keys ahead only).
+fn found(read: &ReadSecret) -> &Stored {
+    match read {
+        Ok((_, stored)) => stored,
+        Err(_) => &Stored::Missing,
+    }
+}
+
+/// Nothing ahead for a write the brake holds, or one whose bundles it holds: a fight would
+/// otherwise cost a key every pass.
+fn braked(ctx: &Ctx<'_>, kind: &str, step: Step, object: &ObjectRef) -> bool {
+    ctx.brake.is_some_and(|brake| {
+        brake.is_holding(kind, object)
+            || ctx
+                .graph
+                .trust(step)
+                .iter()
+                .filter_map(|s| ctx.graph.object(*s))
+                .any(|bundle| brake.is_holding("bundle", bundle))
+    })
 }
