@@ -28,14 +28,25 @@ pub(crate) async fn step(
         Err(err) => Err(err),
         Ok((existing, _)) => one(ctx, config, existing, signers, in_use, report).await,
     };
+    settled(ctx, &config.object, outcome, report).await
+}
+
+/// The state a bundle's step leaves: what it holds after a write (or the brake's hold) that
+/// went through, else its failure reported and the bundle as read again.
+pub(crate) async fn settled(
+    ctx: &Ctx<'_>,
+    object: &crate::regenerate::config::ObjectRef,
+    outcome: Result<Vec<Cert>, String>,
+    report: &mut Report,
+) -> BundleState {
     match outcome {
         Ok(certs) => {
-            report.note_bundle(&config.object, &certs);
-            as_stored(&config.object, certs, report)
+            report.note_bundle(object, &certs);
+            as_stored(object, certs, report)
         }
         Err(err) => {
-            report.fail(FailureKind::ConfigMap, &config.object, err.clone());
-            as_read(ctx, &config.object, NotWritten::Failed(err)).await
+            report.fail(FailureKind::ConfigMap, object, err.clone());
+            as_read(ctx, object, NotWritten::Failed(err)).await
         }
     }
 }

@@ -25,9 +25,9 @@ use crate::regenerate::keys::KeyUse;
 use crate::regenerate::objects::{
     BundleKind, Managed, ca_data, new_tls_secret, write_bundle, write_managed_secret,
 };
-use crate::regenerate::phases::bundles::{as_read, as_stored};
+use crate::regenerate::phases::bundles::settled;
 use crate::regenerate::report::{FailureKind, Report};
-use crate::regenerate::trust::{self, BundleState, NotWritten};
+use crate::regenerate::trust::{self, BundleState};
 use crate::regenerate::write::{Built, Change, Plan, Wait};
 
 /// What an intermediate's step starts from besides its own read: its signer after the signer
@@ -152,16 +152,7 @@ pub(crate) async fn collect(
         .await
     }
     .await;
-    match outcome {
-        Ok(certs) => {
-            report.note_bundle(object, &certs);
-            as_stored(object, certs, report)
-        }
-        Err(err) => {
-            report.fail(FailureKind::ConfigMap, object, err.clone());
-            as_read(ctx, object, NotWritten::Failed(err)).await
-        }
-    }
+    settled(ctx, object, outcome, report).await
 }
 
 /// The step publishing intermediate `config` (`pair`: as its step left it) once every bundle

@@ -8,9 +8,9 @@ use crate::regenerate::config::Union;
 use crate::regenerate::ctx::Ctx;
 use crate::regenerate::intermediate;
 use crate::regenerate::objects::{BundleKind, write_bundle};
-use crate::regenerate::phases::bundles::{as_read, as_stored};
-use crate::regenerate::report::{FailureKind, Report};
-use crate::regenerate::trust::{BundleState, NotWritten};
+use crate::regenerate::phases::bundles::settled;
+use crate::regenerate::report::Report;
+use crate::regenerate::trust::BundleState;
 
 /// Runs the step of union `config`; `ours`: the states of the sources this config writes
 /// (each after its step).
@@ -20,16 +20,8 @@ pub(crate) async fn step(
     ours: &[&BundleState],
     report: &mut Report,
 ) -> BundleState {
-    match one(ctx, config, ours, report).await {
-        Ok(certs) => {
-            report.note_bundle(&config.object, &certs);
-            as_stored(&config.object, certs, report)
-        }
-        Err(err) => {
-            report.fail(FailureKind::ConfigMap, &config.object, err.clone());
-            as_read(ctx, &config.object, NotWritten::Failed(err)).await
-        }
-    }
+    let outcome = one(ctx, config, ours, report).await;
+    settled(ctx, &config.object, outcome, report).await
 }
 
 async fn one(
