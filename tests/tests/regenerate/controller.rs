@@ -7,12 +7,11 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use e2e::apiserver::ADMIN_TOKEN;
 use e2e::syncer::{NS, bundle_config_map, regenerate_command};
 use e2e::{Backend, Ca, CertSpec, both_backends, metric_sum};
 use futures::StreamExt;
 use k8s_openapi::ByteString;
-use kube::api::{Api, ListParams, PostParams, WatchEvent, WatchParams};
+use kube::api::{ListParams, PostParams, WatchEvent, WatchParams};
 use rustls::client::danger::ServerCertVerifier;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, ServerName, UnixTime};
@@ -20,7 +19,8 @@ use testkit::files::rename_into;
 use time::OffsetDateTime;
 
 use super::fixture::{
-    Fixture, candidate, chains_to, controller, days, der_of, fixture, keep_writing, metrics_of,
+    Fixture, candidate, chains_to, controller, days, der_of, event_reasons, fixture, keep_writing,
+    metrics_of, object_metric,
 };
 
 both_backends!(
@@ -600,7 +600,6 @@ async fn a_writer_that_disagrees_meets_a_bounded_number_of_writes(backend: Backe
         &f.pem_of("serving-signer", "tls.key").await,
     );
     let theirs = signer.issue(&CertSpec::server(&["localhost"]));
-    let object = format!("object=\"{NS}/serving-cert\"");
     let fights = keep_writing(6, Duration::from_millis(200), || async {
         let mut secret = f.secrets.get("serving-cert").await.unwrap();
         let data = secret.data.get_or_insert_with(BTreeMap::new);
@@ -619,15 +618,15 @@ async fn a_writer_that_disagrees_meets_a_bounded_number_of_writes(backend: Backe
     })
     .await;
     let metrics = metrics_of(&process);
-    let ours = metric_sum(
+    let ours = object_metric(
         &metrics,
         "cert_regenerate_regenerations_total",
-        &[object.as_str()],
+        "serving-cert",
     );
-    let held = metric_sum(
+    let held = object_metric(
         &metrics,
         "cert_regenerate_writes_held_total",
-        &[object.as_str()],
+        "serving-cert",
     );
     eprintln!("the other writer wrote {fights} times; ours {ours}, held {held}");
     assert!(fights >= 10, "the other writer kept writing ({fights})");
@@ -643,16 +642,7 @@ async fn a_writer_that_disagrees_meets_a_bounded_number_of_writes(backend: Backe
         body.contains("loop:") && body.contains("serving-cert"),
         "{body}"
     );
-    let events: Api<k8s_openapi::api::core::v1::Event> =
-        Api::namespaced(f.api.client_with_token(ADMIN_TOKEN), NS);
-    let reasons: Vec<String> = events
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter_map(|e| e.reason)
-        .collect();
+    let reasons = event_reasons(&f).await;
     assert!(
         reasons.iter().any(|r| r == "RegenerationLoop"),
         "{reasons:?}"

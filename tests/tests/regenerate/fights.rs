@@ -19,12 +19,13 @@ use std::time::Duration;
 
 use e2e::apiserver::ADMIN_TOKEN;
 use e2e::syncer::{NS, bundle_config_map, regenerate_command};
-use e2e::{Backend, Ca, ChildProcess, metric_sum};
+use e2e::{Backend, Ca, ChildProcess};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Event;
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, PostParams};
 
-use super::fixture::{Fixture, controller, fixture, keep_writing, metrics_of};
+use super::fixture::{
+    Fixture, controller, event_reasons, fixture, keep_writing, metrics_of, object_metric,
+};
 
 // `<scenario>::real`: .config/nextest.toml gives real-apiserver tests a longer leash.
 mod a_leaf_waits_while_a_fight_holds_its_bundle {
@@ -43,33 +44,15 @@ mod a_deleted_object_meets_the_brake_and_a_restart_does_not_reset_it {
     }
 }
 
-/// The series of `name` for `object` (`ns/name`).
-fn sum(metrics: &str, name: &str, object: &str) -> f64 {
-    let label = format!("object=\"{NS}/{object}\"");
-    metric_sum(metrics, name, &[label.as_str()])
-}
-
 async fn wait_for_target(process: &ChildProcess) {
     e2e::wait_until("the first pass", Duration::from_secs(20), || async {
-        sum(
+        object_metric(
             &metrics_of(process),
             "cert_regenerate_regenerations_total",
             "serving-cert",
         ) >= 1.0
     })
     .await;
-}
-
-async fn event_reasons(f: &Fixture) -> Vec<String> {
-    let events: Api<Event> = Api::namespaced(f.api.client_with_token(ADMIN_TOKEN), NS);
-    events
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter_map(|e| e.reason)
-        .collect()
 }
 
 async fn a_leaf_waits_while_a_fight_holds_its_bundle() {
@@ -91,18 +74,18 @@ async fn a_leaf_waits_while_a_fight_holds_its_bundle() {
     })
     .await;
     let metrics = metrics_of(&process);
-    let bundle_writes = sum(
+    let bundle_writes = object_metric(
         &metrics,
         "cert_regenerate_regenerations_total",
         "serving-ca",
     );
-    let held = sum(&metrics, "cert_regenerate_writes_held_total", "serving-ca");
-    let leaf_writes = sum(
+    let held = object_metric(&metrics, "cert_regenerate_writes_held_total", "serving-ca");
+    let leaf_writes = object_metric(
         &metrics,
         "cert_regenerate_regenerations_total",
         "serving-cert",
     );
-    let waiting = sum(
+    let waiting = object_metric(
         &metrics,
         "cert_regenerate_writes_waiting_total",
         "serving-cert",
@@ -167,12 +150,12 @@ async fn a_deleted_object_meets_the_brake_and_a_restart_does_not_reset_it() {
     })
     .await;
     let metrics = metrics_of(&first);
-    let created = sum(
+    let created = object_metric(
         &metrics,
         "cert_regenerate_regenerations_total",
         "serving-cert",
     );
-    let held = sum(
+    let held = object_metric(
         &metrics,
         "cert_regenerate_writes_held_total",
         "serving-cert",
@@ -210,7 +193,7 @@ async fn a_deleted_object_meets_the_brake_and_a_restart_does_not_reset_it() {
         "the new process to hold the deleted object",
         Duration::from_secs(20),
         || async {
-            sum(
+            object_metric(
                 &metrics_of(&second),
                 "cert_regenerate_writes_held_total",
                 "serving-cert",
@@ -225,7 +208,7 @@ async fn a_deleted_object_meets_the_brake_and_a_restart_does_not_reset_it() {
         "the record was read"
     );
     assert_eq!(
-        sum(
+        object_metric(
             &metrics_of(&second),
             "cert_regenerate_regenerations_total",
             "serving-cert"

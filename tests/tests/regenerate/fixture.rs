@@ -226,3 +226,23 @@ where
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     wrote
 }
+
+/// The sum of the series of metric `name` for `object` (`NS/object`).
+pub(crate) fn object_metric(metrics: &str, name: &str, object: &str) -> f64 {
+    let label = format!("object=\"{NS}/{object}\"");
+    e2e::metric_sum(metrics, name, &[label.as_str()])
+}
+
+/// The reasons of the Events in the test namespace.
+pub(crate) async fn event_reasons(f: &Fixture) -> Vec<String> {
+    let events: Api<k8s_openapi::api::core::v1::Event> =
+        Api::namespaced(f.api.client_with_token(ADMIN_TOKEN), NS);
+    events
+        .list(&kube::api::ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|e| e.reason)
+        .collect()
+}
