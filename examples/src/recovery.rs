@@ -187,6 +187,9 @@ impl Drop for WorkDir {
     }
 }
 
+/// The timeline's marks for the regeneration's writes of the `localhost` chain.
+const BUNDLE_UPDATED: &str = "regenerate: CA bundle updated (new CA added; the expired one is pruned once no managed certificate chains to it)";
+const REISSUED: &str = "regenerate: serving certificate re-issued";
 /// Runs the demo; prints the timeline on stdout.
 ///
 /// # Errors
@@ -337,8 +340,18 @@ pub fn run(options: &Options) -> anyhow::Result<Recovered> {
         ]);
     let marks = timeline.clone();
     let mut sync = Proc::spawn_logging("cert-syncer sync", sync_command, move |line| {
-        // Writes before the regeneration only align the installer's files with the API.
-        if line.contains(" written ") && marks.has("regenerate: serving certificate re-issued") {
+        // Writes before the regeneration only align the installer's files with the API. The
+        // new serving certificate is written after its bundle (regenerate's trust rule), and
+        // its write is read here, from the sync's log, possibly before the regeneration's own
+        // line is read from the other process's: wait for that line, so the timeline keeps the
+        // causal order.
+        if line.contains(" written ") && marks.has(BUNDLE_UPDATED) {
+            let deadline = Instant::now() + Duration::from_secs(2);
+            while !marks.has(REISSUED) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        if line.contains(" written ") && marks.has(REISSUED) {
             if line.contains("secret/localhost-serving-cert-certkey") {
                 marks.mark_once("sync: wrote the new serving certificate to the resource dir");
             }
@@ -355,22 +368,19 @@ pub fn run(options: &Options) -> anyhow::Result<Recovered> {
         .arg("--config")
         .arg(dir.join("rotation.yaml"));
     let marks = timeline.clone();
-    let mut regenerate = Proc::spawn_logging(
-        "cert-syncer regenerate",
-        regenerate_command,
-        move |line| {
+    let mut regenerate =
+        Proc::spawn_logging("cert-syncer regenerate", regenerate_command, move |line| {
             if line.contains("regenerated") && line.contains("localhost-serving-signer") {
                 marks.mark_once("regenerate: expired signer replaced");
             }
             if line.contains("CA bundle updated") && line.contains("localhost-serving-ca") {
-                marks.mark_once("regenerate: CA bundle updated (new CA added; the expired one is pruned once no managed certificate chains to it)");
+                marks.mark_once(BUNDLE_UPDATED);
             }
             if line.contains("regenerated") && line.contains("localhost-serving-cert-certkey") {
-                marks.mark_once("regenerate: serving certificate re-issued");
+                marks.mark_once(REISSUED);
             }
-        },
-    )
-    .map_err(anyhow::Error::msg)?;
+        })
+        .map_err(anyhow::Error::msg)?;
     timeline.mark("cert-syncer sync and regenerate started (SNI localhost-recovery, token)");
     let sidecars_started = Instant::now();
 

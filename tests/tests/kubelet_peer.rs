@@ -14,6 +14,7 @@
 //! is measured. Printed: the table and ours/theirs ratios (whatever they are; BENCHMARKS.md
 //! "Peer on a node" says what they mean).
 //!
+//! `E2E_PEER_LOGS=DIR` keeps every container log of both pods in DIR.
 //! `E2E_NODE_LOCK=/tmp/node.lock`: each side holds that lock only while its node runs (two
 //! holds of ~12 minutes with 600 s idle, instead of one of ~25), so run the test WITHOUT an outer
 //! `flock` on the same file then (it would wait for itself). `E2E_NODE_IMAGE_PROFILE=release`
@@ -269,6 +270,7 @@ async fn measure(side: &Side, idle: Duration) -> Figures {
         side.label
     );
     drop(sampler);
+    keep_logs(&woken, side);
     drop(woken);
     Figures {
         answers,
@@ -278,6 +280,49 @@ async fn measure(side: &Side, idle: Duration) -> Figures {
         recovery,
         idle: idle_use,
         v2,
+    }
+}
+
+/// `E2E_PEER_LOGS=DIR`: every container log of the pod, whole, copied to
+/// `DIR/<side>-<container>.log` before the node is dropped (where the sidecars' part of the
+/// time goes; BENCHMARKS.md quotes them).
+fn keep_logs(woken: &Woken, side: &Side) {
+    let Some(dir) = std::env::var_os("E2E_PEER_LOGS").map(std::path::PathBuf::from) else {
+        return;
+    };
+    std::fs::create_dir_all(&dir).expect("E2E_PEER_LOGS is a directory");
+    let marker = format!("_{POD}-{}_", woken.node.name);
+    let label = if side.pod_dir == OPENSHIFT_PEER_DIR {
+        "theirs"
+    } else {
+        "ours"
+    };
+    for pod in std::fs::read_dir("/var/log/pods")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        if !pod.file_name().to_string_lossy().contains(&marker) {
+            continue;
+        }
+        for container in std::fs::read_dir(pod.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            for log in std::fs::read_dir(container.path())
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                let name = format!(
+                    "{label}-{}-{}",
+                    container.file_name().to_string_lossy(),
+                    log.file_name().to_string_lossy()
+                );
+                let _ = std::fs::copy(log.path(), dir.join(name));
+            }
+        }
     }
 }
 

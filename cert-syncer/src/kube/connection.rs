@@ -18,18 +18,21 @@
 //! honoured with it, never silently dropped.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
-use std::time::SystemTime;
+use std::sync::Arc;
 
 use anyhow::Context;
-use http::HeaderValue;
 use kube::client::ConfigExt;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use reload_lib::ClientTls;
 
 use crate::base::error::{ConfigError, redact_parse_error};
+pub use target::{NoAnswer, Target};
+pub use token::TokenFile;
 use trust::{check_verification, client_identity, no_ca_error};
 
+mod target;
+mod token;
+mod transport;
 mod trust;
 
 /// How to reach the apiserver: a kubeconfig, or an explicit URL with a CA file and a token
@@ -65,96 +68,24 @@ pub struct Connection {
     /// `timeoutSeconds` for every watch (below the read idle timeout).
     pub watch_timeout_seconds: u32,
     /// Follows the CA file; dropping it would freeze the trust bundle.
-    _tls: Option<ClientTls>,
+    tls: Option<ClientTls>,
 }
 
-/// Where and how we connect. Printed in errors, so it holds no secret.
-#[derive(Debug, Clone)]
-pub struct Target {
-    /// The apiserver URL.
-    pub server: String,
-    /// SNI and verification name, when it differs from the URL's host.
-    pub tls_server_name: Option<String>,
-    /// The CA bundle file, when there is one.
-    pub ca_file: Option<PathBuf>,
-}
-
-impl Target {
-    /// One sentence for a failed TLS handshake or a refused token: what was tried, with which
-    /// files, and what to check.
-    pub fn explain(&self, err: &(dyn std::error::Error + 'static)) -> Option<String> {
-        let tls = find_rustls_error(err)?;
-        let name = self.tls_server_name.as_deref().unwrap_or("the URL's host");
-        let ca = self
-            .ca_file
-            .as_ref()
-            .map_or("the configured CA data".to_owned(), |p| {
-                p.display().to_string()
-            });
-        Some(match tls {
-            rustls::Error::InvalidCertificate(reason) => format!(
-                "TLS to {} refused: the certificate served for server name {name} is not \
-                 trusted by {ca} ({reason:?}); check that the CA file matches the server \
-                 name's certificate",
-                self.server
-            ),
-            other => format!("TLS to {} failed: {other}", self.server),
-        })
+impl Connection {
+    /// Changes of the CA file (each reload of reload-lib's `ClientTls`): a connection refused
+    /// as untrusted may succeed after one. `None` without a CA file.
+    pub fn trust_changes(&self) -> Option<tokio::sync::watch::Receiver<reload_lib::Status>> {
+        self.tls.as_ref().map(ClientTls::subscribe)
     }
-}
-
-fn find_rustls_error<'a>(err: &'a (dyn std::error::Error + 'static)) -> Option<&'a rustls::Error> {
-    let mut current = Some(err);
-    while let Some(err) = current {
-        if let Some(tls) = err.downcast_ref::<rustls::Error>() {
-            return Some(tls);
-        }
-        // hyper-rustls reports a failed handshake as an io::Error wrapping tokio-rustls'
-        // io::Error wrapping the rustls error; io::Error::source skips the wrapped error, so
-        // descend through `get_ref` instead.
-        let mut io = err.downcast_ref::<std::io::Error>();
-        while let Some(inner) = io.and_then(std::io::Error::get_ref) {
-            if let Some(tls) = inner.downcast_ref::<rustls::Error>() {
-                return Some(tls);
-            }
-            io = inner.downcast_ref::<std::io::Error>();
-        }
-        current = err.source();
-    }
-    None
 }
 
 /// Builds the client from a kubeconfig, from `--server` and friends, or from the in-cluster
-/// config.
+/// config, in four phases: where to connect and with which credentials ([`load_config`]),
+/// what is refused before any connection (verification off, a token that cannot be sent,
+/// plain HTTP with credentials), the trust to verify the apiserver with ([`tls_config`]), and
+/// the client's layers (`transport`).
 pub(crate) async fn connect(args: &Settings) -> anyhow::Result<Connection> {
-    let (mut config, kubeconfig_ca) = if let Some(path) = &args.kubeconfig {
-        let kubeconfig = read_kubeconfig(path)?;
-        let ca = kubeconfig_ca_file(&kubeconfig, args.context.as_deref());
-        let options = KubeConfigOptions {
-            context: args.context.clone(),
-            ..KubeConfigOptions::default()
-        };
-        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &options)
-            .await
-            .map_err(|err| ConfigError(format!("invalid kubeconfig {}: {err}", path.display())))?;
-        (config, ca)
-    } else if let Some(server) = &args.server {
-        let url = server
-            .parse()
-            .map_err(|err| ConfigError(format!("invalid --server {server}: {err}")))?;
-        let mut config = kube::Config::new(url);
-        if let Some(token) = &args.token_file {
-            config.auth_info.token_file = Some(token.display().to_string());
-        }
-        (config, None)
-    } else {
-        let config = kube::Config::infer().await.map_err(|err| {
-            ConfigError(format!(
-                "no --kubeconfig or --server, and no in-cluster config: {err}"
-            ))
-        })?;
-        (config, None)
-    };
+    let (mut config, kubeconfig_ca) = load_config(args).await?;
     check_verification(&config, args.kubeconfig.as_deref())?;
     check_inline_token(&config)?;
     if let Some(name) = &args.tls_server_name_override {
@@ -179,7 +110,64 @@ pub(crate) async fn connect(args: &Settings) -> anyhow::Result<Connection> {
     )?;
     tracing::info!(server = %target.server, tls_server_name = ?target.tls_server_name, ca_file = ?target.ca_file, token_file = ?token_file, "connecting to the apiserver");
 
-    if let Some(path) = &ca_file {
+    let (tls_config, tls) = tls_config(&config, &target, plain_http, args).await?;
+    let token = token_file.map(TokenFile::open).transpose()?.map(Arc::new);
+    let timeouts = transport::Timeouts {
+        connect: args.connect_timeout,
+        idle: args.read_idle_timeout,
+    };
+    let client = transport::client(&config, tls_config, plain_http, token, &timeouts)?;
+    Ok(Connection {
+        client,
+        target,
+        watch_timeout_seconds: args.watch_timeout_seconds(),
+        tls,
+    })
+}
+
+/// Where to connect and with which credentials: the kubeconfig (and the CA file it names, so
+/// that file can be followed), else `--server` with `--token-file`, else the in-cluster config.
+async fn load_config(args: &Settings) -> anyhow::Result<(kube::Config, Option<PathBuf>)> {
+    if let Some(path) = &args.kubeconfig {
+        let kubeconfig = read_kubeconfig(path)?;
+        let ca = kubeconfig_ca_file(&kubeconfig, args.context.as_deref());
+        let options = KubeConfigOptions {
+            context: args.context.clone(),
+            ..KubeConfigOptions::default()
+        };
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &options)
+            .await
+            .map_err(|err| ConfigError(format!("invalid kubeconfig {}: {err}", path.display())))?;
+        return Ok((config, ca));
+    }
+    if let Some(server) = &args.server {
+        let url = server
+            .parse()
+            .map_err(|err| ConfigError(format!("invalid --server {server}: {err}")))?;
+        let mut config = kube::Config::new(url);
+        if let Some(token) = &args.token_file {
+            config.auth_info.token_file = Some(token.display().to_string());
+        }
+        return Ok((config, None));
+    }
+    let config = kube::Config::infer().await.map_err(|err| {
+        ConfigError(format!(
+            "no --kubeconfig or --server, and no in-cluster config: {err}"
+        ))
+    })?;
+    Ok((config, None))
+}
+
+/// The TLS client configuration the apiserver is verified with: the CA file, followed by
+/// reload-lib (with the kubeconfig's client certificate, if any), else the kubeconfig's
+/// `certificate-authority-data`; none for plain HTTP; never the platform's store.
+async fn tls_config(
+    config: &kube::Config,
+    target: &Target,
+    plain_http: bool,
+    args: &Settings,
+) -> anyhow::Result<(rustls::ClientConfig, Option<ClientTls>)> {
+    if let Some(path) = &target.ca_file {
         // A FIFO or device here would hang the start-up (reload-lib then keeps following it).
         crate::base::input_file::check_path(
             "CA file",
@@ -187,92 +175,31 @@ pub(crate) async fn connect(args: &Settings) -> anyhow::Result<Connection> {
             crate::base::input_file::MAX_CONFIG_FILE,
         )
         .map_err(ConfigError)?;
+        let tls = ClientTls::builder(path)
+            .name("apiserver-ca")
+            .start()
+            .await
+            .map_err(|err| ConfigError(format!("CA file: {err}")))?;
+        let mut tls_config = (*tls.config()).clone();
+        // The kubeconfig's client certificate (file, data or exec), if any, with this CA.
+        tls_config.client_auth_cert_resolver = client_identity(config)?;
+        return Ok((tls_config, Some(tls)));
     }
-    let (tls_config, tls) = match &ca_file {
-        Some(path) => {
-            let tls = ClientTls::builder(path)
-                .name("apiserver-ca")
-                .start()
-                .await
-                .map_err(|err| ConfigError(format!("CA file: {err}")))?;
-            let mut tls_config = (*tls.config()).clone();
-            // The kubeconfig's client certificate (file, data or exec), if any, with this CA.
-            tls_config.client_auth_cert_resolver = client_identity(&config)?;
-            (tls_config, Some(tls))
-        }
+    if config.root_cert.is_some() {
         // The kubeconfig's certificate-authority-data.
-        None if config.root_cert.is_some() => (
-            config
-                .rustls_client_config()
-                .context("cannot build the TLS configuration")?,
-            None,
-        ),
-        // No TLS at all (checked above: no credential either); the connector still wants one.
-        None if plain_http => (
-            rustls::ClientConfig::builder()
-                .with_root_certificates(rustls::RootCertStore::empty())
-                .with_no_client_auth(),
-            None,
-        ),
-        None => return Err(no_ca_error(&target.server, args.kubeconfig.as_deref()).into()),
-    };
-    let token = match token_file {
-        Some(path) => Some(Arc::new(TokenFile::open(path)?)),
-        None => None,
-    };
-
-    let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
-    http.enforce_http(false);
-    http.set_connect_timeout(Some(args.connect_timeout));
-    let https = hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls_config);
-    // `https_only` also refuses a plain-HTTP URI that some layer might produce later.
-    let mut https = if plain_http {
-        https.https_or_http()
-    } else {
-        https.https_only()
-    };
-    if let Some(name) = &config.tls_server_name {
-        let name = rustls_pki_types::ServerName::try_from(name.clone())
-            .map_err(|err| ConfigError(format!("invalid TLS server name {name:?}: {err}")))?;
-        https = https.with_server_name_resolver(hyper_rustls::FixedServerNameResolver::new(name));
+        let tls_config = config
+            .rustls_client_config()
+            .context("cannot build the TLS configuration")?;
+        return Ok((tls_config, None));
     }
-    let https = https.enable_http1().wrap_connector(http);
-    // Without these a server that accepts the connection and then says nothing (no handshake,
-    // no headers, a body that stops) holds a request, and the process, forever. The connect
-    // timeout covers the TCP connect and the TLS handshake; the read timeout is an idle timeout
-    // (reset by every byte), so a long watch that keeps receiving events is not cut.
-    let mut timed = hyper_timeout::TimeoutConnector::new(https);
-    timed.set_connect_timeout(Some(args.connect_timeout));
-    timed.set_read_timeout(Some(args.read_idle_timeout));
-    timed.set_write_timeout(Some(args.read_idle_timeout));
-    let http_client: hyper_util::client::legacy::Client<_, kube::client::Body> =
-        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-            .build(timed);
-    let kube_auth = config
-        .auth_layer()
-        .context("cannot set up authentication")?;
-    let service = tower::ServiceBuilder::new()
-        .layer(config.base_uri_layer())
-        .option_layer(kube_auth)
-        .option_layer(token.map(|token| {
-            tower::util::MapRequestLayer::new(move |mut request: http::Request<_>| {
-                if let Some(value) = token.header() {
-                    request
-                        .headers_mut()
-                        .insert(http::header::AUTHORIZATION, value);
-                }
-                request
-            })
-        }))
-        .layer(config.extra_headers_layer()?)
-        .map_err(tower::BoxError::from)
-        .service(http_client);
-    Ok(Connection {
-        client: kube::Client::new(service, config.default_namespace),
-        target,
-        watch_timeout_seconds: args.watch_timeout_seconds(),
-        _tls: tls,
-    })
+    if plain_http {
+        // No TLS at all (checked: no credential either); the connector still wants one.
+        let tls_config = rustls::ClientConfig::builder()
+            .with_root_certificates(rustls::RootCertStore::empty())
+            .with_no_client_auth();
+        return Ok((tls_config, None));
+    }
+    Err(no_ca_error(&target.server, args.kubeconfig.as_deref()).into())
 }
 
 /// Reads and parses a kubeconfig. It holds credentials, so a parse error never quotes it: the
@@ -397,188 +324,4 @@ fn kubeconfig_ca_file(kubeconfig: &Kubeconfig, context: Option<&str>) -> Option<
         .cluster
         .as_ref()?;
     cluster.certificate_authority.as_ref().map(PathBuf::from)
-}
-
-/// A bearer token file, re-read when it changes.
-///
-/// # Security
-/// The token is kept only as a sensitive `HeaderValue` and never logged; errors name the file.
-pub struct TokenFile {
-    path: PathBuf,
-    state: Mutex<TokenState>,
-}
-
-struct TokenState {
-    stamp: Option<FileStamp>,
-    header: Option<HeaderValue>,
-    /// The last read failed (logged once until it succeeds again).
-    failing: bool,
-}
-
-/// What changes when a file is replaced or rewritten.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct FileStamp {
-    dev: u64,
-    ino: u64,
-    len: u64,
-    modified: Option<SystemTime>,
-}
-
-impl FileStamp {
-    fn of(path: &Path) -> std::io::Result<FileStamp> {
-        use std::os::unix::fs::MetadataExt;
-        let meta = std::fs::metadata(path)?;
-        Ok(FileStamp {
-            dev: meta.dev(),
-            ino: meta.ino(),
-            len: meta.len(),
-            modified: meta.modified().ok(),
-        })
-    }
-}
-
-impl std::fmt::Debug for TokenFile {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TokenFile")
-            .field("path", &self.path)
-            .finish_non_exhaustive()
-    }
-}
-
-impl TokenFile {
-    /// Reads the token now: a missing or empty file at start-up is a configuration error.
-    pub fn open(path: PathBuf) -> Result<TokenFile, ConfigError> {
-        let token = TokenFile {
-            path,
-            state: Mutex::new(TokenState {
-                stamp: None,
-                header: None,
-                failing: false,
-            }),
-        };
-        let mut state = token.state.lock().unwrap_or_else(|p| p.into_inner());
-        token.refresh(&mut state).map_err(ConfigError)?;
-        drop(state);
-        Ok(token)
-    }
-
-    /// The `Authorization` value to send now: re-read if the file changed; the last good
-    /// token when the file is unreadable or empty (logged).
-    pub fn header(&self) -> Option<HeaderValue> {
-        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        match self.refresh(&mut state) {
-            Ok(()) => {
-                if state.failing {
-                    tracing::info!(path = %self.path.display(), "token file readable again");
-                    state.failing = false;
-                }
-            }
-            Err(reason) => {
-                if !state.failing {
-                    tracing::error!(%reason, "keeping the last good token");
-                    state.failing = true;
-                }
-                // Try again on the next request even if the stamp did not change.
-                state.stamp = None;
-            }
-        }
-        state.header.clone()
-    }
-
-    fn refresh(&self, state: &mut TokenState) -> Result<(), String> {
-        let path = self.path.display();
-        let stamp = FileStamp::of(&self.path)
-            .map_err(|err| format!("cannot read token file {path}: {err}"))?;
-        if state.stamp.as_ref() == Some(&stamp) {
-            return Ok(());
-        }
-        let (bytes, meta) = crate::base::input_file::read(
-            "token file",
-            &self.path,
-            crate::base::input_file::MAX_TOKEN_FILE,
-        )?;
-        {
-            use std::os::unix::fs::PermissionsExt;
-            let mode = meta.permissions().mode() & 0o777;
-            if mode & 0o077 != 0 {
-                tracing::warn!(path = %path, mode = %format_args!("{mode:o}"), "the token file is readable by group or others; it should be 0600 (or 0400)");
-            }
-        }
-        let text =
-            String::from_utf8(bytes).map_err(|_| format!("token file {path} is not UTF-8"))?;
-        let token = text.trim();
-        if token.is_empty() {
-            return Err(format!("token file {path} is empty"));
-        }
-        let mut header = HeaderValue::from_str(&format!("Bearer {token}"))
-            .map_err(|_| format!("token file {path} holds characters not allowed in a header"))?;
-        header.set_sensitive(true);
-        if state.header.is_some() && state.header.as_ref() != Some(&header) {
-            tracing::info!(path = %path, "token file changed; using the new token");
-        }
-        state.header = Some(header);
-        state.stamp = Some(stamp);
-        Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_token_follows_the_file_and_survives_a_bad_rewrite() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("token");
-        std::fs::write(&path, "first\n").unwrap();
-        let token = TokenFile::open(path.clone()).unwrap();
-        assert_eq!(token.header().unwrap(), "Bearer first");
-        assert!(token.header().unwrap().is_sensitive());
-        // Replaced by rename (a new inode), as kubelet and installers do.
-        let next = dir.path().join("token.new");
-        std::fs::write(&next, "second").unwrap();
-        std::fs::rename(&next, &path).unwrap();
-        assert_eq!(token.header().unwrap(), "Bearer second");
-        // Emptied: keep the last good token.
-        std::fs::write(&path, "").unwrap();
-        assert_eq!(token.header().unwrap(), "Bearer second");
-        // Removed: still the last good token.
-        std::fs::remove_file(&path).unwrap();
-        assert_eq!(token.header().unwrap(), "Bearer second");
-        std::fs::write(&path, "third").unwrap();
-        assert_eq!(token.header().unwrap(), "Bearer third");
-        assert!(!format!("{token:?}").contains("third"));
-    }
-
-    #[test]
-    fn a_refused_certificate_is_explained_through_nested_io_errors() {
-        let tls = rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer);
-        // As hyper-rustls reports it: io::Error::other(tokio-rustls' io::Error(rustls::Error)).
-        let nested =
-            std::io::Error::other(std::io::Error::new(std::io::ErrorKind::InvalidData, tls));
-        let target = Target {
-            server: "https://127.0.0.1:6443/".to_owned(),
-            tls_server_name: Some("localhost-recovery".to_owned()),
-            ca_file: Some(PathBuf::from("/etc/ca.crt")),
-        };
-        let text = target.explain(&nested).expect("explained");
-        assert!(
-            text.contains("localhost-recovery is not trusted by /etc/ca.crt")
-                && text.contains("UnknownIssuer"),
-            "{text}"
-        );
-        let other = std::io::Error::other("connection refused");
-        assert!(target.explain(&other).is_none());
-    }
-
-    #[test]
-    fn a_missing_or_empty_token_file_is_a_config_error_naming_it() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("token");
-        let err = TokenFile::open(path.clone()).unwrap_err();
-        assert!(err.0.contains(&path.display().to_string()), "{err}");
-        std::fs::write(&path, "  \n").unwrap();
-        let err = TokenFile::open(path).unwrap_err();
-        assert!(err.0.contains("empty"), "{err}");
-    }
 }

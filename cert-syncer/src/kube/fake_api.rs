@@ -81,6 +81,11 @@ impl FakeApi {
         state.objects.insert(path.to_owned(), object);
     }
 
+    /// Removes the object at `path`, as if someone else deleted it.
+    pub fn remove(&self, path: &str) {
+        self.lock().objects.remove(path);
+    }
+
     /// Every object whose path starts with `prefix` (the Events of a namespace).
     pub fn objects_under(&self, prefix: &str) -> Vec<Value> {
         self.lock()

@@ -51,8 +51,8 @@ pub fn ca_params(
     Ok(params)
 }
 
-/// A new self-signed CA with a `key_type` key, valid from `now - backdate` for `validity`; CN
-/// as library-go names it: `<namespace>_<name>@<unix seconds>`.
+/// [`new_signer_with`] with a new `key_type` key (tests; `regenerate` makes its keys ahead).
+#[cfg(test)]
 pub fn new_signer_of(
     key_type: KeyType,
     common_name: &str,
@@ -60,7 +60,19 @@ pub fn new_signer_of(
     backdate: std::time::Duration,
     validity: std::time::Duration,
 ) -> Result<KeyPairPem, String> {
-    let key = key_type.generate()?;
+    new_signer_with(key_type.generate()?, common_name, now, backdate, validity)
+}
+
+/// A new self-signed CA with `key` (made beforehand: `regenerate` makes keys ahead, in
+/// parallel), valid from `now - backdate` for `validity`; CN as library-go names it:
+/// `<namespace>_<name>@<unix seconds>`.
+pub fn new_signer_with(
+    key: KeyPair,
+    common_name: &str,
+    now: i64,
+    backdate: std::time::Duration,
+    validity: std::time::Duration,
+) -> Result<KeyPairPem, String> {
     let params = ca_params(
         common_name,
         now - backdate.as_secs() as i64,
@@ -93,11 +105,26 @@ pub fn new_leaf(
     )
 }
 
-/// A new leaf for `identity` with a `key_type` key, signed by `signer` (with the signer key's
-/// algorithm: SHA-256 with RSA for an RSA signer), valid from `now - backdate` for `validity`
-/// but never past the signer's own notAfter.
+/// [`new_leaf_with`] with a new `key_type` key (tests; `regenerate` makes its keys ahead).
+#[cfg(test)]
 pub fn new_leaf_of(
     key_type: KeyType,
+    signer: &KeyPairPem,
+    identity: &Identity,
+    now: i64,
+    backdate: std::time::Duration,
+    validity: std::time::Duration,
+) -> Result<KeyPairPem, String> {
+    let key = key_type.generate_leaf()?;
+    new_leaf_with(key, signer, identity, now, backdate, validity)
+}
+
+/// A new leaf for `identity` with `key` (made beforehand: `regenerate` makes keys ahead, in
+/// parallel), signed by `signer` (with the signer key's algorithm: SHA-256 with RSA for an RSA
+/// signer), valid from `now - backdate` for `validity` but never past the signer's own
+/// notAfter.
+pub fn new_leaf_with(
+    key: KeyPair,
     signer: &KeyPairPem,
     identity: &Identity,
     now: i64,
@@ -107,7 +134,6 @@ pub fn new_leaf_of(
     let ca_key = signing_key(&signer.key_pem)?;
     let issuer = Issuer::from_ca_cert_der(&signer.cert().der, ca_key)
         .map_err(|e| format!("signer certificate: {e}"))?;
-    let key = key_type.generate_leaf()?;
     let mut params = CertificateParams::new(Vec::<String>::new()).map_err(|e| e.to_string())?;
     match identity {
         Identity::Serving { hostnames } => {
@@ -192,8 +218,8 @@ pub fn check_serving_names(hostnames: &[String]) -> Result<(), String> {
     let identity = Identity::Serving {
         hostnames: hostnames.to_vec(),
     };
-    let leaf = new_leaf_of(
-        KeyType::EcdsaP256,
+    let leaf = new_leaf_with(
+        KeyType::EcdsaP256.generate_leaf()?,
         &signer,
         &identity,
         1,

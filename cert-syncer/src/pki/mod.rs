@@ -11,8 +11,10 @@ pub mod pem;
 pub(crate) mod trusted_bundle;
 pub(crate) mod verify;
 
-pub use issue::{KeyType, ca_params, check_serving_names, new_leaf_of, new_signer_of, signing_key};
+pub use issue::{
+    KeyType, ca_params, check_serving_names, new_leaf_with, new_signer_with, signing_key,
+};
 #[cfg(test)]
-pub use issue::{new_leaf, new_signer};
+pub use issue::{new_leaf, new_leaf_of, new_signer, new_signer_of};
 pub use parse::{Cert, KeyPairPem, bundle_pem, key_fits, parse_bundle, parse_certs, parse_key};
 pub use verify::{ChainError, Identity, chains_to, issued_by, verify_chain};

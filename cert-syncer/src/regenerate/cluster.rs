@@ -4,20 +4,19 @@
 //! `status.apiServerInternalURI`: their hosts) — read once at start, read only.
 //!
 //! On a woken node the controller starts with kube-apiserver, before that answers, and before
-//! its authorizer and CRDs are ready: the read then waits ([`Unavailable::Wait`]) rather than
-//! exiting into the kubelet's crash-loop backoff.
+//! its authorizer and CRDs are ready: the read then waits ([`Unavailable::Wait`], as `wait`
+//! waits: closely for what heals by itself, saying once what does not) rather than exiting into
+//! the kubelet's crash-loop backoff.
 
 use std::net::IpAddr;
-use std::time::Duration;
 
 use kube::Api;
 use kube::api::{ApiResource, DynamicObject};
-use tokio_util::sync::CancellationToken;
 
-use crate::base::backoff::doubling;
+use super::wait::{Blocked, Waiting};
 use crate::base::error::ConfigError;
 use crate::base::names::canonical_hostname;
-use crate::base::readiness::Readiness;
+use crate::kube::connection::Connection;
 
 /// The values the cluster's config objects give (`None`: object or field absent).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -35,9 +34,9 @@ pub struct ClusterValues {
 /// Why one read of the cluster's values failed.
 #[derive(Debug)]
 enum ReadError {
-    /// The apiserver did not answer, or answered that it cannot serve now (5xx, 429): on a woken
-    /// node this sidecar starts with kube-apiserver, before it answers. Worth retrying.
-    Unavailable(String),
+    /// The apiserver did not answer (classified by the connection: not up yet, or a TLS or
+    /// name failure), or answered that it cannot serve now (5xx, 429).
+    Unavailable(Blocked),
     /// An answer that is wrong for good (a malformed object, another refusal): retrying would
     /// read the same.
     Config(ConfigError),
@@ -54,17 +53,10 @@ pub(super) enum Unavailable<'a> {
     /// `--once`: the pass cannot run without it, so the command fails with the reason.
     Fail,
     /// The controller: on a woken node it starts with kube-apiserver, before that answers, and
-    /// exiting would only earn it the kubelet's crash-loop backoff. It retries (0.5 s doubling
-    /// to 10 s) until the values are read or `shutdown`, `/readyz` saying what it waits for.
-    Wait {
-        shutdown: &'a CancellationToken,
-        readiness: &'a Readiness,
-    },
+    /// exiting would only earn it the kubelet's crash-loop backoff. It retries as `wait` says
+    /// until the values are read or shutdown, `/readyz` saying what it waits for.
+    Wait(Waiting<'a>),
 }
-
-/// First retry of an unanswered read, doubling up to [`RETRY_MAX`].
-const RETRY_FIRST: Duration = Duration::from_millis(500);
-const RETRY_MAX: Duration = Duration::from_secs(10);
 
 /// What `build` makes of the cluster's values (the profile with its hostnames), meeting an
 /// apiserver that cannot answer as [`Unavailable`] says; `None` on shutdown while waiting.
@@ -81,63 +73,52 @@ const RETRY_MAX: Duration = Duration::from_secs(10);
 /// [`Unavailable::Fail`], an apiserver that cannot answer (exit 1: not the configuration's
 /// fault).
 pub(super) async fn read<T>(
-    client: &kube::Client,
-    unavailable: &Unavailable<'_>,
+    connection: &Connection,
+    mut unavailable: Unavailable<'_>,
     build: impl Fn(&ClusterValues) -> Result<T, ConfigError>,
 ) -> anyhow::Result<Option<T>> {
-    let mut delays: Option<backon::ExponentialBackoff> = None;
-    let mut logged = String::new();
     loop {
-        let reason = match read_once(client).await {
+        let blocked = match read_once(connection).await {
             Ok(values) => match build(&values) {
                 Ok(built) => {
                     if !values.unread.is_empty() {
                         tracing::warn!(unread = %values.unread.join("; "), "cluster objects not read; the flags give their values");
                     }
-                    if let (Unavailable::Wait { readiness, .. }, Some(_)) = (unavailable, &delays) {
-                        readiness.clear("apiserver");
-                        tracing::info!("the cluster's values are read");
+                    if let Unavailable::Wait(waiting) = &mut unavailable {
+                        waiting.done("the cluster's values are read");
                     }
                     return Ok(Some(built));
                 }
                 Err(err) if values.unread.is_empty() => return Err(err.into()),
                 Err(err) => match unavailable {
                     Unavailable::Fail => return Err(err.into()),
-                    Unavailable::Wait { .. } => format!("{err} ({})", values.unread.join("; ")),
+                    Unavailable::Wait(_) => {
+                        Blocked::NotReady(format!("{err} ({})", values.unread.join("; ")))
+                    }
                 },
             },
             Err(ReadError::Config(err)) => return Err(err.into()),
-            Err(ReadError::Unavailable(reason)) => reason,
+            Err(ReadError::Unavailable(blocked)) => blocked,
         };
-        let Unavailable::Wait {
-            shutdown,
-            readiness,
-        } = unavailable
-        else {
-            anyhow::bail!(reason);
+        let Unavailable::Wait(waiting) = &mut unavailable else {
+            anyhow::bail!("{blocked}");
         };
-        let delay = delays
-            .get_or_insert_with(|| doubling(RETRY_FIRST, RETRY_MAX))
-            .next()
-            .unwrap_or(RETRY_MAX);
-        // Said once per reason: a grant that never comes would otherwise log every 10 s.
-        if reason != logged {
-            tracing::warn!(%reason, retry_in = ?delay, "the cluster's values cannot be read yet; the first pass waits for them");
-            logged.clone_from(&reason);
-        } else {
-            tracing::debug!(%reason, retry_in = ?delay, "still waiting for the cluster's values");
-        }
-        readiness.block("apiserver", reason);
-        tokio::select! {
-            () = shutdown.cancelled() => return Ok(None),
-            () = tokio::time::sleep(delay) => {}
+        if !waiting
+            .retry(
+                &blocked,
+                "the cluster's values cannot be read yet; the first pass waits for them",
+            )
+            .await
+        {
+            return Ok(None);
         }
     }
 }
 
 /// One read of the cluster's values (a missing CRD or object, or a 403, is not an error: it is
 /// listed in [`ClusterValues::unread`]).
-async fn read_once(client: &kube::Client) -> Result<ClusterValues, ReadError> {
+async fn read_once(connection: &Connection) -> Result<ClusterValues, ReadError> {
+    let client = &connection.client;
     // `Ok(Err(why))`: not read, and why (for `unread`).
     let get = |kind: &str, plural: &str| {
         let resource = ApiResource {
@@ -161,14 +142,18 @@ async fn read_once(client: &kube::Client) -> Result<ClusterValues, ReadError> {
                 }
                 // Not allowed to read it: as if absent (the flags decide).
                 Err(kube::Error::Api(status)) if status.code == 403 => unread("not allowed (403)"),
-                Err(kube::Error::Api(status)) if status.code >= 500 || status.code == 429 => Err(
-                    ReadError::Unavailable(format!("cannot read {what}: {status}")),
-                ),
+                Err(kube::Error::Api(status)) if status.code >= 500 || status.code == 429 => {
+                    Err(ReadError::Unavailable(Blocked::NotReady(format!(
+                        "cannot read {what}: {status}"
+                    ))))
+                }
                 Err(kube::Error::Api(status)) => Err(ReadError::Config(ConfigError(format!(
                     "cannot read {what}: {status}"
                 )))),
-                // No answer at all (refused, reset, timed out, a TLS handshake that failed).
-                Err(err) => Err(ReadError::Unavailable(format!("cannot read {what}: {err}"))),
+                // No answer at all: not up yet (refused, reset, timed out), or a certificate
+                // our CA does not trust, a name that does not resolve (the connection's one
+                // classification).
+                Err(err) => Err(ReadError::Unavailable(Blocked::of(connection, &what, &err))),
             }
         }
     };

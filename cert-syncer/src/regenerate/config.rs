@@ -23,6 +23,8 @@
 //!     serving: { hostnames: [localhost, 127.0.0.1] }
 //!     validity: 30d
 //!     refresh: 15d
+//!     priority: 1                          # made first, with its signer and bundles (1 first;
+//!                                          # also on intermediates and copies; none: last)
 //!   - name: kubelet-client
 //!     signer: kube-apiserver-to-kubelet-signer
 //!     client: { user: "system:kube-apiserver", groups: [kube-master] }
@@ -101,6 +103,8 @@ pub struct Target {
     pub identity: Identity,
     pub validity: Duration,
     pub refresh: Duration,
+    /// How early a pass makes it (1 first; `None`: after every prioritised item): see `graph`.
+    pub priority: Option<u8>,
 }
 
 /// An intermediate CA key pair in a Secret (library-go's `SignerRotation`): a CA certificate
@@ -120,6 +124,8 @@ pub struct Intermediate {
     pub bundle: Option<ObjectRef>,
     /// Where the CA is published for its user, and when.
     pub publish: Option<Publish>,
+    /// As [`Target::priority`], for the CA, its bundle and its publication.
+    pub priority: Option<u8>,
 }
 
 /// The published copy of an intermediate (`tls.crt` = its certificate alone, `tls.key`):
@@ -152,6 +158,8 @@ pub struct ObjectCopy {
     pub kind: Kind,
     pub from: ObjectRef,
     pub to: ObjectRef,
+    /// As [`Target::priority`].
+    pub priority: Option<u8>,
 }
 
 /// An item that could not be used, and why.
@@ -309,6 +317,8 @@ struct TargetItem {
     validity: String,
     refresh: String,
     #[serde(default)]
+    priority: Option<u8>,
+    #[serde(default)]
     annotations: BTreeMap<String, String>,
 }
 
@@ -326,6 +336,8 @@ struct IntermediateItem {
     bundle: Option<String>,
     #[serde(default)]
     publish: Option<PublishItem>,
+    #[serde(default)]
+    priority: Option<u8>,
     #[serde(default)]
     annotations: BTreeMap<String, String>,
 }
@@ -363,6 +375,8 @@ struct CopyItem {
     #[serde(default)]
     namespace: Option<String>,
     to: CopyTo,
+    #[serde(default)]
+    priority: Option<u8>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -643,6 +657,7 @@ impl Parser {
         }
         let identity = identity(item.serving, item.client)?;
         let (validity, refresh) = self.periods(&item.validity, &item.refresh)?;
+        let priority = priority(item.priority)?;
         let annotations = self.annotate(item.annotations)?;
         self.declare(Kind::Secret, &object)?;
         Ok((
@@ -652,6 +667,7 @@ impl Parser {
                 identity,
                 validity,
                 refresh,
+                priority,
             },
             annotations,
         ))
@@ -697,6 +713,7 @@ impl Parser {
             ));
         }
         let (validity, refresh) = self.periods(&item.validity, &item.refresh)?;
+        let priority = priority(item.priority)?;
         let annotations = self.annotate(item.annotations)?;
         let bundle = item
             .bundle
@@ -746,6 +763,7 @@ impl Parser {
                 refresh,
                 bundle,
                 publish,
+                priority,
             },
             annotations,
         ))
@@ -834,10 +852,24 @@ impl Parser {
         if from == to {
             return Err(format!("copies {from} onto itself"));
         }
+        let priority = priority(item.priority)?;
         if !self.seen.insert((kind, to.clone())) {
             return Err(format!("{} {to} is declared twice", kind.plural()));
         }
-        Ok(ObjectCopy { kind, from, to })
+        Ok(ObjectCopy {
+            kind,
+            from,
+            to,
+            priority,
+        })
+    }
+}
+
+/// An item's `priority`: 1 is the first; 0 is refused (a typo for "none"?).
+fn priority(value: Option<u8>) -> Result<Option<u8>, String> {
+    match value {
+        Some(0) => Err("priority 0: priorities start at 1 (the first)".to_owned()),
+        other => Ok(other),
     }
 }
 

@@ -9,11 +9,16 @@ use kube::Api;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use std::collections::BTreeMap;
+
 use super::annotations;
 use super::brake::Brake;
 use super::cache::{Cache, Cached};
 use super::config::{ObjectRef, Rotation};
 use super::decide::{self, Mode, Stored};
+use super::graph::{Graph, Step};
+use super::keys::{KeyPool, KeyUse, Ticket};
+use super::trust::BundleState;
 use crate::base::error::chain;
 use crate::base::time::rfc3339;
 use crate::kube::decode::Raw;
@@ -29,44 +34,20 @@ pub(super) type ReadSecret = Result<(Option<Secret>, Stored), String>;
 /// A CA bundle ConfigMap as read, with its parsed certificates.
 pub(super) type ReadBundle = Result<(Option<ConfigMap>, Vec<Cert>), String>;
 
-/// The signers after the signer phase, in config order: the pair stored (`None`: failed), and
-/// whether the manual trigger rotated it in this pass (see `annotations`).
-pub(super) struct Signers {
-    pub pairs: Vec<Option<KeyPairPem>>,
-    pub triggered: Vec<bool>,
+/// What a step of the pass leaves for the steps that wait for it (`graph`).
+#[derive(Debug)]
+pub(super) enum Outcome {
+    /// A signer or an intermediate CA: the pair stored now (`None`: failed or skipped), and
+    /// for a signer whether the manual trigger rotated it in this pass (see `annotations`).
+    Pair {
+        pair: Option<KeyPairPem>,
+        triggered: bool,
+    },
+    /// A CA bundle, a union, an intermediate's bundle or a ConfigMap copy, as stored.
+    Bundle(BundleState),
+    /// Nothing another step reads (a target, a publication, a Secret copy).
+    Done,
 }
-
-impl Signers {
-    /// The current pair of signer `index` (`rotation.signers[index]`) and the CAs of every
-    /// bundle that holds it, as after the bundle phase: what a certificate it issues is
-    /// issued by and must chain to.
-    pub(super) fn issuer(
-        &self,
-        rotation: &Rotation,
-        index: usize,
-        bundles: &Bundles,
-    ) -> Result<(&KeyPairPem, Vec<Cert>), String> {
-        let signer = self.pairs[index].as_ref().ok_or_else(|| {
-            format!(
-                "skipped, signer {} unavailable",
-                rotation.signers[index].object
-            )
-        })?;
-        let mut roots: Vec<Cert> = Vec::new();
-        for (bundle, content) in rotation.bundles.iter().zip(bundles) {
-            if bundle.signers.contains(&index) {
-                let certs = content
-                    .as_ref()
-                    .ok_or("skipped, its signer's CA bundle is unavailable")?;
-                roots.extend(certs.iter().cloned());
-            }
-        }
-        Ok((signer, roots))
-    }
-}
-
-/// Each declared bundle's CAs after the bundle phase, in config order (`None`: failed).
-pub(super) type Bundles = Vec<Option<Vec<Cert>>>;
 
 /// Where a pass reads the declared objects.
 #[derive(Clone, Copy)]
@@ -96,10 +77,16 @@ pub struct Pass<'a> {
     pub lease_lost: Option<&'a CancellationToken>,
 }
 
-/// What every phase works with: the pass's inputs ([`Pass`], through `Deref`) and the Events
-/// it has sent.
+/// What every step works with: the pass's inputs ([`Pass`], through `Deref`), the config's
+/// graph, the keys asked for ahead, and the Events it has sent.
 pub(super) struct Ctx<'a> {
     pass: &'a Pass<'a>,
+    /// The steps, what each waits for, their order.
+    pub graph: Graph,
+    /// New keys, made ahead on blocking threads (`keys`).
+    keys: KeyPool,
+    /// Keys asked for ahead, by the object they are for.
+    ahead: Mutex<BTreeMap<ObjectRef, Ticket>>,
     /// Events of this pass, sent off the write path; [`Ctx::finish`] waits for them.
     pub pending_events: Mutex<Vec<JoinHandle<()>>>,
 }
@@ -107,8 +94,39 @@ pub(super) struct Ctx<'a> {
 impl<'a> Ctx<'a> {
     pub(super) fn new(pass: &'a Pass<'a>) -> Ctx<'a> {
         Ctx {
+            graph: Graph::of(pass.rotation),
+            keys: KeyPool::new(pass.rotation.key_type),
+            ahead: Mutex::new(BTreeMap::new()),
             pass,
             pending_events: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Asks for the key `object` (written by `step`) will most likely need, ranked by the
+    /// step's place in the order: made while other steps run, taken by [`Ctx::key`].
+    pub(super) fn key_ahead(&self, step: Step, object: &ObjectRef, used_for: KeyUse) {
+        let ticket = self.keys.request(self.graph.rank(step), used_for);
+        self.ahead
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(object.clone(), ticket);
+    }
+
+    /// A new key for `object`: the one asked for ahead, else one made now, before any other
+    /// waiting key.
+    pub(super) async fn key(
+        &self,
+        object: &ObjectRef,
+        used_for: KeyUse,
+    ) -> Result<rcgen::KeyPair, String> {
+        let ahead = self
+            .ahead
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(object);
+        match ahead {
+            Some(ticket) => ticket.key().await,
+            None => self.keys.request(0, used_for).key().await,
         }
     }
 }

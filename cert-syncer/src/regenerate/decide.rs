@@ -442,6 +442,7 @@ mod tests {
             },
             validity: Duration::from_secs(100 * DAY as u64),
             refresh: Duration::from_secs(50 * DAY as u64),
+            priority: None,
         }
     }
 

@@ -23,6 +23,7 @@ use rcgen::Issuer;
 
 use super::config::Intermediate;
 use super::decide::{self, Mode, Reason, Stored};
+#[cfg(test)]
 use crate::pki::KeyType;
 use crate::pki::{self, Cert, KeyPairPem};
 
@@ -160,8 +161,21 @@ pub fn collected(pair: &KeyPairPem) -> Vec<&Cert> {
 /// A new intermediate CA with a `key_type` key, signed by `signer`, CN `<name>_@<now>`, valid
 /// from `now - backdate` for `validity` but never past the signer's notAfter; its chain is the
 /// CA then the signer's chain, as library-go writes `tls.crt`.
+#[cfg(test)]
 pub fn generate(
     key_type: KeyType,
+    signer: &KeyPairPem,
+    name: &str,
+    now: i64,
+    backdate: Duration,
+    validity: Duration,
+) -> Result<KeyPairPem, String> {
+    generate_with(key_type.generate()?, signer, name, now, backdate, validity)
+}
+
+/// [`generate`] with a key made beforehand (`keys`).
+pub fn generate_with(
+    key: rcgen::KeyPair,
     signer: &KeyPairPem,
     name: &str,
     now: i64,
@@ -171,7 +185,6 @@ pub fn generate(
     let ca_key = pki::signing_key(&signer.key_pem)?;
     let issuer = Issuer::from_ca_cert_der(&signer.cert().der, ca_key)
         .map_err(|e| format!("signer certificate: {e}"))?;
-    let key = key_type.generate()?;
     let mut params = pki::ca_params(
         &format!("{name}_@{now}"),
         now - backdate.as_secs() as i64,
@@ -208,6 +221,7 @@ mod tests {
             refresh: Duration::from_secs(15 * DAY as u64),
             bundle: None,
             publish: None,
+            priority: None,
         }
     }
 

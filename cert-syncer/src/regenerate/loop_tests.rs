@@ -1,15 +1,17 @@
 //! Unit tests of the loop class (issue 28) at the level of passes against the in-memory
-//! apiserver: the write budget against a writer that disagrees, on tokio's paused clock; and
+//! apiserver: the write budget against a writer that disagrees and one that deletes, on a clock
+//! the test moves; and
 //! the issue's reproductions (wildcards, IP literals, odd bundle CAs, a foreign CA from the
 //! future without the apiserver's `Date`, a signer key after `EC PARAMETERS`) settling after
 //! one write. Helpers from `pass_tests`.
 
-use std::time::Duration;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 
 use serde_json::json;
 
 use super::Mode;
-use super::brake::Brake;
+use super::brake::{Brake, MAX_HOLD, WINDOW};
 use super::config::{self, Rotation};
 use super::pass::{Pass, Reads, Report};
 use super::pass_tests::{
@@ -21,7 +23,12 @@ use crate::kube::fake_api::FakeApi;
 use crate::pki::{self, KeyPairPem};
 
 /// A pass as the controller's loop makes it: with the per-object write budget.
-async fn braked_pass(api: &FakeApi, rotation: &Rotation, now: i64, brake: &Brake) -> Report {
+pub(super) async fn braked_pass(
+    api: &FakeApi,
+    rotation: &Rotation,
+    now: i64,
+    brake: &Brake,
+) -> Report {
     let client = api.client();
     let events = std::sync::Arc::new(EventRecorder::new(
         client.clone(),
@@ -47,7 +54,21 @@ async fn braked_pass(api: &FakeApi, rotation: &Rotation, now: i64, brake: &Brake
     report
 }
 
-fn event_reasons(api: &FakeApi) -> Vec<String> {
+/// A brake on a clock the test moves (`advance`), from `now`.
+pub(super) fn brake_at(now: i64) -> (Brake, Arc<AtomicI64>) {
+    let clock = Arc::new(AtomicI64::new(now));
+    let read = Arc::clone(&clock);
+    (
+        Brake::new(3, WINDOW, MAX_HOLD, move || read.load(Ordering::SeqCst)),
+        clock,
+    )
+}
+
+pub(super) fn advance(clock: &AtomicI64, seconds: i64) {
+    clock.fetch_add(seconds, Ordering::SeqCst);
+}
+
+pub(super) fn event_reasons(api: &FakeApi) -> Vec<String> {
     api.objects_under("/api/v1/namespaces/ns/events/")
         .iter()
         .map(|event| event["reason"].as_str().unwrap_or_default().to_owned())
@@ -55,15 +76,15 @@ fn event_reasons(api: &FakeApi) -> Vec<String> {
 }
 
 /// Another controller that disagrees keeps putting back a leaf for other names (valid, from
-/// the same signer). On tokio's paused clock: the target is rewritten three times, then held
-/// (not written, a `RegenerationLoop` Event, `report.held`) until its first write is ten
-/// minutes old; then one more write, and held again.
-#[tokio::test(start_paused = true)]
+/// the same signer): the target is rewritten three times, then held (not written, a
+/// `RegenerationLoop` Event, `report.held`) until its first write is ten minutes old; then one
+/// more write, and held again, for twice as long.
+#[tokio::test]
 async fn a_disagreeing_writer_meets_the_write_budget_not_an_endless_loop() {
     let api = FakeApi::new();
     let rotation = config::parse(CONFIG).unwrap();
-    let brake = Brake::default();
     let now = now();
+    let (brake, clock) = brake_at(now);
     let first = braked_pass(&api, &rotation, now, &brake).await;
     assert_eq!(first.written.len(), 3, "{:?}", written(&first));
     let signer = stored_pair(&api, "signer");
@@ -80,7 +101,7 @@ async fn a_disagreeing_writer_meets_the_write_budget_not_an_endless_loop() {
     let mut held = 0;
     for _ in 0..20 {
         fight();
-        tokio::time::advance(Duration::from_secs(5)).await;
+        advance(&clock, 5);
         let report = braked_pass(&api, &rotation, now, &brake).await;
         assert!(report.failures.is_empty(), "{:?}", report.failures);
         ours += report.written.len();
@@ -94,8 +115,9 @@ async fn a_disagreeing_writer_meets_the_write_budget_not_an_endless_loop() {
     assert!(event_reasons(&api).contains(&"RegenerationLoop".to_owned()));
     // Theirs is left in place while held: it is valid, the disagreement is about names.
     assert_eq!(stored_pair(&api, "serving").cert().der.to_vec(), theirs.der);
-    // Ten minutes after the first write: one write, then held again.
-    tokio::time::advance(Duration::from_secs(600 - 100)).await;
+    // Ten minutes after the first write: one write, then held again, now for 20 minutes: the
+    // fight went on.
+    advance(&clock, 600 - 100);
     fight();
     let report = braked_pass(&api, &rotation, now, &brake).await;
     assert_eq!(written(&report), ["target ns/serving hostnames"]);
@@ -103,6 +125,44 @@ async fn a_disagreeing_writer_meets_the_write_budget_not_an_endless_loop() {
     let report = braked_pass(&api, &rotation, now, &brake).await;
     assert!(report.written.is_empty(), "{:?}", written(&report));
     assert_eq!(report.held.len(), 1);
+    assert!(
+        matches!(report.held[0].by, super::report::HeldBy::Brake { level: 2, length } if length == 2 * WINDOW),
+        "{:?}",
+        report.held
+    );
+}
+
+/// A controller that deletes the target as soon as it exists: "missing" is no longer exempt
+/// (issue 35 item 6). Before, every deletion was answered with a new key at watch speed;
+/// now three writes, then the object stays deleted for the hold, then escalating holds.
+#[tokio::test]
+async fn a_controller_that_keeps_deleting_an_object_meets_the_budget_too() {
+    let api = FakeApi::new();
+    let rotation = config::parse(CONFIG).unwrap();
+    let now = now();
+    let (brake, clock) = brake_at(now);
+    let first = braked_pass(&api, &rotation, now, &brake).await;
+    assert_eq!(first.written.len(), 3, "{:?}", written(&first));
+    let mut ours = 1;
+    let mut held = 0;
+    for _ in 0..30 {
+        api.remove(&secret_path("serving"));
+        advance(&clock, 2);
+        let report = braked_pass(&api, &rotation, now, &brake).await;
+        ours += report
+            .written
+            .iter()
+            .filter(|w| w.object.name == "serving")
+            .count();
+        held += report.held.len();
+    }
+    assert_eq!(ours, 3, "three creations within the window, then none");
+    assert_eq!(held, 28);
+    assert!(event_reasons(&api).contains(&"RegenerationLoop".to_owned()));
+    assert!(
+        api.get(&secret_path("serving")).is_none(),
+        "left deleted while held"
+    );
 }
 
 /// The issue's reproductions, each at the level of one pass: a wildcard serving target, a

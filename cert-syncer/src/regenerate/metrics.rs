@@ -10,6 +10,7 @@
 //! | `cert_regenerate_broken_config_items` | | config items skipped as invalid |
 //! | `cert_regenerate_writes_held_total` | `kind`, `object` | writes the per-object write budget withheld (a write loop: see `brake`) |
 //! | `cert_regenerate_held_objects` | | objects the last pass did not write because their write budget was spent |
+//! | `cert_regenerate_writes_waiting_total` | `kind`, `object` | writes deferred because a bundle that must trust their CA does not hold it yet (its own write held by the brake, failed, or not made: see `trust`) |
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -43,6 +44,7 @@ pub struct Metrics {
     pub broken: Gauge,
     pub held: Family<CertLabels, Counter>,
     pub held_objects: Gauge,
+    pub waiting: Family<CertLabels, Counter>,
 }
 
 impl Metrics {
@@ -88,6 +90,11 @@ impl Metrics {
             "Objects the last pass did not write because their write budget was spent",
             metrics.held_objects.clone(),
         );
+        registry.register(
+            "cert_regenerate_writes_waiting",
+            "Writes deferred because a bundle that must trust their CA does not hold it yet",
+            metrics.waiting.clone(),
+        );
         metrics
     }
 
@@ -102,15 +109,17 @@ impl Metrics {
                 })
                 .inc();
         }
-        for held in &report.held {
-            self.held
-                .get_or_create(&CertLabels {
-                    kind: held.kind,
-                    object: held.object.to_string(),
-                })
-                .inc();
+        let labels = |held: &super::report::Held| CertLabels {
+            kind: held.kind,
+            object: held.object.to_string(),
+        };
+        for held in report.braked() {
+            self.held.get_or_create(&labels(held)).inc();
         }
-        self.held_objects.set(report.held.len() as i64);
+        for waiting in report.waiting() {
+            self.waiting.get_or_create(&labels(waiting)).inc();
+        }
+        self.held_objects.set(report.braked().count() as i64);
         self.failures.inc_by(report.failures.len() as u64);
         self.conflicts.inc_by(report.conflicts);
         let mut earliest: std::collections::BTreeMap<(&'static str, String), i64> =

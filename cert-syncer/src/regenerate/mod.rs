@@ -8,24 +8,34 @@
 //! - `annotations`: OpenShift's labels and annotations, and the manual rotation trigger;
 //! - `decide`: pure decisions from parsed certificates and the time;
 //! - `crate::pki` (shared with `inspect`): parsing and generation (rcgen);
-//! - `pass`: one pass, a short sequence of `phases` in dependency order (read + clock check,
-//!   signers, bundles, targets, intermediates, copies), one file each, none calling another;
-//!   `ctx`: what every phase works with (the inputs, the reads, what one phase hands the
-//!   next, the one `decide::Stored` state of a Secret); `write`: the one write (create or
-//!   replace, conflict and re-read, owned Secret types, the brake and the Lease, Events off the
+//! - `pass`: one pass: everything read once (`phases::read`, with the clock check), then one
+//!   step per declared object (`phases`: signers, bundles, targets, intermediates, unions,
+//!   copies; one file each, none calling another), run concurrently in the order of `graph`
+//!   (what each step waits for; the needed chains first), with new keys made ahead on every CPU
+//!   (`keys`); a step that issues from or publishes a CA waits until every bundle built from it
+//!   holds it as stored (`trust`: a held or failed bundle write does not count as written);
+//!   `ctx`: what every step works with (the inputs, the reads, the graph, the keys, the one
+//!   `decide::Stored` state of a Secret); `write`: the one write (create or replace, conflict
+//!   and re-read, owned Secret types, the trust wait, the brake and the Lease, Events off the
 //!   write path) every object kind goes through; `objects`: how a managed Secret and a CA
 //!   bundle look; `report`: what a pass did, failures typed (kind, object, reason);
 //! - `intermediate`: the rules of intermediate CAs (the kube-controller-manager's
-//!   `csr-signer`), the bundles built from them and their delayed publication (its phase is
-//!   `phases::intermediates`); `phases::copies`: plain copies of objects (resource-sync);
+//!   `csr-signer`), the bundles built from them and their delayed publication (their steps are
+//!   `phases::intermediates`); `phases::unions`, `phases::copies`: unions of bundles and plain
+//!   copies of objects (resource-sync);
 //! - `clock`: the apiserver's clock;
 //! - `cache`: the declared objects as one list+watch per namespace and kind saw them (passes
 //!   read there, not with a GET per object);
+//! - `wait`: the start's wait for kube-apiserver: close for what heals by itself, said once for
+//!   what does not (a CA file that does not trust it, a name that does not resolve);
 //! - this module: the loop. A pass runs once every watched namespace has been listed, whenever
 //!   a declared object changes, and when the next expiry (or rotation point) is reached: a timer
 //!   aligned to the data, not a polling period. Failed passes are retried with backoff;
-//! - `brake`: each object's write budget, so a rule that does not settle or another controller
-//!   that disagrees cannot make an endless write loop (Event `RegenerationLoop`, a metric,
+//! - `leadership`: with `--leader-elect`, the Lease taken, held and released, and where the
+//!   brake's record is kept;
+//! - `brake`: each object's write budget, escalating while a fight goes on and kept on the
+//!   Lease (`brake::lease`), so a rule that does not settle or another controller that
+//!   disagrees cannot make an endless write loop (Event `RegenerationLoop`, a metric,
 //!   `/readyz`); `settle_tests` checks the rules settle over generated configs and states.
 //!
 //! Clock skew: each pass also reads the apiserver's clock (the `Date` of a `GET /version`) and decides at
@@ -44,9 +54,12 @@ mod cluster;
 pub mod config;
 mod ctx;
 mod decide;
+mod graph;
 mod intermediate;
 #[cfg(test)]
 mod intermediate_pass_tests;
+mod keys;
+mod leadership;
 #[cfg(test)]
 mod loop_tests;
 mod metrics;
@@ -62,6 +75,10 @@ mod settings;
 #[cfg(test)]
 mod settle_tests;
 mod timer;
+mod trust;
+#[cfg(test)]
+mod trust_pass_tests;
+mod wait;
 mod write;
 
 use std::sync::Arc;
@@ -80,14 +97,17 @@ use crate::base::readiness::Readiness;
 use crate::base::time::unix_now;
 use crate::kube::connection::Connection;
 use crate::kube::events::EventRecorder;
-use crate::kube::leader::{self, Elector};
 use crate::kube::sidecar::Sidecar;
+use brake::lease::LeaseRecord;
 use cache::Cache;
 use clock::clocks;
 use cluster::Unavailable;
+use leadership::Leadership;
 use metrics::Metrics;
 use pass::{Pass, Reads};
+use report::Held;
 use timer::PassTimer;
+use wait::Waiting;
 
 /// The controller's metrics, and readiness blocked until its first pass (with
 /// `--leader-elect`, until the Lease is read: a standby is Ready while it can read the Lease;
@@ -114,7 +134,7 @@ pub(crate) async fn run_once(
     events: EventRecorder,
 ) -> anyhow::Result<()> {
     let client = connection.client.clone();
-    let Some(rotation) = load_rotation(&args, &client, Unavailable::Fail).await? else {
+    let Some(rotation) = load_rotation(&args, &connection, Unavailable::Fail).await? else {
         unreachable!("`Unavailable::Fail` never waits, so never sees a shutdown")
     };
     let metrics = Metrics::register(&mut Registry::default());
@@ -133,11 +153,17 @@ pub(crate) async fn run(args: Settings, sidecar: Sidecar, metrics: Metrics) -> a
     } = sidecar;
     let fixed_now = args.now;
     let client = connection.client.clone();
-    let wait = Unavailable::Wait {
-        shutdown: &shutdown,
-        readiness: &readiness,
-    };
-    let Some(rotation) = load_rotation(&args, &client, wait).await? else {
+    // Nothing can be read or decided before kube-apiserver answers (`wait`).
+    if !wait::until_answers(&connection, &shutdown, &readiness).await {
+        return Ok(());
+    }
+    let wait = Unavailable::Wait(Waiting::new(
+        &connection,
+        &shutdown,
+        &readiness,
+        "apiserver",
+    ));
+    let Some(rotation) = load_rotation(&args, &connection, wait).await? else {
         // SIGTERM while the apiserver could not answer yet.
         return Ok(());
     };
@@ -151,48 +177,9 @@ pub(crate) async fn run(args: Settings, sidecar: Sidecar, metrics: Metrics) -> a
         );
     }
 
-    // With --leader-elect, act only while holding the Lease; losing it ends the process (the
-    // kubelet restarts it as a candidate), as client-go's leader election does.
-    let lost = CancellationToken::new();
-    let lost_reason = Arc::new(std::sync::Mutex::new(String::new()));
-    let mut holder = None;
-    if args.leader_elect {
-        let mut elector = Elector::new(
-            client.clone(),
-            args.lease_namespace(),
-            &args.leader_elect_lease_name,
-            identity(args.pod_name.as_deref()),
-            leader::Timing {
-                lease_duration: args.leader_elect_lease_duration,
-                renew_deadline: args.leader_elect_renew_deadline,
-                retry_period: args.leader_elect_retry_period,
-            },
-        )
-        .with_readiness(readiness.clone());
-        if !elector.acquire(&shutdown).await {
-            return Ok(());
-        }
-        readiness.block(
-            "pass",
-            "no pass completed yet since this replica became leader",
-        );
-        let (shutdown, lost, lost_reason) =
-            (shutdown.clone(), lost.clone(), Arc::clone(&lost_reason));
-        holder = Some(tokio::spawn(async move {
-            match elector.hold(&shutdown).await {
-                Some(reason) => {
-                    *lost_reason.lock().unwrap_or_else(|p| p.into_inner()) = reason;
-                    lost.cancel();
-                }
-                None => elector.release().await,
-            }
-        }));
-    }
-
-    let leadership = Leadership {
-        lost,
-        lost_reason,
-        holder,
+    let Some(leadership) = Leadership::take(&args, &client, &shutdown, &readiness).await else {
+        // SIGTERM while waiting for the Lease.
+        return Ok(());
     };
     control(
         &client,
@@ -211,13 +198,6 @@ pub(crate) async fn run(args: Settings, sidecar: Sidecar, metrics: Metrics) -> a
     Ok(())
 }
 
-/// With `--leader-elect`: cancelled when the Lease is lost, and why; the task holding it.
-struct Leadership {
-    lost: CancellationToken,
-    lost_reason: Arc<std::sync::Mutex<String>>,
-    holder: Option<tokio::task::JoinHandle<()>>,
-}
-
 /// The controller's loop: the watches' cache, then a pass whenever a declared object changes
 /// or a deadline comes, until shutdown (`Ok`) or the Lease is lost (`Err`).
 #[allow(clippy::too_many_arguments)]
@@ -233,42 +213,31 @@ async fn control(
     watch_timeout_seconds: u32,
     now: impl Fn() -> i64,
 ) -> anyhow::Result<()> {
-    let Leadership {
-        lost,
-        lost_reason,
-        holder,
-    } = leadership;
     // One list+watch per declared object, or per namespace and kind above
     // --namespace-watch-threshold; any change of a declared object wakes the loop.
     let cache = Arc::new(Cache::new(rotation, args.namespace_watch_threshold));
-    let watches = cache.spawn_watches(client, watch_timeout_seconds);
+    let watches = Watches(cache.spawn_watches(client, watch_timeout_seconds));
     tracing::info!(mode = ?args.mode, signers = rotation.signers.len(), bundles = rotation.bundles.len(), targets = rotation.targets.len(), watches = ?cache.watched().map(ToString::to_string).collect::<Vec<_>>(), "regeneration controller started");
-    let stop = |watches: Vec<tokio::task::JoinHandle<()>>| {
-        for watch in watches {
-            watch.abort();
-        }
-    };
+    let lost = leadership.lost.clone();
     // The first pass waits for every namespace's list: a pass on a partial cache would take
     // objects not listed yet for failures.
     tokio::select! {
         () = cache.ready() => tracing::debug!("every watch listed"),
         () = shutdown.cancelled() => {
-            stop(watches);
-            if let Some(holder) = holder {
-                let _ = holder.await;
-            }
+            drop(watches);
+            leadership.release().await;
             return Ok(());
         }
-        () = lost.cancelled() => {
-            let reason = lost_reason.lock().unwrap_or_else(|p| p.into_inner()).clone();
-            stop(watches);
-            return Err(anyhow::anyhow!("lost leadership: {reason}; exiting so the kubelet restarts us as a candidate"));
-        }
+        () = lost.cancelled() => return Err(leadership.lost_error("")),
     }
     let mut changes = cache.subscribe();
 
     let mut timer = PassTimer::default();
     let brake = brake::Brake::default();
+    if let Some(record) = &leadership.record {
+        // A restart, or another replica that led before, does not reset a fight.
+        record.load_into(&brake).await;
+    }
     let mut sleep_for = Duration::ZERO;
     loop {
         tokio::select! {
@@ -276,11 +245,7 @@ async fn control(
             // The sender lives as long as the cache.
             _ = changes.changed() => {}
             () = shutdown.cancelled() => break,
-            () = lost.cancelled() => {
-                let reason = lost_reason.lock().unwrap_or_else(|p| p.into_inner()).clone();
-                stop(watches);
-                return Err(anyhow::anyhow!("lost leadership: {reason}; exiting so the kubelet restarts us as a candidate"));
-            }
+            () = lost.cancelled() => return Err(leadership.lost_error("")),
         }
         // Changes from here on wake the next pass; this one reads everything up to now.
         changes.borrow_and_update();
@@ -298,43 +263,30 @@ async fn control(
         }
         .run()
         .await;
-        for write in &report.written {
-            brake.record(write.kind, &write.object);
-        }
-        metrics.record(&report);
-        log_report(&report);
+        account(&report, &brake, leadership.record.as_ref(), metrics).await;
         if lost.is_cancelled() {
             // The pass stopped writing when the Lease was lost.
-            let reason = lost_reason
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .clone();
-            stop(watches);
-            return Err(anyhow::anyhow!(
-                "lost leadership during a pass: {reason}; exiting so the kubelet restarts us as a candidate"
-            ));
+            return Err(leadership.lost_error(" during a pass"));
         }
         record_failures(events, &report).await;
-        if report.failures.is_empty() {
-            readiness.clear("pass");
-        } else {
-            let failures: Vec<String> = report.failures.iter().map(ToString::to_string).collect();
-            readiness.block("pass", failures.join("; "));
-        }
-        if report.held.is_empty() {
-            readiness.clear("loop");
-        } else {
-            readiness.block("loop", held_summary(&report.held));
-        }
+        report_readiness(readiness, &report);
         sleep_for = timer.after_pass(&report, pass_now);
         tracing::debug!(next = ?sleep_for, "pass complete");
     }
-    stop(watches);
-    if let Some(holder) = holder {
-        // Releases the Lease so a standby takes over at once.
-        let _ = holder.await;
-    }
+    drop(watches);
+    leadership.release().await;
     Ok(())
+}
+
+/// The cache's watch tasks, aborted when the loop ends, however it ends.
+struct Watches(Vec<tokio::task::JoinHandle<()>>);
+
+impl Drop for Watches {
+    fn drop(&mut self) {
+        for watch in &self.0 {
+            watch.abort();
+        }
+    }
 }
 
 /// `--once`: one pass reading by GET, its failures (and the broken config items) the exit
@@ -406,7 +358,7 @@ pub fn profile_objects(chosen: Profile) -> Result<config::Rotation, ConfigError>
 /// `None` on shutdown while waiting for the apiserver ([`Unavailable::Wait`]).
 async fn load_rotation(
     args: &Settings,
-    client: &kube::Client,
+    connection: &Connection,
     unavailable: Unavailable<'_>,
 ) -> anyhow::Result<Option<config::Rotation>> {
     let mut rotation = match (&args.config, args.profile) {
@@ -428,7 +380,7 @@ async fn load_rotation(
             let build =
                 |cluster: &cluster::ClusterValues| profile::build(chosen, release, cluster, &flags);
             if chosen.needs_cluster_values() {
-                match cluster::read(client, &unavailable, build).await? {
+                match cluster::read(connection, unavailable, build).await? {
                     Some(rotation) => rotation,
                     None => return Ok(None),
                 }
@@ -445,25 +397,92 @@ async fn load_rotation(
     Ok(Some(rotation))
 }
 
+/// What a pass leaves behind: its writes in the brake (and the brake's record on the Lease),
+/// the metrics, the log.
+async fn account(
+    report: &report::Report,
+    brake: &brake::Brake,
+    record: Option<&LeaseRecord>,
+    metrics: &Metrics,
+) {
+    for write in &report.written {
+        brake.record(write.kind, &write.object);
+    }
+    if let Some(record) = record {
+        record.save(brake).await;
+    }
+    metrics.record(report);
+    log_report(report);
+}
+
+/// What `/readyz` says after a pass: its failures (`pass`), the writes the brake held (`loop`)
+/// and those that wait for a bundle to hold their CA (`trust`); each cleared by a pass that
+/// has none.
+fn report_readiness(readiness: &Readiness, report: &report::Report) {
+    if report.failures.is_empty() {
+        readiness.clear("pass");
+    } else {
+        let failures: Vec<String> = report.failures.iter().map(ToString::to_string).collect();
+        readiness.block("pass", failures.join("; "));
+    }
+    let braked: Vec<&Held> = report.braked().collect();
+    if braked.is_empty() {
+        readiness.clear("loop");
+    } else {
+        readiness.block("loop", held_summary(&braked));
+    }
+    let waiting: Vec<&Held> = report.waiting().collect();
+    if waiting.is_empty() {
+        readiness.clear("trust");
+    } else {
+        readiness.block("trust", waiting_summary(&waiting));
+    }
+}
+
 /// What `/readyz` says while the brake holds writes.
-fn held_summary(held: &[brake::Held]) -> String {
+fn held_summary(held: &[&Held]) -> String {
     let objects: Vec<String> = held
         .iter()
         .map(|h| {
+            let level = match &h.by {
+                report::HeldBy::Brake { level, .. } => *level,
+                report::HeldBy::Trust { .. } => 0,
+            };
             format!(
-                "{} {} (until {}s from the pass)",
+                "{} {} (fight {level} in a row; until {}s from the pass)",
                 h.kind,
                 h.object,
-                h.release_in.as_secs()
+                h.release_in.unwrap_or_default().as_secs()
             )
         })
         .collect();
     format!(
-        "write loop: {} object(s) written {} times within {}s and held (Event RegenerationLoop): {}",
+        "write loop: {} object(s) written {} times within {}s and held, each fight in a row \
+         twice as long up to {}h (Event RegenerationLoop): {}",
         held.len(),
         brake::BUDGET,
         brake::WINDOW.as_secs(),
+        brake::MAX_HOLD.as_secs() / 3600,
         objects.join(", ")
+    )
+}
+
+/// What `/readyz` says while writes wait for a bundle to hold their CA.
+fn waiting_summary(waiting: &[&Held]) -> String {
+    let objects: Vec<String> = waiting
+        .iter()
+        .map(|h| match &h.by {
+            report::HeldBy::Trust { waits_for } => {
+                format!("{} {} waits for {waits_for}", h.kind, h.object)
+            }
+            report::HeldBy::Brake { .. } => format!("{} {}", h.kind, h.object),
+        })
+        .collect();
+    format!(
+        "{} write(s) would issue from or publish a CA not every bundle holds yet (Event \
+         WaitingForTrust): {}",
+        waiting.len(),
+        objects.join("; ")
     )
 }
 
@@ -494,14 +513,4 @@ fn log_report(report: &report::Report) {
             "writes refused as stale (409) were read again and decided again"
         );
     }
-}
-
-/// This replica's name in the Lease: the pod name, else the host name and the process id.
-fn identity(pod_name: Option<&str>) -> String {
-    pod_name.map(str::to_owned).unwrap_or_else(|| {
-        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .map(|h| h.trim().to_owned())
-            .unwrap_or_else(|_| "unknown-host".to_owned());
-        format!("{host}_{}", std::process::id())
-    })
 }

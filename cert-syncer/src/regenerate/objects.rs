@@ -13,27 +13,52 @@ use super::annotations;
 use super::config::{ObjectRef, Rotation};
 use super::ctx::{Ctx, stored};
 use super::decide::{self, Reason, Stored};
+use super::keys::KeyUse;
 use super::report::Report;
-use super::write::{Built, Change, Plan};
+use super::trust::Untrusted;
+use super::write::{Built, Change, Plan, Wait};
 use crate::base::kind::Kind as ObjectKind;
 use crate::base::time::rfc3339;
 use crate::pki::{self, Cert, KeyPairPem};
 
-/// Decides, generates and writes one managed Secret (`kind`: `signer` or `target`, its
-/// managed-type label), re-deciding after a conflict; returns the pair now stored. `decide`
-/// says why the pair must be replaced (the manual rotation trigger is added here);
-/// `generate` makes the new pair.
-pub(super) async fn write_managed_secret(
+/// One managed Secret to bring to what its decision says (see [`write_managed_secret`]).
+pub(super) struct Managed<'o, D, G> {
+    pub object: &'o ObjectRef,
+    /// Its managed-type label: `signer` or `target` (an intermediate CA too).
+    pub kind: &'static str,
+    /// The key its new pair takes.
+    pub key: KeyUse,
+    /// Why the pair must be replaced (the manual rotation trigger is added here).
+    pub decide: D,
+    /// Makes the new pair with the new key.
+    pub generate: G,
+    /// Set when a new pair must not be written yet: its issuer's CA is not in every bundle
+    /// that must trust it (`trust`).
+    pub untrusted: Option<Untrusted>,
+}
+
+/// Decides, generates and writes one managed Secret, re-deciding after a conflict; returns
+/// the pair now stored.
+pub(super) async fn write_managed_secret<D, G>(
     ctx: &Ctx<'_>,
-    object: &ObjectRef,
-    kind: &'static str,
+    managed: Managed<'_, D, G>,
     existing: Option<Secret>,
     report: &mut Report,
-    decide: impl Fn(&Stored) -> Option<Reason>,
-    generate: impl Fn() -> Result<KeyPairPem, String> + Sync,
-) -> Result<KeyPairPem, String> {
+) -> Result<KeyPairPem, String>
+where
+    D: Fn(&Stored) -> Option<Reason>,
+    G: Fn(rcgen::KeyPair) -> Result<KeyPairPem, String> + Sync,
+{
+    let Managed {
+        object,
+        kind,
+        key,
+        decide,
+        generate,
+        untrusted,
+    } = managed;
     let declared = declared_annotations(ctx.rotation, ObjectKind::Secret, object);
-    let (generate, declared) = (&generate, &declared);
+    let (generate, declared, untrusted) = (&generate, &declared, &untrusted);
     ctx.write(
         kind,
         object,
@@ -47,6 +72,19 @@ pub(super) async fn write_managed_secret(
                     _ => Err("kept without a usable pair (a bug)".to_owned()),
                 };
             };
+            if let Some(untrusted) = untrusted {
+                return Ok(Plan::Wait(Wait {
+                    reason: reason.to_string(),
+                    untrusted: untrusted.clone(),
+                    then: match found {
+                        Stored::Usable(pair) => Ok(pair),
+                        _ => Err(format!(
+                            "not written yet: waits for {}",
+                            untrusted.waits_for
+                        )),
+                    },
+                }));
+            }
             let existing = existing.cloned();
             Ok(Plan::Write(Change {
                 label: reason.label(),
@@ -57,8 +95,9 @@ pub(super) async fn write_managed_secret(
                         Err("not rewritten: held by the write budget (RegenerationLoop)".to_owned())
                     }
                 },
-                build: Box::new(move || {
-                    let pair = generate()?;
+                key: Some(key),
+                build: Box::new(move |new_key| {
+                    let pair = generate(new_key.ok_or("no key for a new pair (a bug)")?)?;
                     let mut secret = secret_with(existing, object, kind, &pair);
                     secret
                         .metadata
@@ -175,7 +214,8 @@ pub(super) async fn write_bundle(
             label,
             reason: format!("{added} added, {removed} removed"),
             if_held: Ok(certs),
-            build: Box::new(move || {
+            key: None,
+            build: Box::new(move |_| {
                 let what = kind.name();
                 let map = bundle_with(existing, object, kind, &desired, declared);
                 Ok(Built {

@@ -3,8 +3,8 @@
 //! metrics and the Events.
 
 use std::fmt;
+use std::time::Duration;
 
-use super::brake::Held;
 use super::config::ObjectRef;
 use crate::base::kind::Kind as ObjectKind;
 
@@ -24,7 +24,8 @@ pub struct Report {
     pub next_deadline: Option<i64>,
     /// Writes refused with 409 (read again and decided again).
     pub conflicts: u64,
-    /// Writes the brake withheld (see `brake`).
+    /// Writes withheld: by the brake (a write loop, see `brake`), or until the bundles their
+    /// CA must be in hold it (see `trust`).
     pub held: Vec<Held>,
 }
 
@@ -41,6 +42,31 @@ impl Report {
             object: Some(object.clone()),
             reason: reason.into(),
         });
+    }
+
+    /// Adds what one step of the pass did (steps run concurrently, each with its own report;
+    /// the pass adds them up in the graph's order).
+    pub(super) fn add(&mut self, step: Report) {
+        self.written.extend(step.written);
+        self.failures.extend(step.failures);
+        self.not_after.extend(step.not_after);
+        self.deadlines.extend(step.deadlines);
+        self.conflicts += step.conflicts;
+        self.held.extend(step.held);
+    }
+
+    /// The writes the brake withheld (a write loop).
+    pub fn braked(&self) -> impl Iterator<Item = &Held> {
+        self.held
+            .iter()
+            .filter(|h| matches!(h.by, HeldBy::Brake { .. }))
+    }
+
+    /// The writes that wait for a bundle to hold their CA.
+    pub fn waiting(&self) -> impl Iterator<Item = &Held> {
+        self.held
+            .iter()
+            .filter(|h| matches!(h.by, HeldBy::Trust { .. }))
     }
 
     /// The expiry metric and deadline of each CA a bundle holds.
@@ -61,6 +87,30 @@ pub struct Written {
     pub object: ObjectRef,
     pub reason: String,
     pub reason_label: &'static str,
+}
+
+/// A write the pass wanted and did not make.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Held {
+    /// `signer`, `target`, `bundle`, `published` or `copy`.
+    pub kind: &'static str,
+    pub object: ObjectRef,
+    /// Why the pass wanted to write it.
+    pub reason: String,
+    /// When it may be written (from the check), if known.
+    pub release_in: Option<Duration>,
+    pub by: HeldBy,
+}
+
+/// What withheld a write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HeldBy {
+    /// The object's write budget (`brake`): the level of the fight (1: the first) and the
+    /// hold's length.
+    Brake { level: u32, length: Duration },
+    /// A bundle that must trust the CA the write issues from (or publishes) does not hold it
+    /// yet (`trust`): which, and why.
+    Trust { waits_for: String },
 }
 
 /// What a failure is about.

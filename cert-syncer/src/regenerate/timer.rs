@@ -54,7 +54,7 @@ impl PassTimer {
         report
             .held
             .iter()
-            .map(|held| held.release_in)
+            .filter_map(|held| held.release_in)
             .fold(sleep, Duration::min)
     }
 

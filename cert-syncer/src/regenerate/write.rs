@@ -6,9 +6,11 @@
 //! decisions from the same data, so after one of them writes, the others find nothing to do.
 //!
 //! Every write passes here, so none can bypass what guards them: a Secret of a type regenerate
-//! does not own is refused, the brake (`brake`) may hold the write, and a replica that lost its
-//! Lease writes nothing more. Events go out off the write path (spawned, as `sync` sends
-//! them); the pass waits for them once it is done ([`Ctx::finish`]).
+//! does not own is refused, a write whose CA the bundles do not hold yet waits (`trust`), the
+//! brake (`brake`) may hold the write, and a replica that lost its Lease writes nothing more.
+//! A new key is taken only then (made ahead by `keys`, or now), so none is generated in vain.
+//! Events go out off the write path (spawned, as `sync` sends them); the pass waits for them
+//! once it is done ([`Ctx::finish`]).
 
 use std::sync::Arc;
 
@@ -16,11 +18,12 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::Api;
 use kube::api::PostParams;
 
-use super::brake::Held;
 use super::cache::Cached;
 use super::config::ObjectRef;
 use super::ctx::Ctx;
-use super::report::{Report, Written};
+use super::keys::KeyUse;
+use super::report::{Held, HeldBy, Report, Written};
+use super::trust::Untrusted;
 use crate::base::error::{chain, is_conflict};
 use crate::base::kind::Kind as ObjectKind;
 
@@ -37,6 +40,17 @@ pub(super) enum Plan<'b, K, T> {
     Keep(T),
     /// A write.
     Write(Change<'b, K, T>),
+    /// A write that must wait until the bundles that must trust its CA hold it (`trust`):
+    /// nothing is written; the pass goes on with `then`.
+    Wait(Wait<T>),
+}
+
+/// A write a plan defers (see [`Plan::Wait`]).
+pub(super) struct Wait<T> {
+    /// Why the write is wanted, in words.
+    pub reason: String,
+    pub untrusted: Untrusted,
+    pub then: Result<T, String>,
 }
 
 /// A write a plan asks for.
@@ -47,10 +61,17 @@ pub(super) struct Change<'b, K, T> {
     pub reason: String,
     /// What the pass goes on with when the brake holds the write.
     pub if_held: Result<T, String>,
-    /// Builds the object to write and what the pass goes on with once it is written; called
-    /// only once the brake and the Lease allow the write (no key is generated in vain).
-    pub build: Box<dyn FnOnce() -> Result<Built<K, T>, String> + Send + 'b>,
+    /// The new key the object needs, if any: taken only once the write is allowed.
+    pub key: Option<KeyUse>,
+    /// Builds the object to write (with the key, when `key` asks for one) and what the pass
+    /// goes on with once it is written; called only once the brake and the Lease allow the
+    /// write.
+    pub build: Build<'b, K, T>,
 }
+
+/// What builds a write's object (see [`Change::build`]).
+pub(super) type Build<'b, K, T> =
+    Box<dyn FnOnce(Option<rcgen::KeyPair>) -> Result<Built<K, T>, String> + Send + 'b>;
 
 /// An object ready to write.
 pub(super) struct Built<K, T> {
@@ -113,12 +134,25 @@ impl Ctx<'_> {
             let change = match plan(existing.as_ref())? {
                 Plan::Keep(then) => return Ok(then),
                 Plan::Write(change) => change,
+                Plan::Wait(wait) => {
+                    self.waits(kind, resource, object, &wait, report);
+                    return wait.then;
+                }
             };
-            if self.held(kind, resource, object, change.label, &change.reason, report) {
+            if self.held(kind, resource, object, &change.reason, report) {
                 return change.if_held;
             }
             self.may_write(object)?;
-            let built = (change.build)()?;
+            let key = match change.key {
+                Some(used_for) => {
+                    let key = self.key(object, used_for).await?;
+                    // The Lease may have been lost while the key was made.
+                    self.may_write(object)?;
+                    Some(key)
+                }
+                None => None,
+            };
+            let built = (change.build)(key)?;
             let result = match &existing {
                 None => api.create(&PostParams::default(), &built.object).await,
                 Some(_) => {
@@ -199,25 +233,27 @@ impl Ctx<'_> {
         kind: &'static str,
         resource: &str,
         object: &ObjectRef,
-        reason_label: &str,
         reason: &str,
         report: &mut Report,
     ) -> bool {
         let Some(brake) = self.brake else {
             return false;
         };
-        let Some(release_in) = brake.holds(kind, object, reason_label) else {
+        let Some(hold) = brake.holds(kind, object) else {
             return false;
         };
+        let release_in = hold.release_in.as_secs().max(1);
         let message = format!(
             "{resource} {object} was written {} times within {}s and would be written again \
-             ({reason}): not before {}s from now. Its writes do not settle: another controller \
-             may disagree about it, or a rule rejects what it wrote",
+             ({reason}): not before {release_in}s from now (fight {} in a row: held {}s). Its \
+             writes do not settle: another controller may disagree about it, delete or replace \
+             it, or a rule rejects what it wrote",
             brake.budget(),
             brake.window().as_secs(),
-            release_in.as_secs().max(1)
+            hold.level,
+            hold.length.as_secs(),
         );
-        tracing::warn!(kind, %object, %reason, release_in_seconds = release_in.as_secs(), "write withheld: the object's write budget is spent (RegenerationLoop)");
+        tracing::warn!(kind, %object, %reason, release_in_seconds = release_in, level = hold.level, "write withheld: the object's write budget is spent (RegenerationLoop)");
         self.announce(
             "RegenerationLoop",
             format!("{resource}/{object}"),
@@ -228,8 +264,44 @@ impl Ctx<'_> {
             kind,
             object: object.clone(),
             reason: reason.to_owned(),
-            release_in,
+            release_in: Some(hold.release_in),
+            by: HeldBy::Brake {
+                level: hold.level,
+                length: hold.length,
+            },
         });
         true
+    }
+
+    /// A write deferred until the bundles that must trust its CA hold it: logged, reported and
+    /// recorded as a `WaitingForTrust` Event; the object stays as it is.
+    fn waits<T>(
+        &self,
+        kind: &'static str,
+        resource: &str,
+        object: &ObjectRef,
+        wait: &Wait<T>,
+        report: &mut Report,
+    ) {
+        let waits_for = &wait.untrusted.waits_for;
+        tracing::warn!(kind, %object, reason = %wait.reason, %waits_for, "write deferred: it would issue from or publish a CA that a bundle does not hold yet");
+        self.announce(
+            "WaitingForTrust",
+            format!("{resource}/{object}"),
+            format!(
+                "{resource} {object} is not written yet ({}): it waits for {waits_for}",
+                wait.reason
+            ),
+            true,
+        );
+        report.held.push(Held {
+            kind,
+            object: object.clone(),
+            reason: wait.reason.clone(),
+            release_in: wait.untrusted.release_in,
+            by: HeldBy::Trust {
+                waits_for: waits_for.clone(),
+            },
+        });
     }
 }

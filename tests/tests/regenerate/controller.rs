@@ -4,38 +4,24 @@
 //! garbage data under fresh annotations, and a clock set back.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use e2e::apiserver::ADMIN_TOKEN;
-use e2e::syncer::{NS, bundle_config_map, regenerate_command, tls_secret};
-use e2e::{
-    ApiEndpoint, Backend, Ca, CertSpec, TestApi, both_backends, install_crypto_provider, metric_sum,
-};
+use e2e::syncer::{NS, bundle_config_map, regenerate_command};
+use e2e::{Backend, Ca, CertSpec, both_backends, metric_sum};
 use futures::StreamExt;
 use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use kube::api::{Api, ListParams, PostParams, WatchEvent, WatchParams};
+use kube::api::{ListParams, PostParams, WatchEvent, WatchParams};
 use rustls::client::danger::ServerCertVerifier;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, ServerName, UnixTime};
 use testkit::files::rename_into;
 use time::OffsetDateTime;
 
-const CONFIG: &str = r#"
-namespace: openshift-kube-apiserver
-signers:
-  - { name: serving-signer, validity: 200d, refresh: 150d }
-bundles:
-  - { name: serving-ca, signers: [serving-signer] }
-targets:
-  - name: serving-cert
-    signer: serving-signer
-    serving: { hostnames: [localhost, 127.0.0.1] }
-    validity: 100d
-    refresh: 50d
-"#;
+use super::fixture::{
+    Fixture, candidate, chains_to, controller, days, der_of, event_reasons, fixture, keep_writing,
+    metrics_of, object_metric,
+};
 
 both_backends!(
     expired_only_leaves_a_cert_at_99_percent_alone_and_rotate_replaces_it,
@@ -49,120 +35,8 @@ both_backends!(
     a_writer_that_disagrees_meets_a_bounded_number_of_writes,
 );
 
-fn days(n: i64) -> time::Duration {
-    time::Duration::days(n)
-}
-
-struct Fixture {
-    _tmp: tempfile::TempDir,
-    api: TestApi,
-    config: PathBuf,
-    secrets: Api<Secret>,
-    config_maps: Api<ConfigMap>,
-}
-
-async fn fixture(backend: Backend) -> Fixture {
-    install_crypto_provider();
-    let tmp = tempfile::tempdir().unwrap();
-    let api = TestApi::start_default(backend, tmp.path()).await;
-    let config = tmp.path().join("rotation.yaml");
-    rename_into(&config, CONFIG.as_bytes());
-    let client = api.client_with_token(ADMIN_TOKEN);
-    Fixture {
-        secrets: Api::namespaced(client.clone(), NS),
-        config_maps: Api::namespaced(client, NS),
-        _tmp: tmp,
-        api,
-        config,
-    }
-}
-
-impl Fixture {
-    /// Stores signer `ca`, a bundle of `ca` and `others`, and a serving leaf valid in
-    /// `leaf_window`.
-    async fn seed(
-        &self,
-        ca: &mut Ca,
-        others: &[&Ca],
-        leaf_window: (OffsetDateTime, OffsetDateTime),
-    ) {
-        let signer = tls_secret("serving-signer", &ca.cert_pem, &ca.key_pem());
-        self.secrets
-            .create(&PostParams::default(), &signer)
-            .await
-            .unwrap();
-        let pem: String = std::iter::once(ca.cert_pem.as_str())
-            .chain(others.iter().map(|c| c.cert_pem.as_str()))
-            .collect();
-        self.config_maps
-            .create(
-                &PostParams::default(),
-                &bundle_config_map("serving-ca", &pem),
-            )
-            .await
-            .unwrap();
-        let leaf = ca.issue(
-            &CertSpec::server(&["localhost", "127.0.0.1"]).valid(leaf_window.0, leaf_window.1),
-        );
-        self.secrets
-            .create(
-                &PostParams::default(),
-                &tls_secret("serving-cert", &leaf.cert_pem, &leaf.key_pem),
-            )
-            .await
-            .unwrap();
-    }
-
-    fn once(&self, extra: &[&str]) -> (bool, String) {
-        run_once(&self.api, &self.config, extra)
-    }
-
-    async fn versions(&self) -> BTreeMap<String, String> {
-        let mut versions = BTreeMap::new();
-        for name in ["serving-signer", "serving-cert"] {
-            if let Some(secret) = self.secrets.get_opt(name).await.unwrap() {
-                versions.insert(name.to_owned(), secret.metadata.resource_version.unwrap());
-            }
-        }
-        if let Some(map) = self.config_maps.get_opt("serving-ca").await.unwrap() {
-            versions.insert(
-                "serving-ca".to_owned(),
-                map.metadata.resource_version.unwrap(),
-            );
-        }
-        versions
-    }
-
-    async fn pem_of(&self, name: &str, key: &str) -> String {
-        let secret = self.secrets.get(name).await.unwrap();
-        String::from_utf8(secret.data.unwrap()[key].0.clone()).unwrap()
-    }
-
-    async fn bundle(&self) -> Vec<CertificateDer<'static>> {
-        let map = self.config_maps.get("serving-ca").await.unwrap();
-        let text = map.data.unwrap()["ca-bundle.crt"].clone();
-        CertificateDer::pem_slice_iter(text.as_bytes())
-            .collect::<Result<Vec<_>, _>>()
-            .unwrap()
-    }
-}
-
-fn run_once(api: &impl ApiEndpoint, config: &Path, extra: &[&str]) -> (bool, String) {
-    let output = regenerate_command(api, config, &["--once"])
-        .args(extra)
-        .output()
-        .expect("cert-syncer runs");
-    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
-    eprintln!("[cert-syncer regenerate --once {extra:?}]\n{stderr}");
-    (output.status.success(), stderr)
-}
-
 async fn bundle_has(f: &Fixture, pem: &str) -> bool {
     f.bundle().await.contains(&der_of(pem))
-}
-
-fn der_of(pem: &str) -> CertificateDer<'static> {
-    CertificateDer::from_pem_slice(pem.as_bytes()).unwrap()
 }
 
 fn serial_of(pem: &str) -> String {
@@ -178,27 +52,6 @@ fn validity_of(pem: &str) -> (i64, i64) {
         cert.validity().not_before.timestamp(),
         cert.validity().not_after.timestamp(),
     )
-}
-
-/// Verifies `leaf` for `localhost` against `bundle`, now.
-fn chains_to(leaf: &str, bundle: &[CertificateDer<'static>]) -> Result<(), String> {
-    let mut roots = rustls::RootCertStore::empty();
-    for ca in bundle {
-        roots.add(ca.clone()).map_err(|e| e.to_string())?;
-    }
-    let verifier = rustls::client::WebPkiServerVerifier::builder(Arc::new(roots))
-        .build()
-        .map_err(|e| e.to_string())?;
-    verifier
-        .verify_server_cert(
-            &der_of(leaf),
-            &[],
-            &ServerName::try_from("localhost").unwrap(),
-            &[],
-            UnixTime::now(),
-        )
-        .map(|_| ())
-        .map_err(|e| e.to_string())
 }
 
 async fn expired_only_leaves_a_cert_at_99_percent_alone_and_rotate_replaces_it(backend: Backend) {
@@ -492,30 +345,6 @@ async fn garbage_under_fresh_annotations_is_regenerated_and_a_clock_set_back_is_
     assert_eq!(f.bundle().await.len(), 1);
 }
 
-/// A long-running `regenerate` with a short leader election, its stderr collected.
-fn candidate(f: &Fixture) -> e2e::ChildProcess {
-    // ChildProcess waits for `listening on`: the metrics listener prints it.
-    let mut command = regenerate_command(
-        &f.api,
-        &f.config,
-        &[
-            "--leader-elect",
-            "--leader-elect-namespace",
-            NS,
-            "--leader-elect-lease-duration",
-            "2s",
-            "--leader-elect-renew-deadline",
-            "1500ms",
-            "--leader-elect-retry-period",
-            "200ms",
-            "--metrics-listen",
-            "127.0.0.1:0",
-        ],
-    );
-    command.env("RUST_LOG", "info");
-    e2e::ChildProcess::start(command)
-}
-
 async fn with_leader_election_one_replica_acts_and_a_standby_takes_over_when_it_dies(
     backend: Backend,
 ) {
@@ -647,21 +476,6 @@ async fn a_signer_written_while_the_clock_was_ahead_is_regenerated_once_the_cloc
     assert_eq!(f.versions().await, before);
 }
 
-/// A long-running `regenerate` (no leader election) with its metrics and health endpoint.
-fn controller(f: &Fixture) -> e2e::ChildProcess {
-    let mut command = regenerate_command(&f.api, &f.config, &["--metrics-listen", "127.0.0.1:0"]);
-    // Events go on this (pretend) pod, in the test namespace.
-    command
-        .env("RUST_LOG", "info")
-        .env("POD_NAME", "cert-regeneration-controller")
-        .env("POD_NAMESPACE", NS);
-    e2e::ChildProcess::start(command)
-}
-
-fn metrics_of(process: &e2e::ChildProcess) -> String {
-    e2e::plain_http_get(&process.addr.to_string(), "/metrics").1
-}
-
 /// Names and CAs that once made the controller re-issue in a loop, as a new user would meet
 /// them: a serving target for `["*.apps.example.com", "apps.example.com"]`, one for the IPv6
 /// literal `2001:0db8::1`, and a CA bundle that also holds a foreign CA with a
@@ -786,10 +600,7 @@ async fn a_writer_that_disagrees_meets_a_bounded_number_of_writes(backend: Backe
         &f.pem_of("serving-signer", "tls.key").await,
     );
     let theirs = signer.issue(&CertSpec::server(&["localhost"]));
-    let object = format!("object=\"{NS}/serving-cert\"");
-    let mut fights = 0;
-    let deadline = std::time::Instant::now() + Duration::from_secs(6);
-    while std::time::Instant::now() < deadline {
+    let fights = keep_writing(6, Duration::from_millis(200), || async {
         let mut secret = f.secrets.get("serving-cert").await.unwrap();
         let data = secret.data.get_or_insert_with(BTreeMap::new);
         data.insert(
@@ -800,26 +611,22 @@ async fn a_writer_that_disagrees_meets_a_bounded_number_of_writes(backend: Backe
             "tls.key".into(),
             ByteString(theirs.key_pem.clone().into_bytes()),
         );
-        if f.secrets
+        f.secrets
             .replace("serving-cert", &PostParams::default(), &secret)
             .await
             .is_ok()
-        {
-            fights += 1;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    })
+    .await;
     let metrics = metrics_of(&process);
-    let ours = metric_sum(
+    let ours = object_metric(
         &metrics,
         "cert_regenerate_regenerations_total",
-        &[object.as_str()],
+        "serving-cert",
     );
-    let held = metric_sum(
+    let held = object_metric(
         &metrics,
         "cert_regenerate_writes_held_total",
-        &[object.as_str()],
+        "serving-cert",
     );
     eprintln!("the other writer wrote {fights} times; ours {ours}, held {held}");
     assert!(fights >= 10, "the other writer kept writing ({fights})");
@@ -835,16 +642,7 @@ async fn a_writer_that_disagrees_meets_a_bounded_number_of_writes(backend: Backe
         body.contains("loop:") && body.contains("serving-cert"),
         "{body}"
     );
-    let events: Api<k8s_openapi::api::core::v1::Event> =
-        Api::namespaced(f.api.client_with_token(ADMIN_TOKEN), NS);
-    let reasons: Vec<String> = events
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter_map(|e| e.reason)
-        .collect();
+    let reasons = event_reasons(&f).await;
     assert!(
         reasons.iter().any(|r| r == "RegenerationLoop"),
         "{reasons:?}"

@@ -2,5 +2,8 @@
 //! OpenShift profiles next to OpenShift's own controller.
 
 mod controller;
+mod fights;
+mod fixture;
 mod kube_controller_manager_profile;
 mod openshift_parity;
+mod startup;

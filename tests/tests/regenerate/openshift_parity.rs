@@ -1087,12 +1087,8 @@ async fn the_manual_trigger_rotates_a_signer_and_three_replicas_are_all_ready_on
     assert_eq!(cluster.versions().await, settled);
 }
 
-/// A ConfigMap `ns/name` whose `ca-bundle.crt` is `pem`.
-/// On a woken node the controller starts with kube-apiserver, before that answers: it waits,
-/// not ready and saying why, instead of exiting into the kubelet's crash-loop backoff, and
-/// creates the set once kube-apiserver answers.
-/// Waits until `ours` has logged each of `logged` (its wait for the cluster's values), then
-/// checks that it keeps running, not ready, through three retries (0.5 s, 1 s, 2 s).
+/// Waits until `ours` has logged each of `logged` (its wait for kube-apiserver or for the
+/// cluster's values), then checks that it keeps running, not ready, for 4 s of retries.
 async fn assert_waiting_not_ready(ours: &mut ChildProcess, logged: &[&str]) {
     e2e::wait_until("the wait logged", Duration::from_secs(20), || {
         let log = ours.stderr_text();
@@ -1110,8 +1106,9 @@ async fn assert_waiting_not_ready(ours: &mut ChildProcess, logged: &[&str]) {
     assert_eq!(readyz(ours.addr).await, 503);
 }
 
-/// Waits (60 s) until `ours` is ready and the whole set exists, `after` what.
-async fn wait_ready_with_the_set(cluster: &Cluster, ours: &ChildProcess, after: &str) {
+/// Waits (60 s) until `ours` is ready and the whole set exists, `after` what; it logged `ended`
+/// when its wait ended.
+async fn wait_ready_with_the_set(cluster: &Cluster, ours: &ChildProcess, after: &str, ended: &str) {
     let deadline = Instant::now() + Duration::from_secs(60);
     while !(readyz(ours.addr).await == 200 && cluster.versions().await.len() == profile_size()) {
         assert!(
@@ -1121,13 +1118,12 @@ async fn wait_ready_with_the_set(cluster: &Cluster, ours: &ChildProcess, after: 
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    assert!(
-        ours.stderr_text().contains("the cluster's values are read"),
-        "{}",
-        ours.stderr_text()
-    );
+    assert!(ours.stderr_text().contains(ended), "{}", ours.stderr_text());
 }
 
+/// On a woken node the controller starts with kube-apiserver, before that answers: it waits,
+/// not ready and saying why, instead of exiting into the kubelet's crash-loop backoff, and
+/// creates the set once kube-apiserver answers.
 async fn started_before_kube_apiserver_answers_it_waits_not_ready_then_creates_the_set() {
     require_real_apiserver!();
     install_crypto_provider();
@@ -1136,10 +1132,16 @@ async fn started_before_kube_apiserver_answers_it_waits_not_ready_then_creates_t
     let mut args = vec!["--metrics-listen", "127.0.0.1:0"];
     args.extend_from_slice(&HOSTNAME_FLAGS);
     let mut ours = ChildProcess::start(cluster.ours(&args));
-    assert_waiting_not_ready(&mut ours, &["the cluster's values cannot be read yet"]).await;
+    assert_waiting_not_ready(&mut ours, &["kube-apiserver does not answer yet"]).await;
 
     tokio::task::block_in_place(|| cluster.api.restart());
-    wait_ready_with_the_set(&cluster, &ours, "kube-apiserver came back").await;
+    wait_ready_with_the_set(
+        &cluster,
+        &ours,
+        "kube-apiserver came back",
+        "kube-apiserver answers",
+    )
+    .await;
     ours.terminate(Duration::from_secs(10));
 }
 
@@ -1165,7 +1167,13 @@ async fn a_grant_that_comes_after_the_start_is_waited_for_then_the_set_is_create
 
     let late = e2e::rbac::subject("User", LATE_USER, None);
     e2e::rbac::bind_cluster_role(&cluster.admin, LATE_USER, "cluster-admin", vec![late]).await;
-    wait_ready_with_the_set(&cluster, &ours, "the grant").await;
+    wait_ready_with_the_set(
+        &cluster,
+        &ours,
+        "the grant",
+        "the cluster's values are read",
+    )
+    .await;
     // The hostnames are OpenShift's objects', not flags' (there are none).
     let serving = leaf_of(&cluster.secret(KS, "service-network-serving-certkey").await);
     assert!(

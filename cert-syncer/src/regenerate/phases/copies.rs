@@ -19,21 +19,36 @@ use crate::base::kind::Kind as ObjectKind;
 use crate::base::time::rfc3339;
 use crate::pki::{self, KeyPairPem};
 use crate::regenerate::config::{ObjectCopy, ObjectRef};
-use crate::regenerate::ctx::Ctx;
+use crate::regenerate::ctx::{Ctx, Outcome};
+use crate::regenerate::phases::bundles::as_stored;
 use crate::regenerate::report::Report;
+use crate::regenerate::trust::{BundleState, NotWritten};
 use crate::regenerate::write::{Built, Change, Plan, Writable};
 
-/// Runs the phase: each declared copy, in config order.
-pub(crate) async fn run(ctx: &Ctx<'_>, report: &mut Report) {
-    for copy in &ctx.rotation.copies {
-        let outcome = match copy.kind {
-            ObjectKind::Secret => one::<Secret>(ctx, copy, report).await,
-            ObjectKind::ConfigMap => one::<ConfigMap>(ctx, copy, report).await,
-        };
-        if let Err(err) = outcome {
-            report.fail(copy.kind.into(), &copy.to, err);
-        }
+/// Runs the step of one declared copy. A ConfigMap copy is a CA bundle others may be built
+/// from (kube-apiserver folds `openshift-config-managed/csr-controller-ca` into `client-ca`):
+/// its outcome is the copy as stored.
+pub(crate) async fn step(ctx: &Ctx<'_>, copy: &ObjectCopy, report: &mut Report) -> Outcome {
+    let outcome = match copy.kind {
+        ObjectKind::Secret => one::<Secret>(ctx, copy, report).await,
+        ObjectKind::ConfigMap => one::<ConfigMap>(ctx, copy, report).await,
+    };
+    let failed = outcome.as_ref().err().cloned();
+    if let Err(err) = outcome {
+        report.fail(copy.kind.into(), &copy.to, err);
     }
+    if copy.kind == ObjectKind::Secret {
+        return Outcome::Done;
+    }
+    let stored = ctx.read_bundle(&copy.to).await.map(|(_, certs)| certs);
+    Outcome::Bundle(match (stored, failed) {
+        (Ok(certs), None) => as_stored(&copy.to, certs, report),
+        (stored, failed) => BundleState {
+            object: copy.to.clone(),
+            stored,
+            not_written: failed.map(NotWritten::Failed),
+        },
+    })
 }
 
 /// A kind of object a copy is made of.
@@ -150,7 +165,8 @@ async fn one<K: Copied>(
                 label,
                 reason: format!("copy of {} ({label})", copy.from),
                 if_held: Ok(()),
-                build: Box::new(move || {
+                key: None,
+                build: Box::new(move |_| {
                     object.take_data(source);
                     merge_metadata(object.meta_mut(), source.meta());
                     Ok(Built {

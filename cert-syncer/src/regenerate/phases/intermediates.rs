@@ -1,12 +1,14 @@
-//! The intermediate phase, after signers, bundles and targets: intermediate CAs, the bundles
-//! that collect them, union bundles, and the delayed publication of each intermediate — in
-//! that order, so trust is written before anything that needs it. Decisions are
-//! `intermediate`'s.
+//! The steps of an intermediate CA: the CA itself, the bundle that collects it, and its
+//! delayed publication. Decisions are `intermediate`'s; the unions built from the bundle are
+//! `unions`'.
 //!
 //! Never a write without a reason: an intermediate is written only when `intermediate::decide`
-//! says so, a bundle or union only when its set of CAs changes (any order is kept), a published
-//! copy only when it does not hold the current CA (and then only once the delay has passed,
-//! unless it is missing, unusable or expired).
+//! says so, its bundle only when its set of CAs changes (any order is kept), a published copy
+//! only when it does not hold the current CA (and then only once the delay has passed, unless
+//! it is missing, unusable or expired) — and never before every bundle built from the
+//! collecting one (the unions and their copies kube-apiserver's `client-ca` is made of) holds
+//! the CA as stored (`trust`): a union the brake held keeps the publication waiting, whatever
+//! the published copy's state.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -16,107 +18,65 @@ use k8s_openapi::api::core::v1::Secret;
 use crate::base::time::rfc3339;
 use crate::pki::{Cert, KeyPairPem};
 use crate::regenerate::config::{Intermediate, ObjectRef};
-use crate::regenerate::ctx::{Bundles, Ctx, ReadSecret, Signers, stored};
-use crate::regenerate::decide;
+use crate::regenerate::ctx::{Ctx, ReadSecret, stored};
+use crate::regenerate::decide::{self, Stored};
 use crate::regenerate::intermediate::{self, Publication};
+use crate::regenerate::keys::KeyUse;
 use crate::regenerate::objects::{
-    BundleKind, ca_data, new_tls_secret, write_bundle, write_managed_secret,
+    BundleKind, Managed, ca_data, new_tls_secret, write_bundle, write_managed_secret,
 };
+use crate::regenerate::phases::bundles::settled;
 use crate::regenerate::report::{FailureKind, Report};
-use crate::regenerate::write::{Built, Change, Plan};
+use crate::regenerate::trust::{self, BundleState};
+use crate::regenerate::write::{Built, Change, Plan, Wait};
 
-/// Runs the phase over the intermediates as read (config order).
-pub(crate) async fn run(
+/// What an intermediate's step starts from besides its own read: its signer after the signer
+/// step, and the bundles that list that signer (its chain is checked against them, and a new
+/// CA is issued only once they hold the signer's CA).
+pub(crate) struct Issuer<'d> {
+    pub signer: Option<&'d KeyPairPem>,
+    pub triggered: bool,
+    pub roots: Vec<&'d BundleState>,
+}
+
+/// Runs the step of intermediate `config` over what was read: the pair stored now.
+pub(crate) async fn step(
     ctx: &Ctx<'_>,
-    reads: Vec<ReadSecret>,
-    signers: &Signers,
-    bundles: &Bundles,
+    config: &Intermediate,
+    read: ReadSecret,
+    issuer: Issuer<'_>,
     report: &mut Report,
-) {
-    let rotation = ctx.rotation;
-
-    // 1. Each intermediate, then the bundle that collects it.
-    let mut stored: Vec<Option<KeyPairPem>> = Vec::new();
-    let mut collected: Vec<(ObjectRef, Option<Vec<Cert>>)> = Vec::new();
-    for (config, read) in rotation.intermediates.iter().zip(reads) {
-        let pair = match one(ctx, config, read, signers, bundles, report).await {
-            Ok(pair) => {
-                let cert = pair.cert();
-                report
-                    .not_after
-                    .push(("target", config.object.clone(), cert.not_after));
-                report
-                    .deadlines
-                    .extend(decide::deadlines(cert, config.refresh, None, ctx.mode));
-                Some(pair)
-            }
-            Err(err) => {
-                report.fail(FailureKind::Secret, &config.object, err);
-                None
-            }
-        };
-        if let Some(bundle) = &config.bundle {
-            let content = match collect(ctx, bundle, pair.as_ref(), config, report).await {
-                Ok(certs) => {
-                    report.note_bundle(bundle, &certs);
-                    Some(certs)
-                }
-                Err(err) => {
-                    report.fail(FailureKind::ConfigMap, bundle, err);
-                    None
-                }
-            };
-            collected.push((bundle.clone(), content));
+) -> Option<KeyPairPem> {
+    match one(ctx, config, read, &issuer, report).await {
+        Ok(pair) => {
+            let cert = pair.cert();
+            report
+                .not_after
+                .push(("target", config.object.clone(), cert.not_after));
+            report
+                .deadlines
+                .extend(decide::deadlines(cert, config.refresh, None, ctx.mode));
+            Some(pair)
         }
-        stored.push(pair);
-    }
-
-    // 2. Unions, from the contents this pass stored.
-    let mut unions_ok = true;
-    for config in &rotation.unions {
-        match union(ctx, config, bundles, &collected, report).await {
-            Ok(certs) => report.note_bundle(&config.object, &certs),
-            Err(err) => {
-                report.fail(FailureKind::ConfigMap, &config.object, err);
-                unions_ok = false;
-            }
+        Err(err) => {
+            report.fail(FailureKind::Secret, &config.object, err);
+            None
         }
     }
+}
 
-    // 3. Publication of each intermediate, once every union is written (trust first).
-    for (config, pair) in rotation.intermediates.iter().zip(&stored) {
-        let Some(publish) = &config.publish else {
-            continue;
-        };
-        let outcome = match pair {
-            None => Err(format!("skipped, its CA {} is unavailable", config.object)),
-            Some(_) if !unions_ok => Err("skipped until every union bundle is written".to_owned()),
-            Some(pair) => {
-                // The source's annotations (its dates, issuer, refresh period, component), as
-                // OpenShift's `ManageCSRSigner` copies them since 4.15.
-                let annotations = if publish.copy_annotations {
-                    match ctx.read_secret(&config.object).await {
-                        Ok((Some(secret), _)) => secret.metadata.annotations.unwrap_or_default(),
-                        _ => BTreeMap::new(),
-                    }
-                } else {
-                    BTreeMap::new()
-                };
-                publish_ca(
-                    ctx,
-                    &publish.object,
-                    pair,
-                    publish.delay,
-                    &annotations,
-                    report,
-                )
-                .await
-            }
-        };
-        if let Err(err) = outcome {
-            report.fail(FailureKind::Secret, &publish.object, err);
-        }
-    }
+/// Why the intermediate must be regenerated by `signer`, on what `found` holds.
+pub(crate) fn reason(
+    ctx: &Ctx<'_>,
+    config: &Intermediate,
+    found: &Stored,
+    roots: &[Cert],
+    signer: &Cert,
+    triggered: bool,
+) -> Option<decide::Reason> {
+    decide::not_yet_valid(found, ctx.rotation.backdate, ctx.now)
+        .or_else(|| intermediate::decide(found, config, roots, signer, ctx.mode, ctx.now))
+        .or_else(|| decide::after_trigger(found, signer, triggered, ctx.mode))
 }
 
 /// One intermediate CA: the pair now stored.
@@ -124,12 +84,17 @@ async fn one(
     ctx: &Ctx<'_>,
     config: &Intermediate,
     read: ReadSecret,
-    signers: &Signers,
-    bundles: &Bundles,
+    issuer: &Issuer<'_>,
     report: &mut Report,
 ) -> Result<KeyPairPem, String> {
     let rotation = ctx.rotation;
-    let (signer, roots) = signers.issuer(rotation, config.signer, bundles)?;
+    let signer = issuer.signer.ok_or_else(|| {
+        format!(
+            "skipped, signer {} unavailable",
+            rotation.signers[config.signer].object
+        )
+    })?;
+    let roots = trust::roots(&issuer.roots)?;
     let (existing, found) = read?;
     // Someone else's CA from the future is left alone (as a target is).
     if let Some(pair) = found.pair()
@@ -138,23 +103,16 @@ async fn one(
     {
         return Err(format!("skipped: {reason}"));
     }
-    let triggered = signers.triggered[config.signer];
-    write_managed_secret(
-        ctx,
-        &config.object,
-        "target",
-        existing,
-        report,
-        |found| {
-            decide::not_yet_valid(found, rotation.backdate, ctx.now)
-                .or_else(|| {
-                    intermediate::decide(found, config, &roots, signer.cert(), ctx.mode, ctx.now)
-                })
-                .or_else(|| decide::after_trigger(found, signer.cert(), triggered, ctx.mode))
+    let managed = Managed {
+        object: &config.object,
+        kind: "target",
+        key: KeyUse::Ca,
+        decide: |found: &Stored| {
+            reason(ctx, config, found, &roots, signer.cert(), issuer.triggered)
         },
-        || {
-            intermediate::generate(
-                rotation.key_type,
+        generate: |key| {
+            intermediate::generate_with(
+                key,
                 signer,
                 &config.common_name,
                 ctx.now,
@@ -162,102 +120,95 @@ async fn one(
                 config.validity,
             )
         },
-    )
-    .await
+        untrusted: trust::check(signer.cert(), "its signer's CA", &issuer.roots).err(),
+    };
+    write_managed_secret(ctx, managed, existing, report).await
 }
 
-/// The bundle collecting an intermediate's CAs: every unexpired CA it held, plus the current
-/// one; written without the `ca-bundle` label, as `ManageCSRIntermediateCABundle` creates it.
-async fn collect(
+/// The step of the bundle collecting an intermediate's CAs (`object`): every unexpired CA it
+/// held, plus the current one (`pair`: the intermediate as its step left it); written without
+/// the `ca-bundle` label, as `ManageCSRIntermediateCABundle` creates it.
+pub(crate) async fn collect(
     ctx: &Ctx<'_>,
-    bundle: &ObjectRef,
-    pair: Option<&KeyPairPem>,
     config: &Intermediate,
+    object: &ObjectRef,
+    pair: Option<&KeyPairPem>,
     report: &mut Report,
-) -> Result<Vec<Cert>, String> {
-    let pair = pair.ok_or_else(|| format!("skipped, its CA {} is unavailable", config.object))?;
-    let chain = intermediate::collected(pair);
-    let desired = |certs: &[Cert]| decide::bundle(certs, &chain, &[], ctx.now);
-    let (existing, _) = ctx.read_bundle(bundle).await?;
-    write_bundle(
-        ctx,
-        bundle,
-        existing,
-        BundleKind::Collected,
-        desired,
-        report,
-    )
-    .await
+) -> BundleState {
+    let outcome = async {
+        let pair =
+            pair.ok_or_else(|| format!("skipped, its CA {} is unavailable", config.object))?;
+        let chain = intermediate::collected(pair);
+        let desired = |certs: &[Cert]| decide::bundle(certs, &chain, &[], ctx.now);
+        let (existing, _) = ctx.read_bundle(object).await?;
+        write_bundle(
+            ctx,
+            object,
+            existing,
+            BundleKind::Collected,
+            desired,
+            report,
+        )
+        .await
+    }
+    .await;
+    settled(ctx, object, outcome, report).await
 }
 
-/// A union bundle: the unexpired CAs of its sources as this pass stored them (`bundles`,
-/// `collected`), or as read for another component's bundle.
-async fn union(
+/// The step publishing intermediate `config` (`pair`: as its step left it) once every bundle
+/// in `trusted_by` holds it (see the module docs).
+pub(crate) async fn publish(
     ctx: &Ctx<'_>,
-    config: &crate::regenerate::config::Union,
-    bundles: &Bundles,
-    collected: &[(ObjectRef, Option<Vec<Cert>>)],
+    config: &Intermediate,
+    pair: Option<&KeyPairPem>,
+    trusted_by: &[&BundleState],
     report: &mut Report,
-) -> Result<Vec<Cert>, String> {
-    let rotation = ctx.rotation;
-    let mut sources: Vec<Vec<Cert>> = Vec::new();
-    let mut unavailable = Vec::new();
-    for source in &config.sources {
-        let content = rotation
-            .bundles
-            .iter()
-            .zip(bundles)
-            .find(|(b, _)| b.object == *source)
-            .map(|(_, content)| content)
-            .or_else(|| {
-                collected
-                    .iter()
-                    .find(|(object, _)| object == source)
-                    .map(|(_, content)| content)
-            });
-        match content {
-            Some(Some(certs)) => sources.push(certs.clone()),
-            Some(None) => unavailable.push(source.to_string()),
-            // Another component's bundle, read only: a missing one adds nothing; an
-            // unreadable one fails the union rather than drop its CAs.
-            None => match ctx.read_bundle(source).await {
-                Ok((_, certs)) => sources.push(certs),
-                Err(err) => unavailable.push(format!("{source} ({err})")),
-            },
+) {
+    let Some(target) = &config.publish else {
+        return;
+    };
+    let outcome = match pair {
+        None => Err(format!("skipped, its CA {} is unavailable", config.object)),
+        Some(pair) => {
+            // The source's annotations (its dates, issuer, refresh period, component), as
+            // OpenShift's `ManageCSRSigner` copies them since 4.15.
+            let annotations = if target.copy_annotations {
+                match ctx.read_secret(&config.object).await {
+                    Ok((Some(secret), _)) => secret.metadata.annotations.unwrap_or_default(),
+                    _ => BTreeMap::new(),
+                }
+            } else {
+                BTreeMap::new()
+            };
+            let source = Source {
+                pair,
+                delay: target.delay,
+                annotations: &annotations,
+                untrusted: trust::check(pair.cert(), "the CA", trusted_by).err(),
+            };
+            publish_ca(ctx, &target.object, &source, report).await
         }
+    };
+    if let Err(err) = outcome {
+        report.fail(FailureKind::Secret, &target.object, err);
     }
-    if !unavailable.is_empty() {
-        return Err(format!(
-            "skipped, source {} unavailable",
-            unavailable.join(", ")
-        ));
-    }
-    let sources: Vec<&[Cert]> = sources.iter().map(Vec::as_slice).collect();
-    let desired = intermediate::union(&sources, ctx.now);
-    if desired.is_empty() {
-        // Never an empty client CA bundle: that would lock every client out.
-        return Err("skipped, its sources hold no unexpired CA".to_owned());
-    }
-    let (existing, _) = ctx.read_bundle(&config.object).await?;
-    write_bundle(
-        ctx,
-        &config.object,
-        existing,
-        BundleKind::Union,
-        |_| desired.clone(),
-        report,
-    )
-    .await
+}
+
+/// What is published, and whether it may be yet.
+struct Source<'s> {
+    pair: &'s KeyPairPem,
+    delay: Duration,
+    annotations: &'s BTreeMap<String, String>,
+    untrusted: Option<trust::Untrusted>,
 }
 
 /// Publishes `source` (the CA alone in `tls.crt`, its key) at `object` when
-/// [`intermediate::publication`] says so; otherwise notes when it will.
+/// [`intermediate::publication`] says so and every bundle that must trust it does; otherwise
+/// notes when it will.
 async fn publish_ca(
     ctx: &Ctx<'_>,
     object: &ObjectRef,
-    source: &KeyPairPem,
-    delay: Duration,
-    annotations: &BTreeMap<String, String>,
+    source: &Source<'_>,
     report: &mut Report,
 ) -> Result<(), String> {
     let (existing, found) = ctx.read_secret(object).await?;
@@ -267,6 +218,7 @@ async fn publish_ca(
             .push(("published", object.clone(), pair.cert().not_after));
         report.deadlines.push(pair.cert().not_after);
     }
+    let ca = source.pair;
     let wait = ctx
         .write(
             "published",
@@ -276,9 +228,9 @@ async fn publish_ca(
             |existing: Option<&Secret>| {
                 let found = stored(existing);
                 let (label, reason) = match intermediate::publication(
-                    source.cert(),
+                    ca.cert(),
                     &found,
-                    delay,
+                    source.delay,
                     ctx.rotation.backdate,
                     ctx.now,
                 ) {
@@ -286,22 +238,30 @@ async fn publish_ca(
                     Publication::Wait { until } => return Ok(Plan::Keep(Some(until))),
                     Publication::Now { label, reason } => (label, reason),
                 };
+                if let Some(untrusted) = &source.untrusted {
+                    return Ok(Plan::Wait(Wait {
+                        reason,
+                        untrusted: untrusted.clone(),
+                        then: Ok(None),
+                    }));
+                }
                 let existing = existing.cloned();
                 Ok(Plan::Write(Change {
                     label,
                     reason: reason.clone(),
                     if_held: Ok(None),
-                    build: Box::new(move || {
-                        let secret = published(existing, object, source, annotations);
+                    key: None,
+                    build: Box::new(move |_| {
+                        let secret = published(existing, object, ca, source.annotations);
                         Ok(Built {
                             object: secret,
                             then: None,
-                            log: format!("CA published (serial {})", source.cert().serial),
+                            log: format!("CA published (serial {})", ca.cert().serial),
                             event: Some((
                                 "SignerPublished",
                                 format!(
                                     "Published CA {} to {object} ({reason})",
-                                    source.cert().common_name.as_deref().unwrap_or_default()
+                                    ca.cert().common_name.as_deref().unwrap_or_default()
                                 ),
                             )),
                         })

@@ -1,45 +1,56 @@
-//! The signer phase: each declared signer CA is kept, or regenerated when `decide::signer`
-//! (or the manual rotation trigger, or a notBefore in the future) says so.
+//! The signer step: a declared signer CA is kept, or regenerated when `decide::signer` (or the
+//! manual rotation trigger, or a notBefore in the future) says so.
 
 use crate::base::time::rfc3339;
 use crate::pki::{self, KeyPairPem};
 use crate::regenerate::config::Signer;
-use crate::regenerate::ctx::{Ctx, ReadSecret, Signers};
-use crate::regenerate::decide::{self, Reason};
-use crate::regenerate::objects::write_managed_secret;
+use crate::regenerate::ctx::{Ctx, Outcome, ReadSecret};
+use crate::regenerate::decide::{self, Reason, Stored};
+use crate::regenerate::keys::KeyUse;
+use crate::regenerate::objects::{Managed, write_managed_secret};
 use crate::regenerate::report::{FailureKind, Report};
 
-/// Runs the phase over the signers as read (config order).
-pub(crate) async fn run(ctx: &Ctx<'_>, reads: Vec<ReadSecret>, report: &mut Report) -> Signers {
-    let mut signers = Signers {
-        pairs: Vec::new(),
-        triggered: Vec::new(),
-    };
-    for (config, read) in ctx.rotation.signers.iter().zip(reads) {
-        let outcome = one(ctx, config, read, report).await;
-        signers.triggered.push(
-            report.written.last().is_some_and(|w| {
-                w.object == config.object && w.reason_label == Reason::TRIGGER_LABEL
-            }),
-        );
-        match outcome {
-            Ok(pair) => {
-                let cert = pair.cert();
-                report
-                    .not_after
-                    .push(("signer", config.object.clone(), cert.not_after));
-                report
-                    .deadlines
-                    .extend(decide::deadlines(cert, config.refresh, None, ctx.mode));
-                signers.pairs.push(Some(pair));
+/// Runs the step of signer `config` over what was read: the pair stored now, and whether the
+/// manual trigger rotated it.
+pub(crate) async fn step(
+    ctx: &Ctx<'_>,
+    config: &Signer,
+    read: ReadSecret,
+    report: &mut Report,
+) -> Outcome {
+    let outcome = one(ctx, config, read, report).await;
+    let triggered = report
+        .written
+        .last()
+        .is_some_and(|w| w.object == config.object && w.reason_label == Reason::TRIGGER_LABEL);
+    match outcome {
+        Ok(pair) => {
+            let cert = pair.cert();
+            report
+                .not_after
+                .push(("signer", config.object.clone(), cert.not_after));
+            report
+                .deadlines
+                .extend(decide::deadlines(cert, config.refresh, None, ctx.mode));
+            Outcome::Pair {
+                pair: Some(pair),
+                triggered,
             }
-            Err(err) => {
-                report.fail(FailureKind::Secret, &config.object, err);
-                signers.pairs.push(None);
+        }
+        Err(err) => {
+            report.fail(FailureKind::Secret, &config.object, err);
+            Outcome::Pair {
+                pair: None,
+                triggered,
             }
         }
     }
-    signers
+}
+
+/// Why the signer must be regenerated, on what `found` holds (the manual trigger aside).
+pub(crate) fn reason(ctx: &Ctx<'_>, config: &Signer, found: &Stored) -> Option<Reason> {
+    decide::not_yet_valid(found, ctx.rotation.backdate, ctx.now)
+        .or_else(|| decide::signer(found, config, ctx.mode, ctx.now))
 }
 
 /// One signer: the pair now stored.
@@ -71,29 +82,19 @@ async fn one(
             rotation.backdate.as_secs()
         ));
     }
-    write_managed_secret(
-        ctx,
-        &config.object,
-        "signer",
-        existing,
-        report,
-        |found| {
-            decide::not_yet_valid(found, rotation.backdate, ctx.now)
-                .or_else(|| decide::signer(found, config, ctx.mode, ctx.now))
-        },
-        || {
+    let managed = Managed {
+        object: &config.object,
+        kind: "signer",
+        key: KeyUse::Ca,
+        decide: |found: &Stored| reason(ctx, config, found),
+        generate: |key| {
             let cn = format!(
                 "{}_{}@{}",
                 config.object.namespace, config.object.name, ctx.now
             );
-            pki::new_signer_of(
-                rotation.key_type,
-                &cn,
-                ctx.now,
-                rotation.backdate,
-                config.validity,
-            )
+            pki::new_signer_with(key, &cn, ctx.now, rotation.backdate, config.validity)
         },
-    )
-    .await
+        untrusted: None,
+    };
+    write_managed_secret(ctx, managed, existing, report).await
 }

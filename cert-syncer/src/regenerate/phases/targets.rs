@@ -1,40 +1,70 @@
-//! The target phase: each declared leaf (serving or client certificate) is kept, or re-issued
-//! by its current signer when `decide::target` (or the manual rotation trigger, or a notBefore
-//! in the future) says so. It runs after the bundles, so a new leaf is trusted before it is
-//! served.
+//! The target step: a declared leaf (serving or client certificate) is kept, or re-issued by
+//! its current signer when `decide::target` (or the manual rotation trigger, or a notBefore in
+//! the future) says so — once every bundle that must trust that signer holds it (`trust`): it
+//! runs after its signer's bundles and everything built from them (`graph`), so a new leaf is
+//! trusted before it is served, and a bundle whose write was held keeps the leaf waiting.
 
-use crate::pki::{self, KeyPairPem};
+use crate::pki::{self, Cert, KeyPairPem};
 use crate::regenerate::config::{Identity, Target};
-use crate::regenerate::ctx::{Bundles, Ctx, ReadSecret, Signers};
-use crate::regenerate::decide;
-use crate::regenerate::objects::write_managed_secret;
+use crate::regenerate::ctx::{Ctx, ReadSecret};
+use crate::regenerate::decide::{self, Reason, Stored};
+use crate::regenerate::keys::KeyUse;
+use crate::regenerate::objects::{Managed, write_managed_secret};
 use crate::regenerate::report::{FailureKind, Report};
+use crate::regenerate::trust::{self, BundleState};
 
-/// Runs the phase over the targets as read (config order).
-pub(crate) async fn run(
+/// What a target's step starts from besides its own read: its signer after the signer step,
+/// and the bundles after theirs.
+pub(crate) struct Issuer<'d> {
+    /// The signer's pair stored now (`None`: unavailable), and whether the manual trigger
+    /// rotated it in this pass.
+    pub signer: Option<&'d KeyPairPem>,
+    pub triggered: bool,
+    /// The bundles that list the signer: the leaf must chain to what they hold.
+    pub roots: Vec<&'d BundleState>,
+    /// Every bundle that must hold the signer's CA before a leaf from it is written
+    /// (`graph::Graph::trust`: these, and what is built from them).
+    pub trusted_by: Vec<&'d BundleState>,
+}
+
+/// Runs the step of target `config` over what was read.
+pub(crate) async fn step(
     ctx: &Ctx<'_>,
-    reads: Vec<ReadSecret>,
-    signers: &Signers,
-    bundles: &Bundles,
+    config: &Target,
+    read: ReadSecret,
+    issuer: Issuer<'_>,
     report: &mut Report,
 ) {
-    for (config, read) in ctx.rotation.targets.iter().zip(reads) {
-        match one(ctx, config, read, signers, bundles, report).await {
-            Ok((pair, signer)) => {
-                let cert = pair.cert();
-                report
-                    .not_after
-                    .push(("target", config.object.clone(), cert.not_after));
-                report.deadlines.extend(decide::deadlines(
-                    cert,
-                    config.refresh,
-                    Some(signer.cert()),
-                    ctx.mode,
-                ));
-            }
-            Err(err) => report.fail(FailureKind::Secret, &config.object, err),
+    match one(ctx, config, read, &issuer, report).await {
+        Ok((pair, signer)) => {
+            let cert = pair.cert();
+            report
+                .not_after
+                .push(("target", config.object.clone(), cert.not_after));
+            report.deadlines.extend(decide::deadlines(
+                cert,
+                config.refresh,
+                Some(signer.cert()),
+                ctx.mode,
+            ));
         }
+        Err(err) => report.fail(FailureKind::Secret, &config.object, err),
     }
+}
+
+/// Why the target must be re-issued by `signer`, on what `found` holds (`roots`: the CAs it
+/// must chain to; the manual trigger on the Secret aside).
+pub(crate) fn reason(
+    ctx: &Ctx<'_>,
+    config: &Target,
+    found: &Stored,
+    roots: &[Cert],
+    signer: &Cert,
+    triggered: bool,
+) -> Option<Reason> {
+    decide::not_yet_valid(found, ctx.rotation.backdate, ctx.now)
+        .or_else(|| decide::target(found, config, roots, signer, ctx.mode, ctx.now))
+        .or_else(|| decide::after_trigger(found, signer, triggered, ctx.mode))
 }
 
 /// One target: the pair now stored, and its signer.
@@ -42,12 +72,17 @@ async fn one<'s>(
     ctx: &Ctx<'_>,
     config: &Target,
     read: ReadSecret,
-    signers: &'s Signers,
-    bundles: &Bundles,
+    issuer: &Issuer<'s>,
     report: &mut Report,
 ) -> Result<(KeyPairPem, &'s KeyPairPem), String> {
     let rotation = ctx.rotation;
-    let (signer, roots) = signers.issuer(rotation, config.signer, bundles)?;
+    let signer = issuer.signer.ok_or_else(|| {
+        format!(
+            "skipped, signer {} unavailable",
+            rotation.signers[config.signer].object
+        )
+    })?;
+    let roots = trust::roots(&issuer.roots)?;
     let (existing, found) = read?;
     // Someone else's certificate from the future is left alone (and reported); our own got
     // here only if it is in the future by the apiserver's clock too, and is regenerated as not
@@ -58,21 +93,16 @@ async fn one<'s>(
     {
         return Err(format!("skipped: {reason}"));
     }
-    let triggered = signers.triggered[config.signer];
-    let pair = write_managed_secret(
-        ctx,
-        &config.object,
-        "target",
-        existing,
-        report,
-        |found| {
-            decide::not_yet_valid(found, rotation.backdate, ctx.now)
-                .or_else(|| decide::target(found, config, &roots, signer.cert(), ctx.mode, ctx.now))
-                .or_else(|| decide::after_trigger(found, signer.cert(), triggered, ctx.mode))
+    let managed = Managed {
+        object: &config.object,
+        kind: "target",
+        key: KeyUse::Leaf,
+        decide: |found: &Stored| {
+            reason(ctx, config, found, &roots, signer.cert(), issuer.triggered)
         },
-        || {
-            let mut pair = pki::new_leaf_of(
-                rotation.key_type,
+        generate: |key| {
+            let mut pair = pki::new_leaf_with(
+                key,
                 signer,
                 &config.identity,
                 ctx.now,
@@ -85,7 +115,8 @@ async fn one<'s>(
             }
             Ok(pair)
         },
-    )
-    .await?;
+        untrusted: trust::check(signer.cert(), "its signer's CA", &issuer.trusted_by).err(),
+    };
+    let pair = write_managed_secret(ctx, managed, existing, report).await?;
     Ok((pair, signer))
 }
