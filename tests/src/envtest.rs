@@ -563,6 +563,30 @@ pub fn blocking_get(
     path: &str,
     token: &str,
 ) -> std::io::Result<(u16, String)> {
+    blocking_request(addr, server_name, config, ("GET", path, ""), token)
+}
+
+/// [`blocking_get`] with a JSON body: `POST path` (etcd's gRPC gateway, `/v3/...`).
+///
+/// # Errors
+/// Connection and handshake failures.
+pub fn blocking_post(
+    addr: SocketAddr,
+    server_name: &str,
+    config: std::sync::Arc<rustls::ClientConfig>,
+    path: &str,
+    body: &str,
+) -> std::io::Result<(u16, String)> {
+    blocking_request(addr, server_name, config, ("POST", path, body), "")
+}
+
+fn blocking_request(
+    addr: SocketAddr,
+    server_name: &str,
+    config: std::sync::Arc<rustls::ClientConfig>,
+    (method, path, body): (&str, &str, &str),
+    token: &str,
+) -> std::io::Result<(u16, String)> {
     let tcp = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
     tcp.set_read_timeout(Some(Duration::from_secs(10)))?;
     tcp.set_write_timeout(Some(Duration::from_secs(10)))?;
@@ -574,9 +598,19 @@ pub fn blocking_get(
     } else {
         format!("Authorization: Bearer {token}\r\n")
     };
+    let content = if body.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "Content-Type: application/json\r\nContent-Length: {}\r\n",
+            body.len()
+        )
+    };
     tls.write_all(
-        format!("GET {path} HTTP/1.1\r\nHost: {server_name}\r\n{auth}Connection: close\r\n\r\n")
-            .as_bytes(),
+        format!(
+            "{method} {path} HTTP/1.1\r\nHost: {server_name}\r\n{auth}{content}Connection: close\r\n\r\n{body}"
+        )
+        .as_bytes(),
     )?;
     let mut response = Vec::new();
     match tls.read_to_end(&mut response) {

@@ -78,6 +78,9 @@ pub struct CertSpec {
     pub serial: Option<u64>,
     /// Extended key usage: client auth (`true`) or server auth.
     pub client: bool,
+    /// Both server and client auth, whatever `client` says: a peer certificate (etcd's
+    /// `--peer-cert-file` serves peers and is presented to them).
+    pub peer: bool,
     /// The key algorithm of a fresh key.
     pub key: KeyKind,
     /// An existing key (PEM) to certify instead of a fresh one (many certificates, few keys).
@@ -96,6 +99,7 @@ impl CertSpec {
             not_after: now + Duration::days(1),
             serial: None,
             client: false,
+            peer: false,
             key: KeyKind::EcdsaP256,
             reuse_key: None,
         }
@@ -107,6 +111,15 @@ impl CertSpec {
             common_name: cn.to_owned(),
             client: true,
             ..CertSpec::server(&[])
+        }
+    }
+
+    /// A peer certificate for `sans` (CN = the first): server and client auth, valid from an
+    /// hour ago for a day.
+    pub fn peer(sans: &[&str]) -> CertSpec {
+        CertSpec {
+            peer: true,
+            ..CertSpec::server(sans)
         }
     }
 
@@ -209,11 +222,16 @@ impl CertSpec {
         params.serial_number = Some(serial.into());
         params.not_before = self.not_before;
         params.not_after = self.not_after;
-        params.extended_key_usages = vec![if self.client {
-            ExtendedKeyUsagePurpose::ClientAuth
+        params.extended_key_usages = if self.peer {
+            vec![
+                ExtendedKeyUsagePurpose::ServerAuth,
+                ExtendedKeyUsagePurpose::ClientAuth,
+            ]
+        } else if self.client {
+            vec![ExtendedKeyUsagePurpose::ClientAuth]
         } else {
-            ExtendedKeyUsagePurpose::ServerAuth
-        }];
+            vec![ExtendedKeyUsagePurpose::ServerAuth]
+        };
         (params, key)
     }
 }

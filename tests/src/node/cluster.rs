@@ -121,6 +121,21 @@ impl ControlPlane {
     /// # Panics
     /// When any step fails, naming it.
     pub async fn prepare_pod(root: &Path, node: &str, pod_dir: &str) -> ControlPlane {
+        let etcd = tokio::task::block_in_place(|| Etcd::start(&root.join("var/lib/etcd")));
+        Self::prepare_pod_on(root, node, pod_dir, etcd).await
+    }
+
+    /// [`ControlPlane::prepare_pod`] on a running `etcd` (one member of the three-node tier's
+    /// cluster, reached at its [`Etcd::url`]); the plane keeps it.
+    ///
+    /// # Panics
+    /// When any step fails, naming it.
+    pub async fn prepare_pod_on(
+        root: &Path,
+        node: &str,
+        pod_dir: &str,
+        etcd: Etcd,
+    ) -> ControlPlane {
         let pod = bind_apiserver_to_loopback(pin_host_ip(rewrite_host_paths(
             render_pod_from(pod_dir),
             root,
@@ -128,7 +143,6 @@ impl ControlPlane {
         let resources = host_path(&pod, "resource-dir");
         let certs = host_path(&pod, "cert-dir");
         let server_argv = raw_argv(&pod, SERVER_CONTAINER);
-        let etcd = tokio::task::block_in_place(|| Etcd::start(&root.join("var/lib/etcd")));
 
         // The pod's service-account key: the seed apiserver signs the tokens with it.
         let seed_dir = root.join("seed");

@@ -1,0 +1,172 @@
+//! The scenarios' common steps and verdicts: watch the wake (failing with every node's logs),
+//! and the end state checked as a whole ([`super::invariants`], [`super::writes`]), each
+//! failing with every violation named.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, ListParams};
+
+use super::invariants::{
+    ApiState, check_api, check_cert_dir, namespace_data, rotations, signed_by,
+};
+use super::probes::{KUBELET_CLIENT_SIGNER, requested_cn};
+use super::tier::Tier;
+use super::timeline::{Milestone, Timeline, Watch, node_logs, watch};
+use crate::node::kcm_plane::KCM_NS;
+use crate::node::profile_objects::KS;
+use crate::node::scenario::first_der;
+
+/// `E2E_HA_WITHIN_SECS` (default 900): how long a wake may take from the first kubelet start
+/// to its last milestone (kube-controller-manager 1.20 re-reads its client certificate every 5
+/// minutes; three control planes on a loaded 2-core machine).
+pub fn within() -> Duration {
+    Duration::from_secs(
+        std::env::var("E2E_HA_WITHIN_SECS")
+            .ok()
+            .map(|v| {
+                v.parse()
+                    .expect("E2E_HA_WITHIN_SECS is a number of seconds")
+            })
+            .unwrap_or(900),
+    )
+}
+
+/// Every milestone on `nodes`, and the cluster-wide ones, with host-process approvers.
+pub fn everything(nodes: &[usize]) -> Watch {
+    Watch {
+        nodes: nodes.to_vec(),
+        milestones: Milestone::PER_NODE.to_vec(),
+        cluster: Milestone::CLUSTER.to_vec(),
+        within: within(),
+        host_approvers: true,
+    }
+}
+
+/// [`watch`], failing with the timeline so far and every watched node's logs.
+///
+/// # Panics
+/// When a milestone is not reached in time.
+pub async fn reach(tier: &mut Tier, wanted: &Watch) -> Timeline {
+    match watch(tier, wanted).await {
+        Ok(timeline) => {
+            timeline.print(&tier.names());
+            timeline
+        }
+        Err((timeline, missing)) => {
+            timeline.print(&tier.names());
+            let logs: String = wanted.nodes.iter().map(|&i| node_logs(tier, i)).collect();
+            panic!(
+                "not reached within {:?}: {missing:#?}\n{logs}",
+                wanted.within
+            );
+        }
+    }
+}
+
+/// CSR name → the `system:node:NAME` it requests, for every kubelet client CSR.
+///
+/// # Panics
+/// When the CSRs cannot be listed.
+pub async fn csr_owners(client: &kube::Client) -> BTreeMap<String, String> {
+    let csrs: Api<CertificateSigningRequest> = Api::all(client.clone());
+    csrs.list(&ListParams::default())
+        .await
+        .expect("the CSRs")
+        .items
+        .into_iter()
+        .filter(|c| c.spec.signer_name == KUBELET_CLIENT_SIGNER)
+        .filter_map(|c| Some((c.metadata.name.clone()?, requested_cn(&c)?)))
+        .collect()
+}
+
+/// Nothing half done (see [`super::invariants`]): in the API (read through `via`'s
+/// kube-apiserver), and on the disks of `nodes` once their syncs caught up (looked at for up
+/// to 90 s); each node's kubelet client certificate issued by the recovered `csr-signer` and
+/// trusted by kube-apiserver's `client-ca`.
+///
+/// # Panics
+/// With every violation.
+pub async fn assert_nothing_half_done(tier: &Tier, via: usize, nodes: &[usize]) {
+    let client = tier.admin(via);
+    let rotations = rotations();
+    let state = ApiState::read(&client, &rotations)
+        .await
+        .unwrap_or_else(|err| panic!("reading the profiles' objects: {err}"));
+    let mut wrong: Vec<String> = rotations
+        .iter()
+        .flat_map(|(profile, rotation)| check_api(profile, rotation, &state))
+        .collect();
+
+    let secrets = |ns: &str| Api::<Secret>::namespaced(client.clone(), ns);
+    let tls_crt = |s: Secret| {
+        String::from_utf8(
+            s.data
+                .unwrap_or_default()
+                .remove("tls.crt")
+                .map(|b| b.0)
+                .unwrap_or_default(),
+        )
+        .unwrap_or_default()
+    };
+    let signer = tls_crt(secrets(KCM_NS).get("csr-signer").await.expect("csr-signer"));
+    let client_ca = state
+        .config_maps
+        .get(&(KS.to_owned(), "client-ca".to_owned()))
+        .and_then(|d| d.get("ca-bundle.crt").cloned())
+        .unwrap_or_default();
+    for &index in nodes {
+        let name = &tier.nodes[index].env.name;
+        match tier.kubelet_cert_der(index) {
+            Some(der) => {
+                if !signed_by(&der, &first_der(&signer)) {
+                    wrong.push(format!(
+                        "{name}: its kubelet certificate is not issued by the recovered csr-signer"
+                    ));
+                }
+                let cas = super::invariants::certificates(&client_ca);
+                if !cas.iter().any(|ca| signed_by(&der, ca)) {
+                    wrong.push(format!(
+                        "{name}: kube-apiserver's client-ca does not trust its kubelet certificate"
+                    ));
+                }
+            }
+            None => wrong.push(format!("{name}: no kubelet client certificate on its disk")),
+        }
+    }
+
+    let dirs = [
+        (tier.plane.certs.clone(), KS),
+        (tier.kcm.certs.clone(), KCM_NS),
+        (
+            tier.kcm.scheduler.certs.clone(),
+            crate::node::scheduler::NAMESPACE,
+        ),
+    ];
+    let mut on_disk = Vec::new();
+    for _ in 0..45 {
+        on_disk.clear();
+        for &index in nodes {
+            for (dir, namespace) in &dirs {
+                let data = namespace_data(&client, namespace)
+                    .await
+                    .unwrap_or_else(|err| panic!("{namespace}: {err}"));
+                for problem in check_cert_dir(&tier.host_path(index, dir), &data) {
+                    on_disk.push(format!("{}: {problem}", tier.nodes[index].env.name));
+                }
+            }
+        }
+        if on_disk.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    wrong.extend(on_disk);
+    assert!(
+        wrong.is_empty(),
+        "half-done state:\n  {}",
+        wrong.join("\n  ")
+    );
+}
