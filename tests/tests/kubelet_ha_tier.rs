@@ -5,8 +5,11 @@
 //! container of the three pods runs on every node; each node's kube-apiserver recovers (serves
 //! `localhost` verified by the current `localhost-serving-ca`); each node's `localhost:6443` is
 //! its own (each kubelet's CSR went through its own node's kube-apiserver, by the audit logs);
-//! dropped, the tier leaves no namespace, process, mount or directory behind. Skips (passing,
-//! with `SKIP: <reason>`) where the node tier or namespaces are unavailable.
+//! dropped, the tier leaves no namespace, process, mount or directory behind. Prints what the
+//! nodes cost (CPU, memory) while they recover and `E2E_HA_IDLE_SECS` (20) idle seconds after.
+//! `E2E_HA_HOLD=1` keeps the recovered tier up for a person (how to enter each node and a
+//! kubeconfig per node are printed) until the printed file is removed. Skips (passing, with
+//! `SKIP: <reason>`) where the node tier or namespaces are unavailable.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -30,6 +33,28 @@ fn idle_seconds() -> u64 {
         .ok()
         .map(|v| v.parse().expect("E2E_HA_IDLE_SECS is a number"))
         .unwrap_or(20)
+}
+
+/// With `E2E_HA_HOLD=1`, keeps the recovered tier running for a person to look at (how to
+/// enter each node, a kubeconfig per node) until the printed file is removed.
+async fn hold(tier: &Tier) {
+    if std::env::var_os("E2E_HA_HOLD").is_none() {
+        return;
+    }
+    let file = tier.tmp.path().join("hold");
+    std::fs::write(&file, "remove this file to tear the three-node tier down\n").unwrap();
+    for index in 0..tier.nodes.len() {
+        eprintln!(
+            "{}: {}\n    kubectl --kubeconfig {} get nodes",
+            tier.nodes[index].env.name,
+            tier.enter_command(index),
+            tier.admin_kubeconfig(index).display()
+        );
+    }
+    eprintln!("holding the tier: rm {} to tear it down", file.display());
+    while file.exists() {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -140,6 +165,8 @@ async fn three_nodes_run_the_static_pods_over_one_etcd_and_leave_nothing_behind(
             );
         }
     }
+
+    hold(&tier).await;
 
     // Torn down: nothing of the tier is left.
     let pids: Vec<u32> = (0..NODES).flat_map(|i| tier.pids(i)).collect();

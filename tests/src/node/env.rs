@@ -11,6 +11,12 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
 use std::process::Command;
 
+/// The node's name in this test process (`node-PID`): its mirror pods and log directories are
+/// told apart from other runs' by it.
+pub fn node_name() -> String {
+    format!("node-{}", std::process::id())
+}
+
 /// The namespaces a node's processes enter (bind-mounted namespace files).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Namespaces {
@@ -38,10 +44,10 @@ pub struct NodeEnv {
 }
 
 impl NodeEnv {
-    /// The machine's own namespaces: the single-node tier, named [`super::kubelet::node_name`].
+    /// The machine's own namespaces: the single-node tier, named [`node_name`].
     pub fn host() -> NodeEnv {
         NodeEnv {
-            name: super::kubelet::node_name(),
+            name: node_name(),
             address: IpAddr::V4(Ipv4Addr::LOCALHOST),
             namespaces: None,
             kubelet_root_dir: None,

@@ -77,11 +77,7 @@ impl Drop for Kubelet {
     }
 }
 
-/// The node's name in this test process (`node-PID`): its mirror pods and log directories are
-/// told apart from other runs' by it.
-pub fn node_name() -> String {
-    format!("node-{}", std::process::id())
-}
+pub use super::env::node_name;
 
 /// A node: containerd with the images imported, and (once started) a kubelet. Everything it
 /// started or mounted is gone after drop, also when the test panicked.

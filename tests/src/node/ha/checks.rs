@@ -17,7 +17,6 @@ use super::tier::Tier;
 use super::timeline::{Milestone, Timeline, Watch, node_logs, watch};
 use crate::node::kcm_plane::KCM_NS;
 use crate::node::profile_objects::KS;
-use crate::node::scenario::first_der;
 
 /// `E2E_HA_WITHIN_SECS` (default 900): how long a wake may take from the first kubelet start
 /// to its last milestone (kube-controller-manager 1.20 re-reads its client certificate every 5
@@ -82,19 +81,30 @@ pub async fn csr_owners(client: &kube::Client) -> BTreeMap<String, String> {
         .collect()
 }
 
-/// Nothing half done (see [`super::invariants`]): in the API (read through `via`'s
-/// kube-apiserver), and on the disks of `nodes` once their syncs caught up (looked at for up
-/// to 90 s); each node's kubelet client certificate issued by the recovered `csr-signer` and
-/// trusted by kube-apiserver's `client-ca`.
+/// Nothing half done (see [`half_done`]).
 ///
 /// # Panics
 /// With every violation.
 pub async fn assert_nothing_half_done(tier: &Tier, via: usize, nodes: &[usize]) {
+    let wrong = half_done(tier, via, nodes).await;
+    assert!(
+        wrong.is_empty(),
+        "half-done state:\n  {}",
+        wrong.join("\n  ")
+    );
+}
+
+/// What is half done (see [`super::invariants`]; empty: nothing): in the API (read through
+/// `via`'s kube-apiserver), and on the disks of `nodes` once their syncs caught up (looked at
+/// for up to 90 s); each node's kubelet client certificate issued by the recovered
+/// `csr-signer` and trusted by kube-apiserver's `client-ca`.
+pub async fn half_done(tier: &Tier, via: usize, nodes: &[usize]) -> Vec<String> {
     let client = tier.admin(via);
     let rotations = rotations();
-    let state = ApiState::read(&client, &rotations)
-        .await
-        .unwrap_or_else(|err| panic!("reading the profiles' objects: {err}"));
+    let state = match ApiState::read(&client, &rotations).await {
+        Ok(state) => state,
+        Err(err) => return vec![format!("reading the profiles' objects: {err}")],
+    };
     let mut wrong: Vec<String> = rotations
         .iter()
         .flat_map(|(profile, rotation)| check_api(profile, rotation, &state))
@@ -111,7 +121,10 @@ pub async fn assert_nothing_half_done(tier: &Tier, via: usize, nodes: &[usize]) 
         )
         .unwrap_or_default()
     };
-    let signer = tls_crt(secrets(KCM_NS).get("csr-signer").await.expect("csr-signer"));
+    let signer = match secrets(KCM_NS).get("csr-signer").await {
+        Ok(secret) => tls_crt(secret),
+        Err(err) => return vec![format!("csr-signer: {err}")],
+    };
     let client_ca = state
         .config_maps
         .get(&(KS.to_owned(), "client-ca".to_owned()))
@@ -121,7 +134,8 @@ pub async fn assert_nothing_half_done(tier: &Tier, via: usize, nodes: &[usize]) 
         let name = &tier.nodes[index].env.name;
         match tier.kubelet_cert_der(index) {
             Some(der) => {
-                if !signed_by(&der, &first_der(&signer)) {
+                let current = super::invariants::certificates(&signer);
+                if !current.first().is_some_and(|ca| signed_by(&der, ca)) {
                     wrong.push(format!(
                         "{name}: its kubelet certificate is not issued by the recovered csr-signer"
                     ));
@@ -150,9 +164,13 @@ pub async fn assert_nothing_half_done(tier: &Tier, via: usize, nodes: &[usize]) 
         on_disk.clear();
         for &index in nodes {
             for (dir, namespace) in &dirs {
-                let data = namespace_data(&client, namespace)
-                    .await
-                    .unwrap_or_else(|err| panic!("{namespace}: {err}"));
+                let data = match namespace_data(&client, namespace).await {
+                    Ok(data) => data,
+                    Err(err) => {
+                        on_disk.push(format!("{namespace}: {err}"));
+                        continue;
+                    }
+                };
                 for problem in check_cert_dir(&tier.host_path(index, dir), &data) {
                     on_disk.push(format!("{}: {problem}", tier.nodes[index].env.name));
                 }
@@ -164,9 +182,5 @@ pub async fn assert_nothing_half_done(tier: &Tier, via: usize, nodes: &[usize]) 
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
     wrong.extend(on_disk);
-    assert!(
-        wrong.is_empty(),
-        "half-done state:\n  {}",
-        wrong.join("\n  ")
-    );
+    wrong
 }

@@ -14,7 +14,9 @@
 //! - [`namespaces`]: the bridge and each node's namespaces, torn down on drop; leftovers of a
 //!   killed run removed at start (by the `crha-` prefix only);
 //! - [`etcd_cluster`]: the three members;
-//! - [`tier`]: [`Tier`](tier::Tier), the nodes as the sleep left them, woken by the test;
+//! - [`tier`]: [`Tier`](tier::Tier), the nodes as the sleep left them, woken by the test (and
+//!   put back to that state between the fault rounds: `Tier::save_pristine`, `Tier::reset`);
+//! - [`faults`]: what the fault rounds inject into a recovering node;
 //! - [`checks`]: the scenarios' common steps and verdicts;
 //! - [`invariants`]: nothing half done, in the API and on each node's disk;
 //! - [`audit`] and [`writes`]: each node's kube-apiserver audit log, who wrote what through
@@ -26,9 +28,12 @@
 pub mod audit;
 pub mod checks;
 pub mod etcd_cluster;
+pub mod faults;
 pub mod invariants;
 pub mod namespaces;
+mod node_files;
 pub mod probes;
+mod reset;
 pub mod tier;
 pub mod timeline;
 pub mod usage;

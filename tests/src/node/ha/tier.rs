@@ -25,15 +25,14 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
-use testkit::pki::{Ca, CertSpec};
 
 use super::audit;
 use super::etcd_cluster;
 use super::namespaces::{self, NODE_PATHS, Network, PREFIX};
+use super::node_files::{bind_node_paths, copy_template, mount_tmpfs_keeping, slept_csr_signer};
 use crate::node::cluster::ControlPlane;
 use crate::node::env::NodeEnv;
 use crate::node::etcd::Etcd;
@@ -43,8 +42,25 @@ use crate::node::scheduler::render_scheduler_pod;
 use crate::node::{KubeletOptions, Node, images};
 use crate::process::ChildProcess;
 
-/// The kubelet's client certificate file as the sleep left it (the name `kcm_plane` gives it).
-const SLEPT_IDENTITY: &str = "var/lib/kubelet/pki/kubelet-client-2015-01-01-00-00-00.pem";
+/// How the tier is built.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TierOptions {
+    /// How many nodes (3 for production's shape; 1 where one node is enough).
+    pub nodes: usize,
+    /// Each node's kube-apiserver cert dir on a tmpfs of this many bytes (the disk-full fault
+    /// fills it); `None`: on the test's disk.
+    pub cert_dir_tmpfs: Option<u64>,
+}
+
+impl TierOptions {
+    /// `nodes` nodes, cert dirs on the test's disk.
+    pub fn nodes(nodes: usize) -> TierOptions {
+        TierOptions {
+            nodes,
+            cert_dir_tmpfs: None,
+        }
+    }
+}
 
 /// The nodes' names, as OpenShift names its control-plane nodes.
 pub fn node_name(index: usize) -> String {
@@ -55,6 +71,8 @@ pub fn node_name(index: usize) -> String {
 pub struct TierNode {
     /// Its index (0, 1, 2).
     pub index: usize,
+    /// Its directory on the machine (`root/`, `node/`, `etcd/`, `pristine/`).
+    pub dir: PathBuf,
     /// Its name, namespaces and address.
     pub env: NodeEnv,
     /// Its own root on the machine: its `/etc/kubernetes` is `root/etc/kubernetes`, and so on.
@@ -106,20 +124,6 @@ impl std::fmt::Debug for Tier {
     }
 }
 
-/// Runs `command`; panics naming `what` with its output when it fails.
-fn run(command: &mut Command, what: &str) {
-    let out = command
-        .output()
-        .unwrap_or_else(|err| panic!("{what}: {err}"));
-    assert!(
-        out.status.success(),
-        "{what} failed ({}):\n{}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 impl Tier {
     /// Prepares `count` nodes as the sleep left them (see the module docs); no kubelet runs.
     /// Blocking parts run in `block_in_place`: call it on a multi-thread runtime.
@@ -127,6 +131,15 @@ impl Tier {
     /// # Panics
     /// When any step fails, naming it.
     pub async fn prepare(count: usize) -> Tier {
+        Tier::prepare_with(TierOptions::nodes(count)).await
+    }
+
+    /// [`Tier::prepare`] with `options`.
+    ///
+    /// # Panics
+    /// When any step fails, naming it.
+    pub async fn prepare_with(options: TierOptions) -> Tier {
+        let count = options.nodes;
         let began = Instant::now();
         for removed in namespaces::remove_leftovers() {
             eprintln!("removed a leftover of an earlier run: {removed}");
@@ -169,7 +182,17 @@ impl Tier {
         for (index, env) in envs.into_iter().enumerate() {
             let root = node_dir(index).join("root");
             tokio::task::block_in_place(|| {
-                give_node_its_root(&network, index, &template, &root, &signer, &env.name);
+                copy_template(&template, &root, &signer, &env.name);
+                if let Some(size) = options.cert_dir_tmpfs {
+                    let certs = root.join(
+                        plane
+                            .certs
+                            .strip_prefix(&template)
+                            .expect("under the template"),
+                    );
+                    mount_tmpfs_keeping(&certs, size);
+                }
+                bind_node_paths(&network, index, &template, &root);
             });
             nodes.push((index, env, root));
         }
@@ -272,6 +295,33 @@ impl Tier {
         config.read_timeout = Some(Duration::from_secs(10));
         config.connect_timeout = Some(Duration::from_secs(5));
         kube::Client::try_from(config).expect("a kube client")
+    }
+
+    /// A kubeconfig for kubectl as the admin through node `index`'s kube-apiserver
+    /// (`https://ADDRESS:6443`, SNI `localhost-recovery`), written under the test's directory.
+    pub fn admin_kubeconfig(&self, index: usize) -> PathBuf {
+        let dir = self.tmp.path();
+        let ca = dir.join("recovery-ca.crt");
+        std::fs::write(&ca, &self.plane.recovery_ca).expect("the recovery CA");
+        let path = dir.join(format!("{}.kubeconfig", self.nodes[index].env.name));
+        let text = crate::node::kubeconfig::kubeconfig(
+            &format!("https://{}", self.apiserver(index)),
+            Some("localhost-recovery"),
+            &ca,
+            &std::collections::BTreeMap::from([("token", self.plane.admin_token.clone())]),
+        );
+        testkit::rename::rename_into_with_mode(&path, text.as_bytes(), 0o600);
+        path
+    }
+
+    /// How to enter node `index` by hand (a shell in its namespaces).
+    pub fn enter_command(&self, index: usize) -> String {
+        let namespaces = self.network.namespaces(index);
+        format!(
+            "nsenter --net={} --mount={} bash",
+            namespaces.net.display(),
+            namespaces.mount.display()
+        )
     }
 
     /// Where node `index`'s file `path` (as the node sees it: under `/etc/kubernetes`,
@@ -384,6 +434,11 @@ impl Tier {
         }
         self.plane.etcd.kill();
         self.network.tear_down();
+        // The cert dirs' tmpfs mounts (on the machine's own mounts).
+        let left = crate::node::cleanup::unmount_under(self.tmp.path());
+        if !left.is_empty() {
+            eprintln!("still mounted after the tier's teardown: {left:?}");
+        }
     }
 }
 
@@ -407,68 +462,6 @@ pub fn static_pods() -> [(&'static str, Pod); 3] {
         ),
         ("kube-scheduler-pod.yaml", render_scheduler_pod()),
     ]
-}
-
-/// The slept `csr-signer` (its files in the controller manager's cert dir).
-fn slept_csr_signer(kcm: &KcmPlane) -> Ca {
-    let read = |key: &str| {
-        std::fs::read_to_string(kcm.cert_file(&format!("secrets/csr-signer/{key}")))
-            .expect("the synced csr-signer")
-    };
-    Ca::from_pems(&read("tls.crt"), &read("tls.key"))
-}
-
-/// Copies the template to the node's root, re-issues its kubelet's expired identity for
-/// `name`, and binds its root, `/etc/kubernetes`, `/var/lib/kubelet` and `/var/log` in its
-/// mount namespace.
-fn give_node_its_root(
-    network: &Network,
-    index: usize,
-    template: &Path,
-    root: &Path,
-    signer: &Ca,
-    name: &str,
-) {
-    std::fs::create_dir_all(root).expect("the node's root");
-    run(
-        Command::new("cp")
-            .arg("-a")
-            .arg(format!("{}/.", template.display()))
-            .arg(root),
-        "cp -a the template root",
-    );
-    for path in NODE_PATHS {
-        std::fs::create_dir_all(root.join(path.trim_start_matches('/'))).expect("a node path");
-    }
-    // As the sleep left it: from the old csr-signer, expired with it (one hour inside its
-    // window, as `kcm_plane` makes node 0's).
-    let der = crate::node::scenario::first_der(&signer.cert_pem);
-    let (_, cert) = x509_parser::parse_x509_certificate(&der).expect("the csr-signer");
-    let at = |t: x509_parser::time::ASN1Time| {
-        time::OffsetDateTime::from_unix_timestamp(t.timestamp()).expect("a time")
-    };
-    let identity = signer.issue(
-        &CertSpec::client(&format!("system:node:{name}"))
-            .organization("system:nodes")
-            .valid(
-                at(cert.validity().not_before) + time::Duration::hours(1),
-                at(cert.validity().not_after) - time::Duration::hours(1),
-            ),
-    );
-    testkit::rename::rename_into_with_mode(
-        &root.join(SLEPT_IDENTITY),
-        format!("{}{}", identity.cert_pem, identity.key_pem).as_bytes(),
-        0o600,
-    );
-    network
-        .bind(index, root, template)
-        .unwrap_or_else(|err| panic!("{err}"));
-    for path in NODE_PATHS {
-        let source = root.join(path.trim_start_matches('/'));
-        network
-            .bind(index, &source, Path::new(path))
-            .unwrap_or_else(|err| panic!("{err}"));
-    }
 }
 
 /// Starts each node's containerd in its namespaces with the images: node 0 builds and imports
@@ -510,6 +503,7 @@ fn start_runtimes(
         );
         started.push(TierNode {
             index,
+            dir: node_dir(index),
             etcd: if index == 0 { None } else { members.next() },
             env,
             root,

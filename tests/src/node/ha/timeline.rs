@@ -215,6 +215,19 @@ pub struct Watch {
 /// # Errors
 /// The milestones that did not hold, with the timeline so far.
 pub async fn watch(tier: &mut Tier, watch: &Watch) -> Result<Timeline, (Timeline, Vec<String>)> {
+    watch_with(tier, watch, |_, _| {}).await
+}
+
+/// [`watch`], calling `on_tick` with the tier and the time since the first kubelet start at
+/// every round of looks (a fault injected at a chosen moment).
+///
+/// # Errors
+/// The milestones that did not hold, with the timeline so far.
+pub async fn watch_with(
+    tier: &mut Tier,
+    watch: &Watch,
+    mut on_tick: impl FnMut(&mut Tier, Duration),
+) -> Result<Timeline, (Timeline, Vec<String>)> {
     let first = watch
         .nodes
         .iter()
@@ -232,6 +245,7 @@ pub async fn watch(tier: &mut Tier, watch: &Watch) -> Result<Timeline, (Timeline
         .chain(watch.cluster.iter().map(|&m| (m, None)))
         .collect();
     while !pending.is_empty() && first.elapsed() < watch.within {
+        on_tick(tier, first.elapsed());
         for &index in &watch.nodes {
             tier.keep_kubelet(index);
             if watch.host_approvers
