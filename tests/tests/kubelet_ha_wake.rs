@@ -2,13 +2,15 @@
 //! (`e2e::node::ha`: three nodes in their own namespaces on this machine, a three-member etcd
 //! over TLS, the three static pods of `manifests/` on each, each node's approver).
 //!
-//! - `all_three_wake`: all three wake together. Every profile object regenerated exactly once
+//! - `all_three_wake`: all three wake together (every etcd member lists all three). Every profile object regenerated exactly once
 //!   cluster-wide (each node's kube-apiserver audit log: no certificate written twice, no bundle
 //!   written twice with the same CAs), 0 fights (no object written through two nodes, no 409 on
 //!   one), every node's approver approved only its own kubelet's CSR, once; every milestone on
 //!   every node (its kube-apiserver serves `localhost` verified by the current bundle, its CSR
 //!   approved and signed, the new certificate on its disk, node Ready, a pod bound to it by the
-//!   scheduler); nothing half done in the API or on any node's disk. Prints the timeline per
+//!   scheduler); each node's `localhost:6443` its own (its kubelet's CSR went through its own
+//!   kube-apiserver); nothing half done in the API or on any node's disk; the tier torn down
+//!   leaves no namespace, process, mount or directory. Prints the timeline per
 //!   node and what the nodes cost (CPU, memory; `E2E_HA_IDLE_SECS` idle seconds after).
 //!   `E2E_HA_RUNS=N` repeats it and prints p50 per node.
 //! - `the_third_wakes_late`: two nodes wake (two etcd members: a quorum) and recover; the third
@@ -21,7 +23,10 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use e2e::install_crypto_provider;
-use e2e::node::ha::checks::{assert_nothing_half_done, csr_owners, everything, reach};
+use e2e::node::ha::checks::{
+    assert_nothing_half_done, assert_one_etcd_cluster, assert_own_localhost, assert_torn_down,
+    csr_owners, everything, reach,
+};
 use e2e::node::ha::tier::Tier;
 use e2e::node::ha::timeline::{Milestone, Timeline};
 use e2e::node::ha::usage::Sampler;
@@ -63,6 +68,7 @@ async fn assert_writes(tier: &Tier, via: usize) -> WriteReport {
 
 async fn wake_all_once() -> Timeline {
     let mut tier = Tier::prepare(NODES).await;
+    assert_one_etcd_cluster(&mut tier);
     let all: Vec<usize> = (0..NODES).collect();
     let usage = Sampler::start(tier.network_namespaces());
     tier.wake(&all);
@@ -76,10 +82,12 @@ async fn wake_all_once() -> Timeline {
     usage.print("idle, recovered", &tier.names());
     drop(usage);
 
+    assert_own_localhost(&tier).await;
     assert_writes(&tier, 0).await;
     assert_nothing_half_done(&tier, 0, &all).await;
     let restarts: Vec<u32> = tier.nodes.iter().map(|n| n.kubelet_restarts).collect();
     eprintln!("kubelet restarts per node: {restarts:?}");
+    assert_torn_down(tier);
     timeline
 }
 

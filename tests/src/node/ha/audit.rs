@@ -176,3 +176,52 @@ pub fn by_object<'a>(
     }
     grouped
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two events as kube-apiserver v1.20.2 writes them (`Metadata` and `Request` level), the
+    /// second torn as a log being written may be.
+    const LOG: &str = r#"{"kind":"Event","apiVersion":"audit.k8s.io/v1","level":"Metadata","auditID":"1","stage":"ResponseComplete","requestURI":"/apis/certificates.k8s.io/v1/certificatesigningrequests/csr-x/approval","verb":"update","user":{"username":"system:serviceaccount:openshift-kube-apiserver:kubelet-csr-approver"},"objectRef":{"resource":"certificatesigningrequests","name":"csr-x","apiGroup":"certificates.k8s.io","apiVersion":"v1","subresource":"approval"},"responseStatus":{"metadata":{},"code":200},"stageTimestamp":"2026-11-28T07:00:00.000001Z"}
+{"kind":"Event","apiVersion":"audit.k8s.io/v1","level":"Request","auditID":"2","stage":"ResponseComplete","verb":"update","user":{"username":"u"},"objectRef":{"resource":"configmaps","namespace":"ns","name":"b"},"responseStatus":{"code":409},"requestObject":{"data":{"ca-bundle.crt":"PEM"}}}
+{"kind":"Event","apiVer"#;
+
+    #[test]
+    fn writes_are_read_from_the_log_with_their_subresource_answer_and_bundle() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.log");
+        std::fs::write(&path, LOG).unwrap();
+        let writes = writes(&path, 2);
+        assert_eq!(writes.len(), 2, "the torn last line is skipped");
+        assert_eq!(writes[0].subresource, "approval");
+        assert_eq!(writes[0].object(), "certificatesigningrequests//csr-x");
+        assert!(writes[0].succeeded() && !writes[1].succeeded());
+        assert_eq!(writes[1].ca_bundle.as_deref(), Some("PEM"));
+        assert_eq!(writes[1].node, 2);
+        assert!(by_object(&writes).contains_key("certificatesigningrequests//csr-x"));
+        assert!(!by_object(&writes).contains_key("configmaps/ns/b"));
+    }
+
+    #[test]
+    fn the_pod_gets_the_flags_and_the_log_volume() {
+        let pod = instrument(crate::node::pod::render_pod());
+        let server = crate::manifests::container(&pod, crate::manifests::SERVER_CONTAINER);
+        let args = server.args.clone().unwrap_or_default();
+        assert!(
+            args.iter()
+                .any(|a| a.starts_with("--audit-log-path=/var/log/kube-apiserver/"))
+        );
+        assert!(
+            server
+                .volume_mounts
+                .iter()
+                .flatten()
+                .any(|m| m.mount_path == LOG_DIR)
+        );
+        assert!(
+            POLICY.contains("level: None"),
+            "everything else is not logged"
+        );
+    }
+}

@@ -184,3 +184,89 @@ pub async fn half_done(tier: &Tier, via: usize, nodes: &[usize]) -> Vec<String> 
     wrong.extend(on_disk);
     wrong
 }
+
+/// Every etcd member lists every node's member (one cluster, a quorum).
+///
+/// # Panics
+/// When a member cannot answer or lists others.
+pub fn assert_one_etcd_cluster(tier: &mut Tier) {
+    let names: std::collections::BTreeSet<String> = tier.names().into_iter().collect();
+    for index in 0..tier.nodes.len() {
+        let listed: std::collections::BTreeSet<String> =
+            super::etcd_cluster::member_names(tier.etcd(index))
+                .unwrap_or_else(|err| panic!("etcd member {index}: {err}"))
+                .into_iter()
+                .collect();
+        assert_eq!(listed, names, "etcd member {index} lists every member");
+    }
+}
+
+/// Each node's `localhost` is its own: each kubelet CSR was created through the kube-apiserver
+/// of the node it is for (the audit log it is in), and every node's kubelet made one.
+///
+/// # Panics
+/// When a CSR went through another node, or a node made none within 120 s.
+pub async fn assert_own_localhost(tier: &Tier) {
+    let client = tier.admin(0);
+    let count = tier.nodes.len();
+    crate::wait_until("every node's kubelet CSR", Duration::from_secs(120), || {
+        let client = client.clone();
+        async move {
+            csr_owners(&client)
+                .await
+                .values()
+                .collect::<std::collections::BTreeSet<_>>()
+                .len()
+                == count
+        }
+    })
+    .await;
+    let owners = csr_owners(&client).await;
+    let names = tier.names();
+    for write in tier.writes() {
+        if write.resource == "certificatesigningrequests"
+            && write.verb == "create"
+            && write.succeeded()
+            && let Some(cn) = owners.get(&write.name)
+        {
+            assert_eq!(
+                cn,
+                &format!("system:node:{}", names[write.node]),
+                "CSR {} went through {}'s kube-apiserver",
+                write.name,
+                names[write.node]
+            );
+        }
+    }
+}
+
+/// Drops the tier and checks that nothing of it is left: no network namespace of this
+/// process, none of the nodes' processes, no mount, no directory.
+///
+/// # Panics
+/// Naming what is left.
+pub fn assert_torn_down(tier: Tier) {
+    let pids: Vec<u32> = (0..tier.nodes.len()).flat_map(|i| tier.pids(i)).collect();
+    assert!(
+        !pids.is_empty(),
+        "the nodes run processes before the teardown"
+    );
+    let dir = tier.tmp.path().to_owned();
+    let tag = format!("{}{}", super::namespaces::PREFIX, std::process::id());
+    drop(tier);
+    let netns = std::process::Command::new("ip")
+        .args(["netns", "list"])
+        .output()
+        .expect("ip netns list");
+    let netns = String::from_utf8_lossy(&netns.stdout);
+    assert!(!netns.contains(&tag), "network namespaces left: {netns}");
+    let alive: Vec<&u32> = pids
+        .iter()
+        .filter(|pid| std::path::Path::new(&format!("/proc/{pid}")).exists())
+        .collect();
+    assert!(alive.is_empty(), "processes left: {alive:?}");
+    assert!(!dir.exists(), "{} left", dir.display());
+    assert!(!std::path::Path::new(&format!("/run/{tag}")).exists());
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    assert!(!mounts.contains(&tag), "mounts left:\n{mounts}");
+}

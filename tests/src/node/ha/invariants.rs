@@ -461,3 +461,70 @@ pub async fn namespace_data(
     }
     Ok(data)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api(
+        secret: bool,
+        name: &str,
+        files: &[(&str, &[u8])],
+    ) -> BTreeMap<(bool, String), BTreeMap<String, Vec<u8>>> {
+        BTreeMap::from([(
+            (secret, name.to_owned()),
+            files
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), v.to_vec()))
+                .collect(),
+        )])
+    }
+
+    #[test]
+    fn a_kubelet_swap_is_a_complete_generation_and_the_apis_data() {
+        let dir = tempfile::tempdir().unwrap();
+        let object = dir.path().join("secrets/pair");
+        std::fs::create_dir_all(&object).unwrap();
+        testkit::files::kubelet_swap(&object, 1, &[("tls.crt", b"c1"), ("tls.key", b"k1")]);
+        testkit::files::kubelet_swap(&object, 2, &[("tls.crt", b"c2"), ("tls.key", b"k2")]);
+        let now = api(true, "pair", &[("tls.crt", b"c2"), ("tls.key", b"k2")]);
+        assert!(check_cert_dir(dir.path(), &now).is_empty());
+        let stale = api(true, "pair", &[("tls.crt", b"c3"), ("tls.key", b"k3")]);
+        assert_eq!(
+            check_cert_dir(dir.path(), &stale).len(),
+            1,
+            "content other than the API's"
+        );
+    }
+
+    #[test]
+    fn a_staged_link_a_visible_key_missing_from_the_generation_or_a_dangling_data_is_incomplete() {
+        let dir = tempfile::tempdir().unwrap();
+        let object = dir.path().join("configmaps/bundle");
+        std::fs::create_dir_all(&object).unwrap();
+        testkit::files::kubelet_swap(&object, 1, &[("ca-bundle.crt", b"x")]);
+        let none = BTreeMap::new();
+        assert!(check_cert_dir(dir.path(), &none).is_empty());
+        std::os::unix::fs::symlink("..data/extra", object.join("extra")).unwrap();
+        assert_eq!(check_cert_dir(dir.path(), &none).len(), 1);
+        std::fs::remove_file(object.join("extra")).unwrap();
+        std::os::unix::fs::symlink("..gone", object.join("..data_tmp")).unwrap();
+        assert_eq!(check_cert_dir(dir.path(), &none).len(), 1);
+        std::fs::remove_file(object.join("..data_tmp")).unwrap();
+        let generation = std::fs::read_link(object.join("..data")).unwrap();
+        std::fs::remove_dir_all(object.join(generation)).unwrap();
+        assert_eq!(check_cert_dir(dir.path(), &none).len(), 1);
+    }
+
+    #[test]
+    fn a_leaf_is_signed_by_its_ca_only() {
+        let (ca, other) = (testkit::pki::Ca::new("a"), testkit::pki::Ca::new("b"));
+        let leaf = ca.leaf(&["localhost"], 1);
+        assert!(signed_by(&leaf.der, &certificates(&ca.cert_pem)[0]));
+        assert!(!signed_by(&leaf.der, &certificates(&other.cert_pem)[0]));
+        assert_eq!(
+            certificates(&format!("{}{}", ca.cert_pem, other.cert_pem)).len(),
+            2
+        );
+    }
+}

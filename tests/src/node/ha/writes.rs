@@ -172,3 +172,129 @@ pub fn wrong_approvals(
     }
     wrong
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(node: usize, object: &str, code: u16, bundle: Option<&str>) -> Write {
+        let mut parts = object.splitn(3, '/');
+        Write {
+            node,
+            user: "system:serviceaccount:openshift-kube-apiserver:cert-regeneration-controller"
+                .to_owned(),
+            verb: "update".to_owned(),
+            resource: parts.next().unwrap().to_owned(),
+            subresource: String::new(),
+            namespace: parts.next().unwrap().to_owned(),
+            name: parts.next().unwrap().to_owned(),
+            code,
+            at: String::new(),
+            ca_bundle: bundle.map(str::to_owned),
+        }
+    }
+
+    const SIGNER: &str = "secrets/openshift-kube-apiserver-operator/localhost-serving-signer";
+    const BUNDLE: &str = "configmaps/openshift-kube-apiserver-operator/localhost-serving-ca";
+
+    #[test]
+    fn the_profiles_objects_are_read_from_their_yaml() {
+        let objects = profile_objects();
+        assert!(objects.contains(SIGNER) && objects.contains(BUNDLE));
+        assert!(!objects.iter().any(|o| o.starts_with("leases/")));
+    }
+
+    #[test]
+    fn one_write_per_object_through_one_node_is_neither_a_duplicate_nor_a_fight() {
+        let ca = testkit::pki::Ca::new("one").cert_pem;
+        let report = WriteReport::of(&[
+            write(1, SIGNER, 200, None),
+            write(1, BUNDLE, 200, Some(&ca)),
+        ]);
+        assert!(report.duplicates().is_empty());
+        assert!(report.fights(&["a".into(), "b".into()]).is_empty());
+        assert_eq!(report.total(), 2);
+    }
+
+    #[test]
+    fn a_certificate_written_twice_is_a_duplicate_and_through_two_nodes_a_fight() {
+        let report = WriteReport::of(&[write(0, SIGNER, 200, None), write(2, SIGNER, 200, None)]);
+        assert_eq!(report.duplicates().len(), 1, "{:?}", report.duplicates());
+        let names = ["a".to_owned(), "b".to_owned(), "c".to_owned()];
+        assert_eq!(report.fights(&names).len(), 1);
+    }
+
+    #[test]
+    fn a_bundle_written_again_with_the_same_cas_is_a_duplicate_a_new_set_is_not() {
+        let (one, two) = (
+            testkit::pki::Ca::new("one").cert_pem,
+            testkit::pki::Ca::new("two").cert_pem,
+        );
+        let both = format!("{one}{two}");
+        let grown = WriteReport::of(&[
+            write(0, BUNDLE, 200, Some(&one)),
+            write(0, BUNDLE, 201, Some(&both)),
+        ]);
+        assert!(grown.duplicates().is_empty());
+        let flapped = WriteReport::of(&[
+            write(0, BUNDLE, 200, Some(&one)),
+            write(0, BUNDLE, 200, Some(&both)),
+            write(0, BUNDLE, 200, Some(&one)),
+        ]);
+        assert_eq!(flapped.duplicates().len(), 1);
+    }
+
+    #[test]
+    fn a_conflict_is_a_fight_and_a_refused_write_is_not_counted() {
+        let report = WriteReport::of(&[write(0, SIGNER, 409, None), write(0, SIGNER, 200, None)]);
+        assert_eq!(report.total(), 1);
+        assert_eq!(report.fights(&["a".into()]).len(), 1);
+        let other = WriteReport::of(&[write(0, "secrets/default/not-ours", 200, None)]);
+        assert_eq!(
+            other.total(),
+            0,
+            "objects outside the profiles are not judged"
+        );
+    }
+
+    #[test]
+    fn an_approval_through_another_nodes_apiserver_or_twice_is_wrong() {
+        let names = ["master-0".to_owned(), "master-1".to_owned()];
+        let approval = |node: usize, csr: &str| Write {
+            resource: "certificatesigningrequests".into(),
+            subresource: "approval".into(),
+            namespace: String::new(),
+            name: csr.into(),
+            ..write(node, SIGNER, 200, None)
+        };
+        let owners = BTreeMap::from([
+            ("csr-a".to_owned(), "system:node:master-0".to_owned()),
+            ("csr-b".to_owned(), "system:node:master-1".to_owned()),
+        ]);
+        assert!(
+            wrong_approvals(
+                &[approval(0, "csr-a"), approval(1, "csr-b")],
+                &owners,
+                &names
+            )
+            .is_empty()
+        );
+        assert_eq!(
+            wrong_approvals(&[approval(1, "csr-a")], &owners, &names).len(),
+            1
+        );
+        assert_eq!(
+            wrong_approvals(
+                &[approval(0, "csr-a"), approval(0, "csr-a")],
+                &owners,
+                &names
+            )
+            .len(),
+            1
+        );
+        assert_eq!(
+            wrong_approvals(&[approval(0, "csr-x")], &owners, &names).len(),
+            1
+        );
+    }
+}
