@@ -1,5 +1,5 @@
 //! The wake's milestones, per node and cluster-wide, each recorded when first seen to hold:
-//! [`watch`] looks at every pending milestone in turn (about every 200 ms) until all held or
+//! [`watch`] looks at every pending milestone at once (rounds about 200 ms apart) until all held or
 //! the time is up, keeping the woken kubelets running (systemd's `Restart=always`) and starting
 //! each node's approver once its kube-apiserver answers, as an operator's node does.
 
@@ -258,24 +258,33 @@ pub async fn watch_with(
                 tier.start_approver(index);
             }
         }
-        let mut still = Vec::new();
-        for (milestone, node) in pending {
+        // Every pending look at once (a look may wait seconds for a kube-apiserver that is
+        // starting): each milestone's time is when its own look answered.
+        let tier_ref: &Tier = tier;
+        let looks = pending.iter().map(|&(milestone, node)| {
             let (index, from) = match node {
-                Some(i) => (i, tier.nodes[i].started.expect("woken")),
+                Some(i) => (i, tier_ref.nodes[i].started.expect("woken")),
                 None => (watch.nodes[0], first),
             };
             let client = &clients[&index];
-            if milestone.holds(tier, index, client, since).await {
-                let at = from.elapsed();
-                timeline.times.insert((milestone, node), at);
-                let who = node.map_or("cluster".to_owned(), |i| tier.nodes[i].env.name.clone());
-                eprintln!(
-                    "milestone +{:>6} ms {who}: {}",
-                    at.as_millis(),
-                    milestone.name()
-                );
-            } else {
-                still.push((milestone, node));
+            async move {
+                let held = milestone.holds(tier_ref, index, client, since).await;
+                (milestone, node, held.then(|| from.elapsed()))
+            }
+        });
+        let mut still = Vec::new();
+        for (milestone, node, held) in futures::future::join_all(looks).await {
+            match held {
+                Some(at) => {
+                    timeline.times.insert((milestone, node), at);
+                    let who = node.map_or("cluster".to_owned(), |i| tier.nodes[i].env.name.clone());
+                    eprintln!(
+                        "milestone +{:>6} ms {who}: {}",
+                        at.as_millis(),
+                        milestone.name()
+                    );
+                }
+                None => still.push((milestone, node)),
             }
         }
         pending = still;

@@ -129,8 +129,19 @@ impl WriteReport {
                 .iter()
                 .map(|w| w.user.rsplit(':').next().unwrap_or_default())
                 .collect();
+            // A bundle's CAs per write (how each write changed it).
+            let cas: Vec<usize> = writes
+                .iter()
+                .filter_map(|w| w.ca_bundle.as_deref())
+                .map(|pem| certificates(pem).len())
+                .collect();
+            let cas = if cas.is_empty() {
+                String::new()
+            } else {
+                format!(", CAs per write {cas:?}")
+            };
             eprintln!(
-                "  {:>2} × {object} through {nodes:?} by {users:?}",
+                "  {:>2} × {object} through {nodes:?} by {users:?}{cas}",
                 writes.len()
             );
         }
