@@ -60,15 +60,27 @@ def wait_for(what, pred, timeout, interval=0.05):
         time.sleep(interval)
 
 
+def env_path(var):
+    """The path `var` names, relative values taken from the repository root (as the tests take
+    them, tests/README.md); None when unset or empty. A path that is not there is an error."""
+    value = os.environ.get(var)
+    if not value:
+        return None
+    path = value if os.path.isabs(value) else os.path.join(ROOT, value)
+    if not os.path.exists(path):
+        raise RuntimeError(f"{var}={value} names {path}, which does not exist")
+    return path
+
+
 def assets():
     """Directory with kube-apiserver and etcd (envtest convention), and the operator binary."""
-    kb = os.environ.get("KUBEBUILDER_ASSETS")
+    kb = env_path("KUBEBUILDER_ASSETS")
     if not kb:
         setup = os.path.join(SHARED, "envtest", "setup")
         if not os.path.exists(setup):
             raise RuntimeError("KUBEBUILDER_ASSETS unset and ../shared/envtest/setup missing")
         kb = run([setup]).strip()
-    ocp = os.environ.get("OPENSHIFT_OPERATOR")
+    ocp = env_path("OPENSHIFT_OPERATOR")
     if not ocp:
         setup = os.path.join(SHARED, "openshift", "setup")
         if not os.path.exists(setup):

@@ -16,16 +16,22 @@
 //! `inspect` lists the certificates of directories or of a namespace, with what is wrong
 //! with them.
 //!
+//! `restart-on-change` (opt-in, a sidecar in a pod sharing its PID namespace) restarts a
+//! container of its pod whose server reads its client certificate only at start, when that
+//! certificate changes on disk to a valid pair.
+//!
 //! The modules are folders in layers, lowest first: `base` (small types), `pki` (parse, verify,
 //! issue), `kube` (the Kubernetes plumbing), the jobs (`sync`, `regenerate`, `node`, `approve`,
-//! `inspect`: one per subcommand, none using another) and `app` (the flags, the access each
+//! `inspect`, `restart`: one per subcommand, none using another) and `app` (the flags, the access each
 //! subcommand needs, the shared sidecar start-up). A module never uses a layer above its own
 //! (`scripts/check-module-cycles`).
 //!
 //! The public surface is small on purpose: [`cli`] (the flags, as data), [`run`] (one
 //! subcommand to completion), [`regenerate::config`] (the rotation config parser, public so
 //! that it can be fuzzed and checked by tests), [`access`] (the API access each subcommand
-//! needs for given flags: what RBAC must grant), [`error`] and [`kind`]. Everything else is
+//! needs for given flags: what RBAC must grant), [`kubelet_csr`] (how the CSR approver reads a
+//! request, public so that it can be fuzzed and checked against Go's reading), [`error`] and
+//! [`kind`]. Everything else is
 //! internal.
 
 mod app;
@@ -37,9 +43,11 @@ mod approve;
 mod inspect;
 mod node;
 pub mod regenerate;
+mod restart;
 mod sync;
 
 pub use app::{access, cli};
+pub use approve::request as kubelet_csr;
 pub use base::{error, kind};
 
 /// Runs one subcommand until it finishes or is shut down (SIGTERM/SIGINT).

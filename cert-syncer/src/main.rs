@@ -11,7 +11,9 @@
 //!   openshift-kubelet-ca`) assembled from API objects on every node;
 //! - `approve-kubelet-csr` (opt-in) approves this node's kubelet client CSR while its
 //!   certificate on disk is expired or absent;
-//! - `inspect` lists certificates on disk or in a namespace and what is wrong with them.
+//! - `inspect` lists certificates on disk or in a namespace and what is wrong with them;
+//! - `restart-on-change` (opt-in) restarts a container of its pod whose server reads its client
+//!   certificate only at start, when that certificate changes on disk to a valid pair.
 //!
 //! The work lives in the library (`src/lib.rs`, in layers: `app` over the jobs over `kube`,
 //! `pki` and `base`; ARCHITECTURE.md, "Inside cert-syncer"). `main` parses the flags, installs

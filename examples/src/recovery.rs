@@ -104,6 +104,8 @@ pub struct Recovered {
     pub elapsed: Duration,
     /// Serial of the certificate served after recovery.
     pub serial: String,
+    /// Every step of the timeline, with its time since the start.
+    pub milestones: Vec<crate::milestones::Milestone>,
 }
 
 /// A key pair and its certificate, PEM.
@@ -425,7 +427,11 @@ pub fn run(options: &Options) -> anyhow::Result<Recovered> {
         (elapsed - (sidecars_started - timeline.start)).as_millis()
     );
     drop((regenerate, sync, servers));
-    Ok(Recovered { elapsed, serial })
+    Ok(Recovered {
+        elapsed,
+        serial,
+        milestones: timeline.milestones(),
+    })
 }
 
 fn serial(pem: &str) -> anyhow::Result<String> {

@@ -212,10 +212,12 @@ pub enum InvalidMaterial {
         /// The CRL's nextUpdate, RFC 3339.
         next_update: String,
     },
-    /// A CRL is older than the CRL of the same CA in force (a lower cRLNumber, or without
-    /// numbers an earlier thisUpdate): an old CRL replayed would un-revoke certificates.
+    /// A CRL is older than one of its series this process already accepted (same issuer, key
+    /// and scope; a lower cRLNumber, or without numbers an earlier thisUpdate): an old CRL
+    /// replayed would un-revoke certificates. Checked for every CRL series, also after its CA
+    /// left the bundle and came back (see the crate's security notes for the bound).
     #[error(
-        "CRL {index} of {issuer} ({position}) is older than the one in force ({served}); it would un-revoke certificates"
+        "CRL {index} of {issuer} ({position}) is older than one already accepted for the same issuer and scope ({served}); it would un-revoke certificates"
     )]
     CrlOlder {
         /// Position in the file, 0 for the first.
@@ -224,17 +226,36 @@ pub enum InvalidMaterial {
         issuer: String,
         /// Its place in the issuer's series: `cRLNumber N`, or `thisUpdate <RFC 3339>`.
         position: String,
-        /// The same for the CRL in force.
+        /// The same for the newest CRL of that series accepted so far.
         served: String,
     },
-    /// The CRL of a CA that is still in the bundle is gone (the path is the file it was in).
+    /// A CRL of another series would come first among its issuer's CRLs, before the one that
+    /// came first so far: rustls checks a certificate without a CRL distribution point against
+    /// the first CRL of its issuer, so the new one could hide the old one's revocations.
     #[error(
-        "the CRL of {issuer} ({served}) is gone while that CA is still trusted; remove the CA to stop checking its revocations"
+        "CRL {index} of {issuer} ({position}) comes before the CRL that came first for that issuer so far ({served}); certificates checked against that one would lose its revocations (list the new CRL after it, or restart to reorder)"
+    )]
+    CrlReordered {
+        /// Position in the file, 0 for the first.
+        index: usize,
+        /// The CRL's issuer name.
+        issuer: String,
+        /// Its place in its series: `cRLNumber N`, or `thisUpdate <RFC 3339>`.
+        position: String,
+        /// The same for the CRL that came first so far.
+        served: String,
+    },
+    /// A CRL series of a CA that is in the bundle is gone (the path is the file it was in): the
+    /// CA's CRL, or one of its partitioned CRLs (issuing distribution points), dropped while the
+    /// CA stays, or a CA that had CRLs back without them.
+    #[error(
+        "a CRL of {issuer} ({served}) is gone while that CA is trusted; once checked, a CA's revocations stay checked until the process restarts"
     )]
     CrlDropped {
         /// The CA's name (the CRL's issuer).
         issuer: String,
-        /// The CRL in force: `cRLNumber N`, or `thisUpdate <RFC 3339>`.
+        /// The newest CRL of that series accepted so far: `cRLNumber N`, or `thisUpdate <RFC
+        /// 3339>`.
         served: String,
     },
 }

@@ -58,10 +58,13 @@
 //!   async workers and under [`ServingSetBuilder::read_timeout`]: a FIFO, a device or a huge
 //!   file at a watched path is refused and cannot hang or bloat the process.
 //! - A configured CRL file must yield at least one CRL issued by a CA of the bundle; a reload
-//!   never undoes a revocation: a CA's CRL is not replaced by an older one (lower cRLNumber, or
-//!   earlier thisUpdate) nor dropped while the CA stays trusted; sessions
-//!   and tickets (including a ticketer installed through `configure`) never resume across a
-//!   shrink of client trust.
+//!   never undoes a revocation: every CRL series (issuer, key, issuingDistributionPoint scope)
+//!   accepted since start-up is remembered (all those in force and up to 1,024 others), and no
+//!   series goes back to an older CRL (lower cRLNumber, or earlier thisUpdate), not even after
+//!   its CA left the bundle and came back; no series disappears while its CA is trusted; a new
+//!   CRL never comes before the one that led its issuer (see
+//!   [`ServingSetBuilder::client_crl`]); sessions and tickets (including a ticketer installed
+//!   through `configure`) never resume across a shrink of client trust.
 //! - Certificate validation of peers is rustls' WebPKI verification; it cannot be turned off
 //!   through this crate.
 //!

@@ -1,6 +1,7 @@
 //! Ways trust could fail open, each shown with real files, real inotify and real handshakes
 //! over 127.0.0.1: CRLs that fail open, session tickets surviving a trust shrink, hostile files,
-//! ...; at the end, a CRL replayed or dropped. Key bytes in errors and logs: `key_bytes.rs`.
+//! .... A CRL replayed, dropped or shadowed: `crl_rollback.rs`. Key bytes in errors and logs:
+//! `key_bytes.rs`.
 
 mod common;
 
@@ -9,33 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use reload_lib::{ClientAuth, InvalidMaterial, ServingSet, Status};
-
-/// A server for `localhost` (issued by `server_ca`) requiring client certificates from the
-/// bundle at `bundle`, checked against the CRL file `crl` when given.
-async fn mtls_set(
-    tmp: &Path,
-    server_ca: &Ca,
-    bundle: &Path,
-    crl: Option<&Path>,
-    configure: Option<fn(&mut rustls::ServerConfig)>,
-) -> reload_lib::Result<ServingSet> {
-    let dir = PairDir::new(
-        &tmp.join("tls"),
-        Writer::Rename,
-        &server_ca.leaf(&["localhost"], 30),
-    );
-    let mut builder = ServingSet::builder(dir.paths())
-        .client_ca(bundle, ClientAuth::Required)
-        .resync_interval(None);
-    if let Some(crl) = crl {
-        builder = builder.client_crl(crl);
-    }
-    if let Some(configure) = configure {
-        builder = builder.configure(configure);
-    }
-    builder.start().await
-}
+use reload_lib::{ClientAuth, InvalidMaterial, ServingSet};
 
 // ---------------------------------------------------------------------------------------------
 // Item 1: a configured CRL source must yield at least one parsed CRL.
@@ -448,13 +423,6 @@ async fn a_fifo_a_device_a_directory_or_a_huge_file_is_refused_without_hanging()
 
 // ---------------------------------------------------------------------------------------------
 // Item 8: not-yet-valid chains, intermediates' validity, CRL nextUpdate.
-
-fn reason(status: &Status) -> Option<InvalidMaterial> {
-    status
-        .last_error
-        .as_ref()
-        .and_then(|e| e.invalid_material().cloned())
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_not_yet_valid_or_expired_intermediate_chain_never_replaces_a_valid_one() {
@@ -900,135 +868,4 @@ async fn pod_certificate_bundles_serve_and_cluster_trust_bundles_trust_across_ro
     handshake(addr, "api.ns.svc", no_resumption(&client.config()))
         .await
         .unwrap();
-}
-
-// ---------------------------------------------------------------------------------------------
-// A reload never undoes a revocation. An older CRL of the same CA
-// (lower cRLNumber), replayed while still unexpired, and a CA's CRL dropped while the CA stays in
-// the bundle, are both refused; the CRLs in force keep revoking.
-
-/// Replaces `crl` by `bytes`, waits for the rejection and checks it: counted as a failed reload,
-/// the CRL file named, nothing published, the reason `expected`.
-async fn crl_reload_refused(
-    set: &ServingSet,
-    crl: &Path,
-    bytes: &[u8],
-    expected: fn(&InvalidMaterial) -> bool,
-) {
-    let (before, generation) = (set.status().reloads_failed, set.status().generation);
-    rename_into(crl, bytes);
-    let status = wait_status(set, |s| s.reloads_failed > before).await;
-    let err = status.last_error.as_ref().expect("a rejection").to_string();
-    assert!(
-        reason(&status).as_ref().is_some_and(expected),
-        "unexpected rejection: {err}"
-    );
-    assert!(err.contains(&crl.display().to_string()), "{err}");
-    assert_eq!(status.generation, generation, "nothing published: {err}");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_older_unexpired_crl_never_replaces_a_newer_one() {
-    init_tracing();
-    let (server_ca, client_ca) = (Ca::new("server-ca"), Ca::new("client-ca"));
-    let tmp = tempfile::tempdir().unwrap();
-    let bundle = tmp.path().join("client-ca.crt");
-    std::fs::write(&bundle, &client_ca.cert_pem).unwrap();
-    let (alice, bob) = (client_ca.client("alice"), client_ca.client("bob"));
-    // The kit numbers CRLs in the order they are made: `before` precedes `revoking_alice`. Both
-    // are fresh (nextUpdate in a day), so only their order tells them apart.
-    let before = client_ca.crl(&[]);
-    let revoking_alice = client_ca.crl(&[alice.serial_number]);
-    let crl = tmp.path().join("client-ca.crl");
-    std::fs::write(&crl, &revoking_alice).unwrap();
-    let set = mtls_set(tmp.path(), &server_ca, &bundle, Some(&crl), None)
-        .await
-        .unwrap();
-    let addr = echo_server(set.acceptor()).await;
-    let alice_serial = alice.serial_number;
-    let alice = no_resumption(&client_config(&[&server_ca.cert_pem], Some(&alice)));
-    let bob_config = no_resumption(&client_config(&[&server_ca.cert_pem], Some(&bob)));
-    assert!(handshake(addr, "localhost", alice.clone()).await.is_err());
-    handshake(addr, "localhost", bob_config.clone())
-        .await
-        .expect("bob is not revoked");
-
-    // The older CRL, replayed: refused, alice stays out.
-    crl_reload_refused(&set, &crl, before.as_bytes(), |r| {
-        matches!(r, InvalidMaterial::CrlOlder { .. })
-    })
-    .await;
-    assert!(
-        handshake(addr, "localhost", alice.clone()).await.is_err(),
-        "an older CRL un-revoked alice"
-    );
-    // A newer one listed after the older one: rustls checks with the first CRL of an issuer, so
-    // the file is as old as its first CRL of that issuer.
-    let newer = client_ca.crl(&[alice_serial, bob.serial_number]);
-    crl_reload_refused(&set, &crl, format!("{before}{newer}").as_bytes(), |r| {
-        matches!(r, InvalidMaterial::CrlOlder { .. })
-    })
-    .await;
-    assert!(handshake(addr, "localhost", alice.clone()).await.is_err());
-
-    // A newer CRL is accepted at once: it revokes bob as well.
-    rename_into(&crl, newer.as_bytes());
-    wait_status(&set, |s| s.generation == 2 && s.last_error.is_none()).await;
-    assert!(handshake(addr, "localhost", alice).await.is_err());
-    assert!(
-        handshake(addr, "localhost", bob_config).await.is_err(),
-        "the newer CRL revokes bob"
-    );
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_crl_dropped_while_its_ca_stays_trusted_is_refused() {
-    init_tracing();
-    let server_ca = Ca::new("server-ca");
-    let (ca1, ca2) = (Ca::new("client-ca-1"), Ca::new("client-ca-2"));
-    let tmp = tempfile::tempdir().unwrap();
-    let bundle = tmp.path().join("client-ca.crt");
-    std::fs::write(&bundle, format!("{}{}", ca1.cert_pem, ca2.cert_pem)).unwrap();
-    let (alice, bob, carol) = (ca1.client("alice"), ca1.client("bob"), ca2.client("carol"));
-    let crl = tmp.path().join("client-ca.crl");
-    std::fs::write(
-        &crl,
-        format!("{}{}", ca1.crl(&[alice.serial_number]), ca2.crl(&[])),
-    )
-    .unwrap();
-    let set = mtls_set(tmp.path(), &server_ca, &bundle, Some(&crl), None)
-        .await
-        .unwrap();
-    let addr = echo_server(set.acceptor()).await;
-    let config = |pair: &Pair| no_resumption(&client_config(&[&server_ca.cert_pem], Some(pair)));
-    let (alice, bob, carol) = (config(&alice), config(&bob), config(&carol));
-    assert!(handshake(addr, "localhost", alice.clone()).await.is_err());
-    handshake(addr, "localhost", bob.clone()).await.unwrap();
-    handshake(addr, "localhost", carol.clone()).await.unwrap();
-
-    // CA 1's CRL is gone (a newer CRL of CA 2 alone) while CA 1 stays in the bundle: refused,
-    // and the CRLs in force keep serving: alice out, bob and carol in.
-    crl_reload_refused(&set, &crl, ca2.crl(&[]).as_bytes(), |r| {
-        matches!(r, InvalidMaterial::CrlDropped { issuer, .. } if issuer.contains("client-ca-1"))
-    })
-    .await;
-    assert!(
-        handshake(addr, "localhost", alice.clone()).await.is_err(),
-        "alice is still revoked"
-    );
-    handshake(addr, "localhost", bob.clone())
-        .await
-        .expect("the last good CRLs keep serving: bob gets in");
-    handshake(addr, "localhost", carol.clone()).await.unwrap();
-
-    // Removing CA 1 with its CRL is a shrink of trust, accepted: CA 1's clients are out.
-    rename_into(&bundle, ca2.cert_pem.as_bytes());
-    rename_into(&crl, ca2.crl(&[]).as_bytes());
-    wait_status(&set, |s| {
-        s.served.iter().filter(|c| c.source == "client-ca").count() == 1 && s.last_error.is_none()
-    })
-    .await;
-    assert!(handshake(addr, "localhost", alice).await.is_err());
-    assert!(handshake(addr, "localhost", bob).await.is_err());
-    handshake(addr, "localhost", carol).await.unwrap();
 }

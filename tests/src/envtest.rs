@@ -1,7 +1,9 @@
 //! A real kube-apiserver with its own etcd, the envtest way: the binaries come from
-//! `KUBEBUILDER_ASSETS` (a directory holding `kube-apiserver` and `etcd`), else from what
-//! `<repo root>/../shared/envtest/setup` prints, else the tests that need them skip with a
-//! printed reason ([`skip_reason`], [`require_real_apiserver!`](crate::require_real_apiserver)).
+//! `KUBEBUILDER_ASSETS` (a directory holding `kube-apiserver` and `etcd`; a relative value is
+//! taken from the repository root, and one naming a path that is not there fails the test,
+//! see [`testkit::env`]), else from what `<repo root>/../shared/envtest/setup` prints, else the
+//! tests that need them skip with a printed reason ([`skip_reason`],
+//! [`require_real_apiserver!`](crate::require_real_apiserver)).
 //!
 //! [`RealApiServer`] writes the same files as the `mini-apiserver` harness
 //! ([`crate::apiserver::ApiServer`]) into its directory, so the syncer helpers work with both:
@@ -39,7 +41,12 @@ pub const READY_TIMEOUT: Duration = Duration::from_secs(90);
 /// `<repo root>/../shared/envtest/setup` (run once per process).
 ///
 /// # Errors
-/// Why there is none: the reason a test prints when it skips.
+/// Why there is none (the variable unset and no setup script): the reason a test prints when it
+/// skips.
+///
+/// # Panics
+/// When `KUBEBUILDER_ASSETS` names a path that is not there or lacks a binary, or the setup
+/// script fails ([`testkit::envtest::find_assets`]).
 pub fn assets() -> Result<PathBuf, String> {
     static FOUND: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     FOUND.get_or_init(testkit::envtest::find_assets).clone()

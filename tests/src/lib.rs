@@ -2,21 +2,27 @@
 //! processes ([`process`], over `testkit::process`), the workspace's throwaway PKI ([`pki`], which
 //! is `testkit::pki`), client-side TLS helpers ([`tls`]), and a
 //! `mini-apiserver` with kube clients that connect as cert-syncer does ([`apiserver`]), a real
-//! kube-apiserver with etcd ([`envtest`]), one abstraction over both ([`backend`]), and
-//! `cert-syncer sync` connected to it ([`syncer`]), and `manifests/` read as Kubernetes
-//! objects and command lines ([`manifests`]).
+//! kube-apiserver with etcd ([`envtest`]; bootstrap tokens on it: [`bootstrap_tokens`]), one
+//! abstraction over both ([`backend`]), and `cert-syncer sync` connected to it ([`syncer`]),
+//! `manifests/` read as Kubernetes objects and command lines ([`manifests`]), Go's reading
+//! of a CSR as kubectl prints it ([`go_csr`]), and the README's shell blocks ([`readme`]).
 //!
 //! The most used items are re-exported here.
 
 pub mod apiserver;
 pub mod backend;
+pub mod bootstrap_tokens;
 pub mod envtest;
+pub mod go_csr;
 pub mod log_scan;
 pub mod manifests;
 pub mod metrics;
+pub mod monitoring;
 pub mod node;
 pub mod process;
+pub mod prometheus;
 pub mod rbac;
+pub mod readme;
 pub mod syncer;
 pub mod tls;
 pub mod tokens;

@@ -70,11 +70,13 @@ pub fn files() -> Vec<PathBuf> {
 }
 
 /// The Kubernetes object files: every `*.yaml` outside `node/` that is not a kustomization.
+/// `monitoring/` holds rule files and a PrometheusRule (a custom resource, no k8s-openapi type),
+/// checked by `tests/manifests/monitoring.rs`.
 pub fn object_files() -> Vec<PathBuf> {
     files()
         .into_iter()
         .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
-        .filter(|p| !p.starts_with("node"))
+        .filter(|p| !p.starts_with("node") && !p.starts_with("monitoring"))
         .filter(|p| p.file_name().is_some_and(|n| n != "kustomization.yaml"))
         .collect()
 }
@@ -167,6 +169,8 @@ pub fn environment(pod: &Pod, container: &Container) -> BTreeMap<String, String>
                     "metadata.name" => format!("{}-{NODE}", meta.name.as_deref().unwrap_or("")),
                     "metadata.namespace" => meta.namespace.clone().unwrap_or_default(),
                     "status.hostIP" => NODE_IP.to_owned(),
+                    // The kubelet sets a static pod's node to its own.
+                    "spec.nodeName" => NODE.to_owned(),
                     other => panic!(
                         "{}: env {} from unexpected field {other}",
                         container.name, var.name

@@ -11,15 +11,17 @@ use testkit::process::{Child, Stream};
 /// How long a child may take to print `listening on ADDR`.
 pub const START_TIMEOUT: Duration = Duration::from_secs(20);
 
-/// A workspace binary: in `E2E_BIN_DIR` if set, else in the target dir this test runs from
-/// (`target/debug/deps/<test>` → `target/debug/<name>`). `CARGO_BIN_EXE_*` only covers the
-/// test's own package, so it cannot find other packages' binaries.
+/// A workspace binary: in `E2E_BIN_DIR` if set (relative to the repository root, see
+/// [`testkit::env`]), else in the target dir this test runs from (`target/debug/deps/<test>` →
+/// `target/debug/<name>`). `CARGO_BIN_EXE_*` only covers the test's own package, so it cannot
+/// find other packages' binaries.
 ///
 /// # Panics
-/// When the binary is missing, with the command that builds it.
+/// When `E2E_BIN_DIR` names a directory that is not there, or the binary is missing, with the
+/// command that builds it.
 pub fn bin_path(name: &str) -> PathBuf {
-    let path = match std::env::var_os("E2E_BIN_DIR") {
-        Some(dir) => PathBuf::from(dir).join(name),
+    let path = match testkit::env::existing("E2E_BIN_DIR") {
+        Some(dir) => dir.join(name),
         None => {
             let exe = std::env::current_exe().expect("the test executable's path");
             exe.parent()

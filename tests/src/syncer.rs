@@ -106,24 +106,30 @@ impl Syncer {
     }
 }
 
-/// `cert-syncer regenerate --config CONFIG` on `api`'s recovery connection, plus `extra`.
-pub fn regenerate_command(api: &impl ApiEndpoint, config: &Path, extra: &[&str]) -> Command {
+/// `cert-syncer SUBCOMMAND` on `api`'s recovery connection, as the pods' sidecars connect
+/// (`--server`, SNI `localhost-recovery`, the recovery CA, the admin token file), logging at
+/// `RUST_LOG` (default `info`).
+pub fn recovery_command(subcommand: &str, api: &impl ApiEndpoint) -> Command {
     let mut command = Command::new(bin_path("cert-syncer"));
     command
-        .arg("regenerate")
+        .arg(subcommand)
         .args(["--server", &api.url()])
         .args(["--tls-server-name-override", "localhost-recovery"])
         .arg("--ca-file")
         .arg(api.dir().join("recovery-ca.crt"))
         .arg("--token-file")
         .arg(api.dir().join("token"))
-        .arg("--config")
-        .arg(config)
-        .args(extra)
         .env(
             "RUST_LOG",
             std::env::var("RUST_LOG").unwrap_or("info".into()),
         );
+    command
+}
+
+/// `cert-syncer regenerate --config CONFIG` on `api`'s recovery connection, plus `extra`.
+pub fn regenerate_command(api: &impl ApiEndpoint, config: &Path, extra: &[&str]) -> Command {
+    let mut command = recovery_command("regenerate", api);
+    command.arg("--config").arg(config).args(extra);
     command
 }
 

@@ -97,19 +97,25 @@ fn idle() -> Duration {
     )
 }
 
-/// `E2E_NODE_LOCK`, held (exclusively) until dropped; none when unset.
+/// `E2E_NODE_LOCK` (relative to the repository root; created if missing, in a directory that
+/// must exist), held (exclusively) until dropped; none when unset.
 fn node_lock() -> Option<std::fs::File> {
-    let path = std::env::var_os("E2E_NODE_LOCK").filter(|p| !p.is_empty())?;
+    let path = testkit::env::path("E2E_NODE_LOCK")?;
     let file = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(&path)
-        .unwrap_or_else(|err| panic!("E2E_NODE_LOCK {}: {err}", path.to_string_lossy()));
+        .unwrap_or_else(|err| {
+            panic!(
+                "{}",
+                testkit::env::missing("E2E_NODE_LOCK", &path, &format!("cannot be opened: {err}"))
+            )
+        });
     let waited = Instant::now();
     file.lock().expect("lock E2E_NODE_LOCK");
     eprintln!(
         "holding {} (waited {} s)",
-        path.to_string_lossy(),
+        path.display(),
         waited.elapsed().as_secs()
     );
     Some(file)

@@ -7,7 +7,8 @@
 //! cert dir, and the real kube-scheduler v1.20.2 (its kubeconfig names only that synced pair)
 //! takes its Lease and binds a pod to the node. Then the source is deleted: the kube-apiserver
 //! pod's sidecar issues a new one, the copy and the synced file follow (new serial on disk), and
-//! the scheduler binds a second pod. Milestones are printed from the kubelet's start. Skips
+//! the scheduler binds a second pod, in the same container (its `restart-on-change` sidecar
+//! leaves a rotation between valid pairs to the scheduler's own re-read). Milestones are printed from the kubelet's start. Skips
 //! (passing, with `SKIP: <reason>`) where the node tier cannot run.
 
 use std::os::unix::fs::MetadataExt;
@@ -237,7 +238,10 @@ async fn the_scheduler_authenticates_with_its_synced_client_certificate_and_bind
     bind(&woken, &pods, "scheduled-1").await;
 
     // Re-issue: the source deleted, the kube-apiserver pod's sidecar makes a new one; the copy
-    // and the synced file follow; the scheduler still binds.
+    // and the synced file follow; the scheduler still binds. Its pair on disk stays valid past
+    // client-go's re-read, so its restarter (`--reload-period=5m`) leaves the rotation to it:
+    // the same container, leading throughout (a restart would cost it its Lease).
+    let before_rotation = woken.node.container_ids(POD, SCHEDULER);
     source
         .delete(CLIENT_CERT, &DeleteParams::default())
         .await
@@ -273,6 +277,11 @@ async fn the_scheduler_authenticates_with_its_synced_client_certificate_and_bind
     assert_eq!(common_name(&resynced), "system:kube-scheduler");
     bind(&woken, &pods, "scheduled-2").await;
 
+    assert_eq!(
+        woken.node.container_ids(POD, SCHEDULER),
+        before_rotation,
+        "a rotation to a valid pair left to the scheduler's own re-read, no restart"
+    );
     let restarts = woken
         .node
         .container_ids(POD, SCHEDULER)

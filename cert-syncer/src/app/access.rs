@@ -133,7 +133,19 @@ pub fn required_access(command: &Command) -> Result<Vec<Access>, ConfigError> {
         Job::Inspect(settings) => Ok(inspect_access(&settings)),
         Job::Node(settings) => Ok(node_access(&settings)),
         Job::ApproveKubeletCsr(_) => Ok(approve_access()),
+        Job::RestartOnChange(settings) => Ok(restart_access(&settings)),
     }
+}
+
+/// `restart-on-change`: creating Events on its pod when the pod is known (`POD_NAME`,
+/// `POD_NAMESPACE`), nothing else: the files it watches and the processes it signals are the
+/// node's, not the API's.
+fn restart_access(settings: &crate::restart::Settings) -> Vec<Access> {
+    let mut rules = Rules::default();
+    if let (Some(namespace), Some(_)) = (&settings.pod_namespace, &settings.pod_name) {
+        rules.any(namespace, CORE, "events", &["create"]);
+    }
+    rules.into_list()
 }
 
 /// `approve-kubelet-csr` (cluster-scoped, [`CLUSTER`]): list and watch CSRs (one watcher, the
@@ -401,6 +413,8 @@ pub const FLAGS_THAT_CHANGE_ACCESS: &[(&str, &[&str])] = &[
     // Its access is fixed: the node name and users change which CSRs it approves, not which
     // requests it makes.
     ("approve-kubelet-csr", &[]),
+    // Events on its pod, when the pod is known.
+    ("restart-on-change", &["pod-name", "pod-namespace"]),
 ];
 
 /// See [`FLAGS_THAT_CHANGE_ACCESS`]: output, timing and mode flags.
@@ -462,7 +476,22 @@ pub const FLAGS_WITHOUT_ACCESS: &[(&str, &[&str])] = &[
             "node-name",
             "kubelet-client-cert",
             "bootstrap-user",
+            "bootstrap-group",
+            "clock-skew-margin",
             "recheck-interval",
+            "metrics-listen",
+        ],
+    ),
+    // What it restarts and when is found on the node, never through the API.
+    (
+        "restart-on-change",
+        &[
+            "container",
+            "pair",
+            "max-restarts",
+            "restart-window",
+            "recheck-interval",
+            "reload-period",
             "metrics-listen",
         ],
     ),

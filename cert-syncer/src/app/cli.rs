@@ -18,9 +18,11 @@ use crate::{inspect, regenerate, sync};
 mod approve;
 mod connection_args;
 mod node;
+mod restart;
 pub use approve::ApproveKubeletCsrArgs;
 pub use connection_args::ConnectionArgs;
 pub use node::{NodeArgs, NodePreset};
+pub use restart::RestartOnChangeArgs;
 
 /// Keeps a static pod's certificates on disk in step with the apiserver.
 #[derive(Debug, Parser)]
@@ -62,6 +64,11 @@ pub enum Command {
     /// O=system:nodes, the kubelet's usages, from the bootstrap identity or the node) only while
     /// the kubelet's client certificate on disk is expired or absent; leave anything else alone.
     ApproveKubeletCsr(ApproveKubeletCsrArgs),
+    /// Opt-in, a sidecar in a pod with `shareProcessNamespace: true`: restart (SIGTERM) a
+    /// container of the pod whose server reads its client certificate only at start, when that
+    /// certificate changes on disk to a valid pair; never kube-apiserver, never into a broken
+    /// pair, at most --max-restarts per --restart-window.
+    RestartOnChange(RestartOnChangeArgs),
 }
 
 /// Flags of `cert-syncer sync`.
@@ -88,8 +95,9 @@ pub struct SyncArgs {
     #[arg(long, value_delimiter = ',')]
     pub optional_configmaps: Vec<String>,
     /// Also write one key of one object to a host file: KIND/NAME/KEY=PATH, KIND being `secret`
-    /// or `configmap` (repeatable). The content must be PEM certificates; the file is replaced
-    /// atomically.
+    /// or `configmap` (repeatable). The content must be PEM certificates and nothing else (a
+    /// private key or any other block is refused, the file kept); the file is replaced
+    /// atomically, 0644.
     #[arg(long = "file", value_name = "KIND/NAME/KEY=PATH")]
     pub files: Vec<String>,
     /// Serve /metrics, /healthz and /readyz on this address.
@@ -314,6 +322,7 @@ pub(crate) enum Job {
     Inspect(inspect::Settings),
     Node(crate::node::Settings),
     ApproveKubeletCsr(crate::approve::Settings),
+    RestartOnChange(crate::restart::Settings),
 }
 
 impl Command {
@@ -328,6 +337,7 @@ impl Command {
             Command::Inspect(args) => Job::Inspect(args.settings()?),
             Command::Node(args) => Job::Node(args.settings()?),
             Command::ApproveKubeletCsr(args) => Job::ApproveKubeletCsr(args.settings()?),
+            Command::RestartOnChange(args) => Job::RestartOnChange(args.settings()?),
         })
     }
 }

@@ -15,7 +15,7 @@ pub(crate) mod shutdown;
 pub(crate) mod startup;
 
 use crate::kube::events::{EventRecorder, EventsOn};
-use crate::{approve, inspect, node, regenerate, sync};
+use crate::{approve, inspect, node, regenerate, restart, sync};
 use startup::Start;
 
 /// Runs one subcommand: its settings from the flags, the shared start-up, then its job.
@@ -89,6 +89,25 @@ pub(crate) async fn run(command: cli::Command) -> anyhow::Result<()> {
             };
             let (sidecar, metrics) = startup::start(start, approve::register).await?;
             approve::run(settings, sidecar, metrics).await
+        }
+        cli::Job::RestartOnChange(settings) => {
+            let events = match (&settings.pod_namespace, &settings.pod_name) {
+                (Some(namespace), Some(pod_name)) => EventsOn::Pod {
+                    namespace,
+                    pod_name: Some(pod_name),
+                },
+                _ => EventsOn::Nothing,
+            };
+            let start = Start {
+                connection: &settings.connection,
+                metrics_listen: settings.metrics_listen,
+                events,
+            };
+            let (sidecar, metrics) = startup::start(start, |registry, readiness| {
+                restart::register(&settings, registry, readiness)
+            })
+            .await?;
+            restart::run(settings, sidecar, metrics).await
         }
     }
 }

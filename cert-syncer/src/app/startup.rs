@@ -1,4 +1,4 @@
-//! The one start-up of every long-running subcommand (`sync`, `regenerate`, `node`,
+//! The one start-up of every long-running subcommand (`sync`, `regenerate`, `node`, `restart-on-change`,
 //! `approve-kubelet-csr`), in this order:
 //!
 //! 1. the job registers its metrics and its first readiness blockers (pure, and where a job

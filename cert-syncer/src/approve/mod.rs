@@ -2,22 +2,26 @@
 //! CertificateSigningRequests of the one node it runs on, for the recovery after a long sleep
 //! (the enhancement's step 14, otherwise a cluster admin's `kubectl certificate approve`).
 //!
-//! It approves a CSR only when every rule of [`rules`] holds (signer, exact subject and usages,
-//! requester, and the kubelet's client certificate on this node's disk expired or absent);
-//! anything else is left alone, never denied, and logged once per CSR and reason. Nothing runs
-//! unless the subcommand is started, and `--node-name` is required. The threat model is in
-//! SECURITY.md ("The kubelet CSR approver").
+//! It approves a CSR only when every rule of [`rules`] holds (signer; the request read as the
+//! Go side reads it, [`request`], with exactly this node's subject and no extension; usages;
+//! requester and its groups; the kubelet's client certificate on this node's disk expired or
+//! absent; created in this recovery's window; one approval per on-disk certificate; no flood);
+//! anything else is left alone, never denied, logged once per CSR and reason and counted.
+//! Nothing runs unless the subcommand is started, and `--node-name` is required. The threat
+//! model is in SECURITY.md ("The kubelet CSR approver").
 //!
 //! - CSRs are followed with a kube-runtime watcher, field selector
 //!   `spec.signerName=kubernetes.io/kube-apiserver-client-kubelet` (a selectable field of CSRs
 //!   since 1.18); the signer is checked again on each object.
-//! - Pending CSRs are kept in memory and decided again every `--recheck-interval`, because the
-//!   disk fact changes without any CSR event (the certificate expires while the CSR waits).
+//! - The CSRs are kept in memory and all decided together on every event and every
+//!   `--recheck-interval` (the disk fact changes without any CSR event: the certificate expires
+//!   while a CSR waits), since rules 8 and 9 are about all of them.
 //! - An approval is an `update` of the `approval` subresource carrying the CSR's
 //!   resourceVersion: if anyone acted on it meanwhile, the apiserver refuses (409) and the next
 //!   event decides again.
 
 mod disk;
+pub mod request;
 mod rules;
 
 use std::collections::{BTreeMap, HashMap};
@@ -42,7 +46,7 @@ use crate::base::error::ConfigError;
 use crate::base::readiness::Readiness;
 use crate::kube::sidecar::Sidecar;
 pub use disk::KubeletCert;
-pub use rules::{Decision, Policy, REASON, SIGNER};
+pub use rules::{BootstrapUser, CLOCK_SKEW, Decision, Policy, REASON, SIGNER};
 
 /// What `approve-kubelet-csr` is asked to do (from [`crate::app::cli::ApproveKubeletCsrArgs`]).
 #[derive(Debug, Clone)]
@@ -55,9 +59,14 @@ pub struct Settings {
     pub metrics_listen: Option<SocketAddr>,
 }
 
+/// `cert_syncer_kubelet_csr_decisions_total{result, reason}`: `result` is `approved`,
+/// `left-alone` (once per CSR and reason) or `approve-failed`; `reason` says why
+/// (`expired`/`absent` for an approval, [`rules::Kind::label`] for a refusal,
+/// `conflict`/`error` for a failed approval).
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct ResultLabels {
     result: &'static str,
+    reason: &'static str,
 }
 
 /// The approver's metric (its decisions) and the CSR list blocking readiness until listed.
@@ -68,7 +77,7 @@ pub(crate) fn register(
     let decisions: Family<ResultLabels, Counter> = Family::default();
     registry.register(
         "cert_syncer_kubelet_csr_decisions",
-        "Kubelet client CSRs approved, left alone (once per CSR and reason) or whose approval failed",
+        "Kubelet client CSRs approved, left alone (once per CSR and reason) or whose approval failed, by reason",
         decisions.clone(),
     );
     readiness.block("csrs", "not listed yet");
@@ -102,8 +111,9 @@ pub(crate) async fn run(
         settings,
         api,
         decisions,
-        pending: BTreeMap::new(),
+        csrs: BTreeMap::new(),
         logged: HashMap::new(),
+        approved: None,
     };
     let mut recheck = tokio::time::interval(approver.settings.recheck_interval);
     recheck.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -118,15 +128,20 @@ pub(crate) async fn run(
                     }
                 }
                 Some(Ok(Event::InitDone)) => {
-                    approver.pending = listing.take().unwrap_or_default();
-                    approver.logged.retain(|name, _| approver.pending.contains_key(name));
+                    approver.csrs = listing.take().unwrap_or_default();
+                    approver.logged.retain(|name, _| approver.csrs.contains_key(name));
                     readiness.clear("csrs");
                     approver.decide_all().await;
                 }
-                Some(Ok(Event::Apply(csr))) => approver.seen(csr).await,
+                Some(Ok(Event::Apply(csr))) => {
+                    if let Some(name) = csr.metadata.name.clone() {
+                        approver.csrs.insert(name, csr);
+                        approver.decide_all().await;
+                    }
+                }
                 Some(Ok(Event::Delete(csr))) => {
                     if let Some(name) = &csr.metadata.name {
-                        approver.pending.remove(name);
+                        approver.csrs.remove(name);
                         approver.logged.remove(name);
                     }
                 }
@@ -145,89 +160,104 @@ struct Approver {
     api: Api<CertificateSigningRequest>,
     decisions: Family<ResultLabels, Counter>,
     /// CSRs of the signer, by name, as last seen.
-    pending: BTreeMap<String, CertificateSigningRequest>,
+    csrs: BTreeMap<String, CertificateSigningRequest>,
     /// The reason last logged per CSR (a reason is logged once per CSR until it changes).
     logged: HashMap<String, String>,
+    /// The last approval: (the on-disk certificate's approval key, the CSR). Rule 8 also reads
+    /// it from the CSRs; this copy outlives a CSR that kube-controller-manager's cleaner removes.
+    approved: Option<(String, String)>,
 }
 
 impl Approver {
-    async fn seen(&mut self, csr: CertificateSigningRequest) {
-        let Some(name) = csr.metadata.name.clone() else {
-            return;
-        };
-        self.pending.insert(name.clone(), csr);
-        let disk = self.disk();
-        self.decide(&name, &disk).await;
-    }
-
+    /// Decides about every CSR, with the kubelet's certificate file read afresh (it expires,
+    /// or the kubelet writes a new one, with no CSR event).
     async fn decide_all(&mut self) {
-        let names: Vec<String> = self.pending.keys().cloned().collect();
-        let disk = self.disk();
-        for name in names {
-            self.decide(&name, &disk).await;
-        }
-    }
-
-    /// The kubelet's certificate file, read afresh for each event and recheck: it expires, or
-    /// the kubelet writes a new one, with no CSR event.
-    fn disk(&self) -> KubeletCert {
-        KubeletCert::read(
-            &self.settings.kubelet_client_cert,
-            crate::base::time::unix_now(),
-        )
-    }
-
-    async fn decide(&mut self, name: &str, disk: &KubeletCert) {
-        let Some(csr) = self.pending.get(name) else {
-            return;
+        let now = crate::base::time::unix_now();
+        let disk = KubeletCert::read(&self.settings.kubelet_client_cert, now);
+        let key = disk.approval_key();
+        let remembered = match (&self.approved, &key) {
+            (Some((approved_key, name)), Some(key)) if approved_key == key => Some(name.clone()),
+            _ => None,
         };
-        match rules::decide(csr, &self.settings.policy, disk) {
-            Decision::Leave(reason) => {
-                if self.logged.get(name) != Some(&reason) {
-                    tracing::info!(csr = name, reason = %reason, "leaving kubelet client CSR alone");
-                    self.count("left-alone");
-                    self.logged.insert(name.to_owned(), reason);
-                }
-            }
-            Decision::Approve(message) => {
-                let mut approved = csr.clone();
-                let now = Time(k8s_openapi::jiff::Timestamp::now());
-                let status = approved.status.get_or_insert_with(Default::default);
-                status.conditions.get_or_insert_with(Vec::new).push(
-                    CertificateSigningRequestCondition {
-                        type_: "Approved".to_owned(),
-                        status: "True".to_owned(),
-                        reason: Some(REASON.to_owned()),
-                        message: Some(message.clone()),
-                        last_update_time: Some(now.clone()),
-                        last_transition_time: Some(now),
-                    },
-                );
-                match self
-                    .api
-                    .replace_subresource("approval", name, &PostParams::default(), &approved)
-                    .await
-                {
-                    Ok(updated) => {
-                        tracing::info!(csr = name, reason = REASON, message = %message, "approved kubelet client CSR");
-                        self.count("approved");
-                        self.pending.insert(name.to_owned(), updated);
-                        // Its next event says "already approved": by us, nothing to log.
-                        self.logged
-                            .insert(name.to_owned(), "already approved".to_owned());
+        let decisions = rules::decide(
+            &self.csrs,
+            &self.settings.policy,
+            &disk,
+            remembered.as_deref(),
+            now,
+        );
+        for (name, decision) in decisions {
+            match decision {
+                Decision::Leave(refusal) => {
+                    if self.logged.get(&name) != Some(&refusal.text) {
+                        tracing::info!(csr = %name, reason = %refusal.text, "leaving kubelet client CSR alone");
+                        self.count("left-alone", refusal.kind.label());
+                        self.logged.insert(name, refusal.text);
                     }
-                    Err(err) => {
-                        // A conflict (someone acted first) or a refusal: the next event or
-                        // recheck decides again from the CSR as it then is.
-                        tracing::warn!(csr = name, error = %err, "approving kubelet client CSR failed");
-                        self.count("approve-failed");
+                }
+                Decision::Approve(message) => {
+                    let approved_for = match &disk {
+                        KubeletCert::Absent { .. } => "absent",
+                        _ => "expired",
+                    };
+                    if self.approve(&name, message).await {
+                        self.count("approved", approved_for);
+                        self.approved = key.clone().map(|key| (key, name));
                     }
                 }
             }
         }
     }
 
-    fn count(&self, result: &'static str) {
-        self.decisions.get_or_create(&ResultLabels { result }).inc();
+    /// Adds the `Approved` condition; whether the apiserver took it.
+    async fn approve(&mut self, name: &str, message: String) -> bool {
+        let Some(mut approved) = self.csrs.get(name).cloned() else {
+            return false;
+        };
+        let now = Time(k8s_openapi::jiff::Timestamp::now());
+        let status = approved.status.get_or_insert_with(Default::default);
+        status
+            .conditions
+            .get_or_insert_with(Vec::new)
+            .push(CertificateSigningRequestCondition {
+                type_: "Approved".to_owned(),
+                status: "True".to_owned(),
+                reason: Some(REASON.to_owned()),
+                message: Some(message.clone()),
+                last_update_time: Some(now.clone()),
+                last_transition_time: Some(now),
+            });
+        match self
+            .api
+            .replace_subresource("approval", name, &PostParams::default(), &approved)
+            .await
+        {
+            Ok(updated) => {
+                tracing::info!(csr = name, reason = REASON, message = %message, "approved kubelet client CSR");
+                self.csrs.insert(name.to_owned(), updated);
+                // Its next event says "already approved": by us, nothing to log.
+                self.logged
+                    .insert(name.to_owned(), "already approved".to_owned());
+                true
+            }
+            Err(err) => {
+                // A conflict (someone acted first) or a refusal: the next event or recheck
+                // decides again from the CSR as it then is.
+                tracing::warn!(csr = name, error = %err, "approving kubelet client CSR failed");
+                let reason = if crate::base::error::is_conflict(&err) {
+                    "conflict"
+                } else {
+                    "error"
+                };
+                self.count("approve-failed", reason);
+                false
+            }
+        }
+    }
+
+    fn count(&self, result: &'static str, reason: &'static str) {
+        self.decisions
+            .get_or_create(&ResultLabels { result, reason })
+            .inc();
     }
 }

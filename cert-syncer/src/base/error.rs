@@ -75,6 +75,17 @@ pub(crate) fn redact_parse_error(message: &str) -> String {
     out
 }
 
+/// A string from the API or from a request (a username, a subject attribute), for a log line or
+/// a condition's message: quoted and escaped as Rust's `Debug` shows it (quotes, control
+/// characters and newlines as escapes, so it cannot forge a log line), cut to `max` characters.
+pub(crate) fn quoted(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        return format!("{text:?}");
+    }
+    let cut: String = text.chars().take(max).collect();
+    format!("{cut:?}…")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -92,5 +103,12 @@ mod tests {
         );
         let repeated = std::io::Error::other(Outer(std::io::Error::other("reset")));
         assert_eq!(chain(&repeated).to_string(), "cannot read the lease: reset");
+    }
+
+    #[test]
+    fn quoted_escapes_and_cuts() {
+        assert_eq!(quoted("system:nodes", 40), "\"system:nodes\"");
+        assert_eq!(quoted("a\nb\"c", 40), "\"a\\nb\\\"c\"");
+        assert_eq!(quoted("abcdef", 3), "\"abc\"…");
     }
 }

@@ -5,79 +5,12 @@
 
 use std::collections::HashSet;
 
-use sha2::{Digest, Sha256};
-
 use crate::pki::pem;
-
-/// One certificate: its DER and the facts the metrics need.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Certificate {
-    pub der: Vec<u8>,
-    pub not_after: i64,
-    /// basicConstraints cA: true.
-    pub is_ca: bool,
-}
-
-impl std::fmt::Debug for Certificate {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Certificate")
-            .field("sha256", &fingerprint(&self.der))
-            .field("not_after", &self.not_after)
-            .field("is_ca", &self.is_ca)
-            .finish()
-    }
-}
-
-/// Why a source's content was refused. Never quotes the content.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum Invalid {
-    /// The key is not in the object.
-    #[error("the key is missing")]
-    MissingKey,
-    /// No PEM block at all.
-    #[error("no PEM certificate found")]
-    Empty,
-    /// A block that does not decode (bad base64, unterminated).
-    #[error("PEM block {index} is malformed: {reason}")]
-    Malformed { index: usize, reason: String },
-    /// A block of another type (a private key in a CA file would be world-readable).
-    #[error("PEM block {index} is a {label}, not a CERTIFICATE")]
-    NotACertificate { index: usize, label: String },
-    /// A CERTIFICATE block whose DER is not an X.509 certificate.
-    #[error("certificate {index} does not parse: {reason}")]
-    Unparsable { index: usize, reason: String },
-}
-
-/// Every PEM block of `bytes` must be a parsable certificate, and there must be at least one.
-/// Text outside the blocks (comments, blank lines) is ignored, as Go's `pem.Decode` does.
-pub fn parse_certificates(bytes: &[u8]) -> Result<Vec<Certificate>, Invalid> {
-    let blocks = pem::blocks(bytes).map_err(|err| Invalid::Malformed {
-        index: err.index,
-        reason: err.reason,
-    })?;
-    if blocks.is_empty() {
-        return Err(Invalid::Empty);
-    }
-    blocks
-        .into_iter()
-        .enumerate()
-        .map(|(index, block)| {
-            if block.label != "CERTIFICATE" {
-                return Err(Invalid::NotACertificate {
-                    index,
-                    label: block.label,
-                });
-            }
-            let info = reload_lib::CertInfo::from_der(&block.der)
-                .map_err(|reason| Invalid::Unparsable { index, reason })?;
-            Ok(Certificate {
-                der: block.der,
-                not_after: info.not_after,
-                is_ca: info.is_ca,
-            })
-        })
-        .collect()
-}
+// The rule for the content of a trusted host file is the crate's one rule (`sync --file` uses it
+// too): every block a certificate.
+pub use crate::pki::trusted_bundle::{
+    Certificate, Invalid, fingerprint, parse as parse_certificates,
+};
 
 /// The assembled file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -161,14 +94,6 @@ pub fn held_certificates(bytes: &[u8]) -> Vec<Certificate> {
         .collect()
 }
 
-/// SHA-256 of `bytes`, lowercase hex: how Events and metrics name content without quoting it.
-pub fn fingerprint(bytes: &[u8]) -> String {
-    Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -199,43 +124,5 @@ mod tests {
         // The same certificates always give the same bytes.
         let again = assemble([parse_certificates(&bundle.pem).unwrap().as_slice()]);
         assert_eq!(again.pem, bundle.pem);
-    }
-
-    #[test]
-    fn every_block_must_be_a_certificate() {
-        let good = ca("a");
-        assert_eq!(parse_certificates(b"garbage"), Err(Invalid::Empty));
-        assert_eq!(parse_certificates(b""), Err(Invalid::Empty));
-        let key = rcgen::KeyPair::generate().unwrap().serialize_pem();
-        assert!(matches!(
-            parse_certificates(format!("{good}{key}").as_bytes()),
-            Err(Invalid::NotACertificate { index: 1, .. })
-        ));
-        let torn = &good[..good.len() - 30];
-        assert!(matches!(
-            parse_certificates(format!("{good}{torn}").as_bytes()),
-            Err(Invalid::Malformed { .. })
-        ));
-        let not_der = "-----BEGIN CERTIFICATE-----\naGVsbG8=\n-----END CERTIFICATE-----\n";
-        assert!(matches!(
-            parse_certificates(format!("{good}{not_der}").as_bytes()),
-            Err(Invalid::Unparsable { index: 1, .. })
-        ));
-    }
-
-    #[test]
-    fn errors_never_quote_the_content() {
-        let secret = "-----BEGIN PRIVATE KEY-----\nU0VDUkVU\n-----END PRIVATE KEY-----\n";
-        let err = parse_certificates(secret.as_bytes()).unwrap_err();
-        assert!(!err.to_string().contains("U0VDUkVU"));
-        assert!(!format!("{err:?}").contains("U0VDUkVU"));
-    }
-
-    #[test]
-    fn fingerprints_are_sha256_hex() {
-        assert_eq!(
-            fingerprint(b""),
-            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
-        );
     }
 }

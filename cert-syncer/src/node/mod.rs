@@ -17,6 +17,7 @@
 //!   already holds the same certificates. Another writer's content is replaced only after it
 //!   has stayed unchanged for the grace period, with an Event and a metric naming its SHA-256.
 //! - After each write, the optional post-write action ([`action`]).
+//! - What each outcome shows (metrics, log lines, Events on the Node, `/readyz`): [`report`].
 //!
 //! The file is assembled only once every source has been seen with good content: a partial
 //! trust bundle is never written.
@@ -25,6 +26,7 @@ mod action;
 mod bundle;
 mod guard;
 mod metrics;
+mod report;
 mod settings;
 mod sources;
 mod target;
@@ -43,11 +45,11 @@ use crate::base::readiness::Readiness;
 use crate::kube::events::EventRecorder;
 use crate::kube::sidecar::Sidecar;
 use bundle::Certificate;
-use metrics::{ForeignLabels, Metrics, PathLabels, RefusalLabels, ResultLabels, SourceLabels};
+use metrics::{Metrics, PathLabels, SourceLabels};
 use sources::Seen;
 use target::{Outcome, Target};
 
-/// Without inotify the file is checked this often.
+/// Without inotify (from the start, or once the watches are lost) the file is polled this often.
 const POLL_WITHOUT_INOTIFY: Duration = Duration::from_secs(2);
 /// A failed write is retried after this long.
 const WRITE_RETRY: Duration = Duration::from_secs(5);
@@ -109,15 +111,13 @@ pub(crate) async fn run(
         }));
     }
     drop(tx);
-    // reload-lib's watcher (its directory: a rename over the file is seen).
-    let file_watch = reload_lib::watch::FileWatch::new([&settings.file]);
-    let poll = match file_watch.mode() {
-        reload_lib::WatchMode::Inotify => settings.resync_interval,
-        reload_lib::WatchMode::Polling(reason) => {
-            tracing::warn!(%reason, file = %settings.file.display(), "cannot watch the file's directory; polling it");
-            POLL_WITHOUT_INOTIFY
-        }
-    };
+    // reload-lib's watcher (its directory: a rename over the file is seen); it polls the file
+    // when inotify cannot be used, from the start or once the watches are lost mid-run.
+    let file_watch =
+        reload_lib::watch::FileWatch::new([&settings.file]).poll_interval(POLL_WITHOUT_INOTIFY);
+    if let reload_lib::WatchMode::Polling(reason) = file_watch.mode() {
+        tracing::warn!(%reason, file = %settings.file.display(), interval = ?POLL_WITHOUT_INOTIFY, "cannot watch the file's directory; polling it");
+    }
     tracing::info!(
         file = %settings.file.display(),
         sources = ?settings.sources.iter().map(ToString::to_string).collect::<Vec<_>>(),
@@ -157,7 +157,7 @@ pub(crate) async fn run(
         settings,
     };
     let mut deadline: Option<tokio::time::Instant> = None;
-    let mut resync = tokio::time::interval(poll);
+    let mut resync = tokio::time::interval(node.settings.resync_interval);
     resync.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
@@ -335,8 +335,51 @@ impl Node {
     }
 
     /// Brings the file in line with the sources; returns when to look again (the end of a
-    /// grace period, a retry), if anything is pending.
+    /// grace period, a retry), if anything is pending. Three phases: assemble the sources'
+    /// bundle (nothing before every source was seen good), compare it with the file and write
+    /// it or not (`Target::reconcile`, off the async workers), then report what happened.
     async fn reconcile(&mut self) -> Option<Instant> {
+        let bundle = self.assemble()?;
+        let outcome = tokio::task::block_in_place(|| {
+            self.target
+                .reconcile(&bundle, Instant::now(), crate::base::time::unix_now())
+        });
+        match outcome {
+            Ok(Outcome::InSync) => {
+                self.foreign_gone();
+                self.refusal_gone();
+                self.readiness.clear("file");
+                None
+            }
+            Ok(Outcome::Written { replaced }) => {
+                self.written(&bundle, replaced.as_deref()).await;
+                None
+            }
+            Ok(Outcome::Waiting {
+                fingerprint,
+                until,
+                first,
+            }) => {
+                self.foreign_waiting(&fingerprint, first).await;
+                Some(until)
+            }
+            Ok(Outcome::Refused { refusal, held }) => {
+                // Not waiting for another writer while refusing: the refusal names the file's
+                // content instead.
+                self.foreign_gone();
+                self.refused(&bundle, &refusal, held.as_deref()).await;
+                None
+            }
+            Err(err) => {
+                self.write_failed(&err).await;
+                Some(Instant::now() + WRITE_RETRY)
+            }
+        }
+    }
+
+    /// The bundle of every source's last good certificates, with its gauges set; `None` (and
+    /// the file not ready) until every source has been seen good once.
+    fn assemble(&self) -> Option<bundle::Bundle> {
         let parts: Option<Vec<&[Certificate]>> = self
             .sources
             .iter()
@@ -348,9 +391,7 @@ impl Node {
             return None;
         };
         let bundle = bundle::assemble(parts);
-        let labels = PathLabels {
-            path: self.path_label.clone(),
-        };
+        let labels = self.labels();
         self.metrics
             .bundle_bytes
             .get_or_create(&labels)
@@ -365,234 +406,12 @@ impl Node {
                 .get_or_create(&labels)
                 .set(not_after);
         }
-        let outcome = tokio::task::block_in_place(|| {
-            self.target
-                .reconcile(&bundle, Instant::now(), crate::base::time::unix_now())
-        });
-        let path = self.target.path().display().to_string();
-        match outcome {
-            Ok(Outcome::InSync) => {
-                self.foreign_gone();
-                self.refusal_gone();
-                self.readiness.clear("file");
-                None
-            }
-            Ok(Outcome::Written { replaced }) => {
-                self.metrics.writes.get_or_create(&labels).inc();
-                self.metrics
-                    .last_write
-                    .get_or_create(&labels)
-                    .set(crate::base::time::unix_now());
-                let fingerprint = bundle::fingerprint(&bundle.pem);
-                tracing::info!(file = %path, certificates = bundle.certificates.len(), duplicates = bundle.duplicates, sha256 = %fingerprint, "host file written");
-                if let Some(theirs) = &replaced {
-                    self.metrics.takeovers.get_or_create(&labels).inc();
-                    tracing::warn!(file = %path, replaced_sha256 = %theirs, grace_period = ?self.settings.grace_period, "replaced another writer's content after the grace period");
-                    self.events
-                        .record(
-                            "ForeignContentReplaced",
-                            &path,
-                            format!(
-                                "{path}: replaced content sha256:{theirs} written by someone else, unchanged for {:?}, with the sources' bundle sha256:{fingerprint}",
-                                self.settings.grace_period
-                            ),
-                            true,
-                        )
-                        .await;
-                }
-                self.foreign_gone();
-                self.refusal_gone();
-                self.events
-                    .record(
-                        "HostFileWritten",
-                        &path,
-                        format!(
-                            "{path}: wrote {} certificates (sha256:{fingerprint})",
-                            bundle.certificates.len()
-                        ),
-                        false,
-                    )
-                    .await;
-                self.readiness.clear("file");
-                self.post_write().await;
-                None
-            }
-            Ok(Outcome::Waiting {
-                fingerprint,
-                until,
-                first,
-            }) => {
-                if first {
-                    self.metrics.foreign_writes.get_or_create(&labels).inc();
-                    if self.foreign.as_ref() != Some(&fingerprint) {
-                        // Logged and published once per episode (a busy writer would flood
-                        // the log); the gauge always names the content there now.
-                        let episode = self.foreign.is_none();
-                        self.foreign_gone();
-                        self.metrics
-                            .foreign_content
-                            .get_or_create(&ForeignLabels {
-                                path: self.path_label.clone(),
-                                sha256: fingerprint.clone(),
-                            })
-                            .set(1);
-                        self.foreign = Some(fingerprint.clone());
-                        if !episode {
-                            tracing::debug!(file = %path, sha256 = %fingerprint, "another writer rewrote the file");
-                        } else {
-                            tracing::warn!(file = %path, sha256 = %fingerprint, grace_period = ?self.settings.grace_period, "the file holds content written by someone else; it is replaced once unchanged for the grace period");
-                            self.events
-                            .record(
-                                "ForeignContent",
-                                &path,
-                                format!(
-                                    "{path} holds content sha256:{fingerprint} not written by node mode; it is replaced once unchanged for {:?}",
-                                    self.settings.grace_period
-                                ),
-                                true,
-                            )
-                            .await;
-                        }
-                    }
-                }
-                self.readiness.block(
-                    "file",
-                    format!("another writer's content (sha256:{fingerprint}) in the grace period"),
-                );
-                Some(until)
-            }
-            Ok(Outcome::Refused { refusal, held }) => {
-                // Not waiting for another writer while refusing: the refusal names the file's
-                // content instead.
-                self.foreign_gone();
-                self.refused(&bundle, &refusal, held.as_deref()).await;
-                None
-            }
-            Err(err) => {
-                self.metrics.write_errors.get_or_create(&labels).inc();
-                tracing::error!(error = %err, "cannot write the host file; retrying");
-                self.readiness.block("file", err.to_string());
-                self.events
-                    .record("HostFileWriteFailed", &path, err.to_string(), true)
-                    .await;
-                Some(Instant::now() + WRITE_RETRY)
-            }
-        }
+        Some(bundle)
     }
 
-    /// The file no longer holds that other content: its series goes (a series per fingerprint
-    /// left behind would grow without end with every foreign write).
-    fn foreign_gone(&mut self) {
-        if let Some(fingerprint) = self.foreign.take() {
-            self.metrics.foreign_content.remove(&ForeignLabels {
-                path: self.path_label.clone(),
-                sha256: fingerprint,
-            });
-        }
-    }
-
-    /// The guard refused `bundle`: the file keeps `held` (its fingerprint; `None`: no file).
-    /// Logged and recorded once per refused bundle; the gauge and `/readyz` hold while it lasts.
-    async fn refused(
-        &mut self,
-        bundle: &bundle::Bundle,
-        refusal: &guard::Refusal,
-        held: Option<&str>,
-    ) {
-        let path = self.target.path().display().to_string();
-        let sources = self
-            .sources
-            .iter()
-            .map(|s| {
-                format!(
-                    "{} at resourceVersion {}",
-                    s.source,
-                    s.resource_version.as_deref().unwrap_or("?")
-                )
-            })
-            .collect::<Vec<_>>()
-            .join(", ");
-        let kept = match held {
-            Some(sha) => format!("the file keeps its content (sha256:{sha})"),
-            None => "the file is not written".to_owned(),
-        };
-        let fingerprint = bundle::fingerprint(&bundle.pem);
-        let message = format!(
-            "refusing the bundle (sha256:{fingerprint}) of {sources} for {path}: {refusal}; {kept}"
-        );
-        let labels = PathLabels {
+    fn labels(&self) -> PathLabels {
+        PathLabels {
             path: self.path_label.clone(),
-        };
-        // Everything the process itself shows is in place before the Event's API call.
-        self.metrics.bundle_refused.get_or_create(&labels).set(1);
-        self.readiness.block("file", message.clone());
-        if self.refused.as_ref() != Some(&message) {
-            self.refused = Some(message.clone());
-            self.metrics
-                .bundle_refusals
-                .get_or_create(&RefusalLabels {
-                    path: self.path_label.clone(),
-                    reason: refusal.reason(),
-                })
-                .inc();
-            tracing::error!(file = %path, %sources, reason = %refusal, sha256 = %fingerprint, held_sha256 = held.unwrap_or("none"), "refusing to write the host file; {kept}");
-            // Rate-limited per reason of refusal, not per file: each kind gets its Event.
-            self.events
-                .record(
-                    "BundleRefused",
-                    &format!("{path} {}", refusal.reason()),
-                    message,
-                    true,
-                )
-                .await;
-        }
-    }
-
-    fn refusal_gone(&mut self) {
-        if self.refused.take().is_some() {
-            tracing::info!(file = %self.target.path().display(), "the sources' bundle is accepted again");
-            self.metrics
-                .bundle_refused
-                .get_or_create(&PathLabels {
-                    path: self.path_label.clone(),
-                })
-                .set(0);
-        }
-    }
-
-    async fn post_write(&self) {
-        let Some(action) = &self.settings.post_write else {
-            return;
-        };
-        let result = action::run(action, self.settings.post_write_timeout).await;
-        let labels = |result| ResultLabels {
-            path: self.path_label.clone(),
-            result,
-        };
-        match result {
-            Ok(summary) => {
-                tracing::info!(%summary, "post-write action done");
-                self.metrics
-                    .post_write_actions
-                    .get_or_create(&labels("ok"))
-                    .inc();
-            }
-            Err(error) => {
-                tracing::error!(%error, "post-write action failed");
-                self.metrics
-                    .post_write_actions
-                    .get_or_create(&labels("error"))
-                    .inc();
-                let path = self.target.path().display().to_string();
-                self.events
-                    .record(
-                        "PostWriteActionFailed",
-                        &path,
-                        format!("{path}: {error}"),
-                        true,
-                    )
-                    .await;
-            }
         }
     }
 }

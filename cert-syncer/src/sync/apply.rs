@@ -6,6 +6,7 @@
 //! [`Applier::resync`] re-applies the last state seen to the disk when the resync period comes,
 //! repairing what was changed or removed behind the syncer's back, from memory: no API request.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -15,7 +16,7 @@ use crate::base::readiness::Readiness;
 use crate::kube::decode::DecodeError;
 use crate::kube::events::EventRecorder;
 use crate::kube::fetched::{Fetched, TryFetched};
-use crate::sync::metrics::{KeyLabels, Metrics, ObjectLabels, RepairLabels, ResultLabels};
+use crate::sync::metrics::{Metrics, ObjectLabels, RepairLabels, ResultLabels};
 
 /// What a named object should become on disk.
 #[derive(Debug)]
@@ -199,6 +200,9 @@ impl Applier {
                 }
             }
         }
+        if settled {
+            self.metrics.forget(object.kind.label(), &object.name);
+        }
         if removed.is_empty() {
             tracing::debug!(object = %label, "optional object absent; nothing on disk");
         } else {
@@ -302,24 +306,20 @@ impl Applier {
                 name: object.name.clone(),
             })
             .set(crate::base::time::unix_now());
-        for (key, bytes) in &fetched.data {
-            let Some(first) = crate::pki::pem::blocks_skipping_torn(bytes)
-                .ok()
-                .and_then(|blocks| blocks.into_iter().find(|b| b.label == "CERTIFICATE"))
-            else {
-                continue;
-            };
-            if let Ok(info) = reload_lib::CertInfo::from_der(&first.der) {
-                self.metrics
-                    .not_after
-                    .get_or_create(&KeyLabels {
-                        kind: object.kind.label(),
-                        name: object.name.clone(),
-                        key: key.clone(),
-                    })
-                    .set(info.not_after);
-            }
-        }
+        let not_after: BTreeMap<String, i64> = fetched
+            .data
+            .iter()
+            .filter_map(|(key, bytes)| {
+                let first = crate::pki::pem::blocks_skipping_torn(bytes)
+                    .ok()?
+                    .into_iter()
+                    .find(|b| b.label == "CERTIFICATE")?;
+                let info = reload_lib::CertInfo::from_der(&first.der).ok()?;
+                Some((key.clone(), info.not_after))
+            })
+            .collect();
+        self.metrics
+            .set_not_after(object.kind.label(), &object.name, &not_after);
     }
 }
 
@@ -466,5 +466,78 @@ pub(super) mod tests {
         assert!(applier.resync(&optional, &Desired::Absent).await);
         assert!(!destination.join("secrets/b").exists());
         assert_eq!(repairs(&applier, "b", "unexpected-directory"), 1);
+    }
+
+    /// The `cert_syncer_certificate_not_after_timestamp_seconds` lines of `applier`'s metrics
+    /// (the family's handle shares its series with the applier's).
+    fn not_after_lines(applier: &Applier) -> Vec<String> {
+        let mut registry = prometheus_client::registry::Registry::default();
+        registry.register("not_after", "", applier.metrics.not_after.clone());
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        text.lines()
+            .filter(|l| l.starts_with("not_after{"))
+            .map(str::to_owned)
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn the_not_after_of_a_key_or_an_optional_object_that_is_gone_goes_with_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let applier = applier(&dir.path().join("resources"), Vec::new());
+        let (ca, other) = (
+            crate::pki::new_signer(
+                "ca",
+                1_900_000_000,
+                Duration::ZERO,
+                Duration::from_secs(86_400),
+            )
+            .unwrap(),
+            crate::pki::new_signer(
+                "other",
+                1_900_000_000,
+                Duration::ZERO,
+                Duration::from_secs(7_200),
+            )
+            .unwrap(),
+        );
+        let object = ObjectSpec {
+            kind: Kind::Secret,
+            name: "user-serving-cert-003".to_owned(),
+            required: false,
+            mirror: true,
+        };
+        let version = |keys: &[(&str, &str)]| {
+            Desired::Present(Fetched {
+                resource_version: "1".to_owned(),
+                data: keys
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), v.as_bytes().to_vec()))
+                    .collect(),
+            })
+        };
+        let both = version(&[
+            ("tls.crt", &ca.cert_pem()),
+            ("tls.key", &ca.key_pem),
+            ("ca.crt", &other.cert_pem()),
+        ]);
+        assert!(applier.apply(&object, &both).await);
+        let lines = not_after_lines(&applier);
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        assert!(
+            lines.iter().any(|l| l.contains(r#"key="ca.crt""#)),
+            "{lines:?}"
+        );
+
+        // The key `ca.crt` removed from the object: its series goes, the other stays.
+        let one = version(&[("tls.crt", &ca.cert_pem()), ("tls.key", &ca.key_pem)]);
+        assert!(applier.apply(&object, &one).await);
+        let lines = not_after_lines(&applier);
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(lines[0].contains(r#"key="tls.crt""#), "{lines:?}");
+
+        // The optional object deleted: its files and its series go.
+        assert!(applier.apply(&object, &Desired::Absent).await);
+        assert_eq!(not_after_lines(&applier), Vec::<String>::new());
     }
 }

@@ -45,14 +45,6 @@ impl FileMapping {
     }
 }
 
-/// The content must be one or more PEM certificates, all parsable, before it may replace a host
-/// file that other components trust.
-pub fn check_certificates(bytes: &[u8]) -> Result<usize, String> {
-    crate::pki::parse_certs(bytes)
-        .map(|certs| certs.len())
-        .map_err(|err| err.to_string())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -91,11 +83,5 @@ mod tests {
                 .0
                 .contains("absolute")
         );
-    }
-
-    #[test]
-    fn only_certificates_may_replace_a_host_file() {
-        assert!(check_certificates(b"garbage").is_err());
-        assert!(check_certificates(b"").is_err());
     }
 }

@@ -1,5 +1,6 @@
 //! `recovery-demo`: the whole localhost recovery flow on this machine, with a timeline. Exits 0
-//! when the server recovered, 1 with the reason otherwise.
+//! when the server recovered, 1 with the reason otherwise. `--timeline FILE` also writes the
+//! timeline as a plot (`.svg`) or as milestone lines.
 //!
 //! Run through cargo (`cargo run --bin recovery-demo`, the README's first command), it first
 //! builds the binaries it starts (`mini-apiserver`, `cert-syncer`) with the same profile.
@@ -31,6 +32,11 @@ struct Flags {
     /// (real when those are found, else mini).
     #[arg(long, value_enum, default_value_t = Choice::Auto)]
     apiserver: Choice,
+    /// Also write the timeline of a recovery to FILE: a plot (SVG, drawn as `timeline-plot`
+    /// draws) when FILE ends in `.svg`, else its milestone lines (`milestone +MS ms: NAME`, the
+    /// format `timeline-plot` reads). Repeatable (the lines and the plot of one run).
+    #[arg(long, value_name = "FILE")]
+    timeline: Vec<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -75,12 +81,43 @@ fn main() -> ExitCode {
         apiserver,
     };
     match examples::recovery::run(&options) {
-        Ok(_) => ExitCode::SUCCESS,
+        Ok(recovered) => match flags
+            .timeline
+            .iter()
+            .try_for_each(|path| write_timeline(path, &recovered))
+        {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(err) => {
+                eprintln!("recovery-demo: {err:#}");
+                ExitCode::from(1)
+            }
+        },
         Err(err) => {
             eprintln!("recovery-demo: FAILED: {err:#}");
             ExitCode::from(1)
         }
     }
+}
+
+/// `--timeline FILE`: the plot when FILE ends in `.svg`, else the milestone lines.
+fn write_timeline(path: &Path, recovered: &examples::recovery::Recovered) -> anyhow::Result<()> {
+    use examples::milestones;
+    let text = if path.extension().is_some_and(|e| e == "svg") {
+        milestones::svg(
+            "recovery-demo: expired serving certificates heal over localhost",
+            &milestones::rows(std::slice::from_ref(&recovered.milestones)),
+        )
+    } else {
+        recovered
+            .milestones
+            .iter()
+            .map(|m| m.line() + "\n")
+            .collect()
+    };
+    std::fs::write(path, text)
+        .map_err(|err| anyhow::anyhow!("cannot write the timeline to {}: {err}", path.display()))?;
+    println!("timeline written to {}", path.display());
+    Ok(())
 }
 
 /// The directory of this executable; under `cargo run`, the binaries it needs are built there

@@ -199,21 +199,55 @@ pub(crate) struct CrlInfo {
     pub(crate) this_update: i64,
     /// nextUpdate, seconds since the Unix epoch (`None`: the CRL has none).
     pub(crate) next_update: Option<i64>,
-    /// The cRLNumber extension (RFC 5280 5.2.3: increases with every CRL of an issuer), if any.
+    /// The cRLNumber extension (RFC 5280 5.2.3: increases with every CRL of an issuer and
+    /// scope), if any.
     pub(crate) number: Option<BigUint>,
+    /// The issuingDistributionPoint extension's DER (RFC 5280 5.2.5: which certificates the CRL
+    /// covers; `None`: all of its issuer's). CRLs of one issuer with different scopes are
+    /// different series, numbered and compared apart.
+    pub(crate) scope: Option<Vec<u8>>,
     /// The subjectPublicKeyInfo of the bundle CA whose key verified the signature; set by
     /// [`policy::crls_issued_by_bundle`](crate::policy::crls_issued_by_bundle), `None` before.
-    /// With the issuer name it says which CA's series of CRLs this one belongs to (a CA re-keyed
-    /// under the same name starts a new series).
+    /// With the issuer name and the scope it says which series of CRLs this one belongs to (a
+    /// CA re-keyed under the same name starts a new series).
     pub(crate) signer_spki: Option<Vec<u8>>,
 }
 
 impl CrlInfo {
-    /// The CRL's place in its issuer's series, for messages: its cRLNumber, else its thisUpdate.
-    pub(crate) fn position(&self) -> String {
+    /// The CRL's place in its series.
+    pub(crate) fn position(&self) -> Position {
+        Position {
+            number: self.number.clone(),
+            this_update: self.this_update,
+        }
+    }
+}
+
+/// A CRL's place in its series (see [`CrlInfo::scope`]): its cRLNumber, and its thisUpdate for
+/// CRLs without one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Position {
+    pub(crate) number: Option<BigUint>,
+    pub(crate) this_update: i64,
+}
+
+impl Position {
+    /// Before `other` in their series: a lower cRLNumber when both have one, else an earlier
+    /// thisUpdate.
+    pub(crate) fn is_older_than(&self, other: &Position) -> bool {
+        match (&self.number, &other.number) {
+            (Some(mine), Some(theirs)) => mine < theirs,
+            _ => self.this_update < other.this_update,
+        }
+    }
+}
+
+impl std::fmt::Display for Position {
+    /// `cRLNumber N`, else `thisUpdate <RFC 3339>`: for messages.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match &self.number {
-            Some(number) => format!("cRLNumber {number}"),
-            None => format!("thisUpdate {}", rfc3339(self.this_update)),
+            Some(number) => write!(f, "cRLNumber {number}"),
+            None => write!(f, "thisUpdate {}", rfc3339(self.this_update)),
         }
     }
 }
@@ -271,6 +305,14 @@ impl ParsedBundle {
                     this_update: parsed.last_update().timestamp(),
                     next_update: parsed.next_update().map(|t| t.timestamp()),
                     number: parsed.crl_number().cloned(),
+                    scope: parsed
+                        .extensions()
+                        .iter()
+                        .find(|ext| {
+                            ext.oid
+                                == x509_parser::oid_registry::OID_X509_EXT_ISSUER_DISTRIBUTION_POINT
+                        })
+                        .map(|ext| ext.value.to_vec()),
                     signer_spki: None,
                 },
                 _ => return Err(Error::invalid(path, InvalidMaterial::BadCrl { index })),

@@ -238,11 +238,24 @@ impl ServingSetBuilder {
     /// # Security
     /// Fails closed: the file must hold at least one CRL (an empty file, an HTML error page or a
     /// certificate is rejected, at start-up too), every CRL must parse and be issued and signed
-    /// by a CA of the bundle (put an intermediate in the bundle to use its CRL), a CRL past its
-    /// nextUpdate never replaces fresh ones, a CA's CRL is never replaced by an older one of the
-    /// same CA (a lower cRLNumber, or without numbers an earlier thisUpdate), and a CA's CRL never
-    /// disappears while the CA stays in the bundle (remove the CA, or restart, to stop checking
-    /// it). Otherwise the bundle and its CRLs are rejected together, the rejection is reported
+    /// by a CA of the bundle (put an intermediate in the bundle to use its CRL), and a CRL past
+    /// its nextUpdate never replaces fresh ones. A reload never undoes a revocation, compared
+    /// with every CRL *series* accepted since start-up (one issuer name and key, one
+    /// issuingDistributionPoint scope: partitioned CRLs are series of their own):
+    /// - no series goes back: a CRL older than the newest of its series accepted so far (a lower
+    ///   cRLNumber, or without numbers an earlier thisUpdate) is refused, also when it is not
+    ///   its issuer's first CRL, and also after its CA left the bundle and came back;
+    /// - no series disappears while its CA is in the bundle, and a CA whose CRLs were checked
+    ///   cannot come back without them (restart to stop checking a CA);
+    /// - the CRL that came first for an issuer stays first while it is in the bundle: rustls
+    ///   checks a certificate without a CRL distribution point against its issuer's first CRL,
+    ///   so a new CRL put before it could hide its revocations (list new CRLs after it).
+    ///
+    /// The history holds every series in force and at most 1,024 others (about 250 bytes each;
+    /// the least recently seen go first). Not checked: the order of an issuer's later CRLs,
+    /// which matters only for partitions whose distribution points share a URI.
+    ///
+    /// Otherwise the bundle and its CRLs are rejected together, the rejection is reported
     /// (naming the file) and counted like any failed reload, and the last good ones stay in force. A client whose certificate is revoked is
     /// refused; a change of CRLs replaces the session cache and invalidates tickets (see
     /// [`client_ca`](Self::client_ca)).

@@ -99,6 +99,8 @@ pub(super) struct CaSource {
     pub(super) config: ClientCaConfig,
     pub(super) digest: Option<Digest>,
     pub(super) current: Option<Arc<AcceptedCa>>,
+    /// Every CRL series accepted so far, for as long as the process runs (bounded).
+    pub(super) crl_history: policy::CrlHistory,
 }
 
 /// A parsed client-CA bundle and the verifier built from it.
@@ -185,6 +187,7 @@ impl ServingMaterial {
                 config,
                 digest: None,
                 current: None,
+                crl_history: policy::CrlHistory::default(),
             }),
             settings,
             by_file: HashMap::new(),
@@ -363,7 +366,12 @@ impl ServingMaterial {
             bundle.add_crls(path, pem)?;
         }
         policy::crls_issued_by_bundle(&mut bundle)?;
-        policy::may_replace_crls(&bundle, source.current.as_ref().map(|ca| &ca.bundle), now)?;
+        policy::may_replace_crls(
+            &bundle,
+            source.current.as_ref().map(|ca| &ca.bundle),
+            &source.crl_history,
+            now,
+        )?;
         let roots = Arc::new(bundle.root_store(&config.path)?);
         let mut verifier =
             WebPkiClientVerifier::builder_with_provider(roots, Arc::clone(&self.settings.provider))

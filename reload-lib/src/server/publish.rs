@@ -136,6 +136,7 @@ impl ServingMaterial {
         }
         if let (Some(source), Some((digest, new))) = (&mut self.client_ca, new_ca) {
             source.digest = Some(digest);
+            source.crl_history.record(&new.bundle);
             source.current = Some(Arc::new(new));
         }
         self.trust_epoch = epoch;

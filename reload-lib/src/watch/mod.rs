@@ -16,8 +16,9 @@ mod inotify;
 
 pub(crate) use changes::{Changes, Dirty, Interest, watch_path};
 
-use std::path::Path;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 /// How a reloader learns about changes. Either way, changes are found: polling is a fallback,
 /// never "no reload".
@@ -155,27 +156,31 @@ pub fn overflow_count() -> u64 {
 /// rename over it), so it costs no inotify instance of its own.
 ///
 /// Wake-ups coalesce (many events before the task looks are one wake-up) and may be spurious:
-/// the caller re-reads the files and compares. When inotify cannot be used, [`mode`] says why
-/// and [`changed`] never resolves: the caller polls instead. Dropping the `FileWatch` removes
-/// the watches nobody else uses.
+/// the caller re-reads the files and compares. When inotify cannot be used, from the start or
+/// since the watches were lost mid-run (the watch limit reached, the reader gone), [`mode`] says
+/// why and [`changed`] polls: every [`poll_interval`] (1 s by default) it compares each file's
+/// `stat` (device, inode, size, modification and change times, following symlinks, so a
+/// `..data` swap counts) with the last poll's, and resolves when one differs. A rewrite that
+/// keeps all of these (same size, within the file system's timestamp granularity: nanoseconds
+/// on ext4, xfs and tmpfs) is not seen by polling; the caller's own periodic resync covers it.
+/// Dropping the `FileWatch` removes the watches nobody else uses.
 ///
 /// [`mode`]: FileWatch::mode
 /// [`changed`]: FileWatch::changed
+/// [`poll_interval`]: FileWatch::poll_interval
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// use std::time::Duration;
-/// use reload_lib::{WatchMode, watch::FileWatch};
+/// use reload_lib::watch::FileWatch;
 ///
 /// let dir = tempfile::tempdir()?;
 /// let bundle = dir.path().join("ca-bundle.crt");
-/// let watch = FileWatch::new([&bundle]);
+/// let watch = FileWatch::new([&bundle]).poll_interval(Duration::from_millis(500));
 /// std::fs::write(&bundle, "new content")?;
-/// match watch.mode() {
-///     WatchMode::Inotify => watch.changed().await,
-///     WatchMode::Polling(_) => tokio::time::sleep(Duration::from_secs(1)).await,
-/// }
+/// // Whether inotify or polling sees it.
+/// watch.changed().await;
 /// // Now re-read the file.
 /// # Ok(()) }
 /// ```
@@ -185,7 +190,34 @@ pub struct FileWatch {
     /// Holds the directory watches; `None` while polling.
     _subscription: Option<Subscription>,
     mode: WatchMode,
+    files: Arc<[PathBuf]>,
+    poll_interval: Duration,
+    /// While polling: what the files looked like at the last poll, and when the next one is due
+    /// (kept across calls, so a `changed` dropped by a `select!` does not put the poll off).
+    polled: Mutex<Polled>,
 }
+
+/// What one poll saw of each file (`None`: it could not be `stat`ed, e.g. absent).
+type Stamps = Vec<Option<FileStamp>>;
+
+/// The `stat` facts that change when a file is written, replaced or removed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FileStamp {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    modified: (i64, i64),
+    changed: (i64, i64),
+}
+
+#[derive(Debug, Default)]
+struct Polled {
+    /// `None` until polling begins (at the start, or when the watches are lost).
+    stamps: Option<Stamps>,
+    next: Option<tokio::time::Instant>,
+}
+
+const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(1);
 
 impl FileWatch {
     /// Watches `files`: they need not exist yet, nor their directories (the nearest existing
@@ -193,16 +225,34 @@ impl FileWatch {
     /// instance or watch limit reached) the watch is [`WatchMode::Polling`] with the reason.
     pub fn new<P: AsRef<Path>>(files: impl IntoIterator<Item = P>) -> FileWatch {
         let mut interest = Interest::default();
+        let mut paths = Vec::new();
         for file in files {
             interest.add_file(file.as_ref());
+            paths.push(file.as_ref().to_owned());
         }
         let changes = Arc::new(Changes::default());
         let (subscription, mode) = subscribe(&interest, Arc::clone(&changes));
-        FileWatch {
+        let watch = FileWatch {
             changes,
             _subscription: subscription,
             mode,
+            files: paths.into(),
+            poll_interval: DEFAULT_POLL_INTERVAL,
+            polled: Mutex::default(),
+        };
+        if watch.is_polling() {
+            // The caller reads the files after this: anything later differs from these.
+            watch.lock_polled().stamps = Some(stamps(&watch.files));
         }
+        watch
+    }
+
+    /// How often [`changed`](FileWatch::changed) looks at the files while polling (default
+    /// 1 s). Never used while inotify works.
+    #[must_use]
+    pub fn poll_interval(mut self, interval: Duration) -> FileWatch {
+        self.poll_interval = interval;
+        self
     }
 
     /// How changes are seen: [`WatchMode::Inotify`], or [`WatchMode::Polling`] with the reason
@@ -218,16 +268,100 @@ impl FileWatch {
     }
 
     /// Resolves when a file may have changed since the last call returned (at once if that
-    /// already happened). Never resolves while [`mode`](FileWatch::mode) is polling from the
-    /// start; once the watches are lost mid-run it resolves one last time.
+    /// already happened): an inotify event, or, while [`mode`](FileWatch::mode) is polling, a
+    /// poll that saw a file differ. When the watches are lost mid-run it resolves once at once
+    /// (re-read everything), then polls. Cancel-safe: dropped and called again, it neither
+    /// loses a change nor restarts the poll interval.
     pub async fn changed(&self) {
         loop {
+            if self.is_polling() {
+                if self.begin_polling().await {
+                    return;
+                }
+                return self.polled_change().await;
+            }
             self.changes.notified().await;
             // Something was marked (or everything was): a wake-up worth returning.
             let dirty = self.changes.take();
+            if self.changes.is_degraded() {
+                // The watches were lost: polling begins (next turn).
+                continue;
+            }
             if dirty.all || !dirty.files.is_empty() || !dirty.dirs.is_empty() {
                 return;
             }
         }
     }
+
+    fn is_polling(&self) -> bool {
+        matches!(self.mode, WatchMode::Polling(_)) || self.changes.is_degraded()
+    }
+
+    /// The first call since the watches were lost: takes what the files look like now as the
+    /// base of the polls and says so (`true`: the caller must re-read, changes since its last
+    /// read were not watched). `false` once polling has begun.
+    async fn begin_polling(&self) -> bool {
+        if self.lock_polled().stamps.is_some() {
+            return false;
+        }
+        let now = self.stamp_files().await;
+        let mut polled = self.lock_polled();
+        polled.stamps = Some(now);
+        polled.next = Some(tokio::time::Instant::now() + self.poll_interval);
+        true
+    }
+
+    /// Polls at the interval until a file's stamp differs from the last poll's.
+    async fn polled_change(&self) {
+        loop {
+            let due = *self
+                .lock_polled()
+                .next
+                .get_or_insert_with(|| tokio::time::Instant::now() + self.poll_interval);
+            tokio::time::sleep_until(due).await;
+            let now = self.stamp_files().await;
+            let mut polled = self.lock_polled();
+            polled.next = Some(tokio::time::Instant::now() + self.poll_interval);
+            let changed = polled.stamps.as_ref() != Some(&now);
+            polled.stamps = Some(now);
+            if changed {
+                return;
+            }
+        }
+    }
+
+    /// The files' stamps, read off the async workers (`stat` may block on a hung network file
+    /// system).
+    async fn stamp_files(&self) -> Stamps {
+        let files = Arc::clone(&self.files);
+        match tokio::task::spawn_blocking(move || stamps(&files)).await {
+            Ok(stamps) => stamps,
+            // The blocking pool is shutting down with the runtime: read here.
+            Err(_) => stamps(&self.files),
+        }
+    }
+
+    fn lock_polled(&self) -> std::sync::MutexGuard<'_, Polled> {
+        // Plain assignments: a panic elsewhere cannot leave them half done.
+        self.polled
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+fn stamps(files: &[PathBuf]) -> Stamps {
+    use std::os::unix::fs::MetadataExt;
+    files
+        .iter()
+        .map(|file| {
+            let meta = std::fs::metadata(file).ok()?;
+            Some(FileStamp {
+                dev: meta.dev(),
+                ino: meta.ino(),
+                len: meta.len(),
+                modified: (meta.mtime(), meta.mtime_nsec()),
+                changed: (meta.ctime(), meta.ctime_nsec()),
+            })
+        })
+        .collect()
 }

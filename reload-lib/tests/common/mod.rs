@@ -147,3 +147,37 @@ pub fn init_tracing() {
         .with_test_writer()
         .try_init();
 }
+
+/// A server for `localhost` (issued by `server_ca`) requiring client certificates from the
+/// bundle at `bundle`, checked against the CRL file `crl` when given.
+pub async fn mtls_set(
+    tmp: &std::path::Path,
+    server_ca: &Ca,
+    bundle: &std::path::Path,
+    crl: Option<&std::path::Path>,
+    configure: Option<fn(&mut rustls::ServerConfig)>,
+) -> reload_lib::Result<reload_lib::ServingSet> {
+    let dir = PairDir::new(
+        &tmp.join("tls"),
+        Writer::Rename,
+        &server_ca.leaf(&["localhost"], 30),
+    );
+    let mut builder = reload_lib::ServingSet::builder(dir.paths())
+        .client_ca(bundle, reload_lib::ClientAuth::Required)
+        .resync_interval(None);
+    if let Some(crl) = crl {
+        builder = builder.client_crl(crl);
+    }
+    if let Some(configure) = configure {
+        builder = builder.configure(configure);
+    }
+    builder.start().await
+}
+
+/// The reason of the set's last rejection, if any.
+pub fn reason(status: &reload_lib::Status) -> Option<reload_lib::InvalidMaterial> {
+    status
+        .last_error
+        .as_ref()
+        .and_then(|e| e.invalid_material().cloned())
+}

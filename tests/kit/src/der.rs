@@ -1,5 +1,6 @@
-//! Certificates rcgen cannot make, built from its DER: a few DER helpers (enough for the
-//! certificates rcgen writes) and a subjectUniqueID inserted and signed again.
+//! Certificates and requests rcgen cannot make, built from its DER: a few DER helpers (enough
+//! for the certificates rcgen writes, and for [`crate::csr::RawRequest`]) and a
+//! subjectUniqueID inserted and signed again.
 
 use rcgen::KeyPair;
 
@@ -77,4 +78,31 @@ pub(crate) fn pem_of(der: &[u8]) -> String {
         &pem::Pem::new("CERTIFICATE", der.to_vec()),
         pem::EncodeConfig::new().set_line_ending(pem::LineEnding::LF),
     )
+}
+
+/// The DER of an OBJECT IDENTIFIER given dotted (`2.5.4.3`).
+///
+/// # Panics
+/// On a malformed dotted OID (a test bug).
+pub(crate) fn oid(dotted: &str) -> Vec<u8> {
+    let arcs: Vec<u64> = dotted
+        .split('.')
+        .map(|a| a.parse().expect("a dotted OID"))
+        .collect();
+    let mut content = Vec::new();
+    let mut push = |mut arc: u64| {
+        let mut bytes = vec![(arc & 0x7f) as u8];
+        arc >>= 7;
+        while arc > 0 {
+            bytes.push(0x80 | (arc & 0x7f) as u8);
+            arc >>= 7;
+        }
+        bytes.reverse();
+        content.extend(bytes);
+    };
+    push(arcs[0] * 40 + arcs[1]);
+    for arc in &arcs[2..] {
+        push(*arc);
+    }
+    tlv(0x06, &content)
 }

@@ -7,26 +7,30 @@ use std::process::Command;
 /// The variable naming the assets directory (the controller-runtime envtest convention).
 pub const ASSETS_ENV: &str = "KUBEBUILDER_ASSETS";
 
-/// The directory holding `kube-apiserver` and `etcd`: `KUBEBUILDER_ASSETS`, else what
-/// `../shared/envtest/setup` prints, looked for beside the current directory and beside the
-/// workspace this kit was built from.
+/// The directory holding `kube-apiserver` and `etcd`: `KUBEBUILDER_ASSETS` (relative to the
+/// workspace root, see [`crate::env`]), else what `../shared/envtest/setup` prints, looked for
+/// beside the current directory and beside the workspace this kit was built from.
 ///
 /// # Errors
-/// Why there is none (printed by tests that skip, and by the demo).
+/// Why there is none: `KUBEBUILDER_ASSETS` unset and no setup script (printed by tests that
+/// skip, and by the demo).
+///
+/// # Panics
+/// When `KUBEBUILDER_ASSETS` names a path that is not there or lacks a binary, or the setup
+/// script fails or prints such a directory: a broken command or machine, never a skip.
 pub fn find_assets() -> Result<PathBuf, String> {
-    let check = |dir: PathBuf, from: &str| -> Result<PathBuf, String> {
+    let check = |dir: PathBuf, from: &dyn Fn(&Path, &str) -> String| -> PathBuf {
         for binary in ["kube-apiserver", "etcd"] {
             if !dir.join(binary).is_file() {
-                return Err(format!(
-                    "{from} names {}, which has no {binary}",
-                    dir.display()
-                ));
+                panic!("{}", from(&dir, &format!("has no {binary}")));
             }
         }
-        Ok(dir)
+        dir
     };
-    if let Some(dir) = std::env::var_os(ASSETS_ENV).filter(|d| !d.is_empty()) {
-        return check(PathBuf::from(dir), ASSETS_ENV);
+    if let Some(dir) = crate::env::existing(ASSETS_ENV) {
+        return Ok(check(dir, &|dir, what| {
+            crate::env::missing(ASSETS_ENV, dir, what)
+        }));
     }
     let workspace_setup = workspace_root().join("../shared/envtest/setup");
     let Some(setup) = [
@@ -42,27 +46,25 @@ pub fn find_assets() -> Result<PathBuf, String> {
     };
     let output = Command::new(&setup)
         .output()
-        .map_err(|err| format!("cannot run {}: {err}", setup.display()))?;
-    if !output.status.success() {
-        return Err(format!(
-            "{} failed ({}): {}",
-            setup.display(),
-            output.status,
-            String::from_utf8_lossy(&output.stderr).trim()
-        ));
-    }
+        .unwrap_or_else(|err| panic!("cannot run {}: {err}", setup.display()));
+    assert!(
+        output.status.success(),
+        "{} failed ({}): {}",
+        setup.display(),
+        output.status,
+        String::from_utf8_lossy(&output.stderr).trim()
+    );
     let dir = String::from_utf8_lossy(&output.stdout).trim().to_owned();
-    check(PathBuf::from(dir), &setup.display().to_string())
+    Ok(check(PathBuf::from(dir), &|dir, what| {
+        format!(
+            "{} printed {}, which {what}",
+            setup.display(),
+            dir.display()
+        )
+    }))
 }
 
-/// The workspace root (this package lives in `<root>/tests/kit`).
-pub fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .ancestors()
-        .nth(2)
-        .expect("the kit is inside the workspace")
-        .to_owned()
-}
+pub use crate::env::workspace_root;
 
 /// Free 127.0.0.1 ports, bound together and released (the processes bind them just after;
 /// another process may take one in between, so callers retry on `address already in use`).

@@ -14,6 +14,8 @@
 //!   killed on drop.
 //! - [`wait`]: bounded polling for a condition (async and blocking).
 //! - [`envtest`]: the real kube-apiserver and etcd: finding them, their command lines.
+//! - [`env`](mod@env): paths named by environment variables, read one way (relative to the workspace
+//!   root; a path that is not there is an error, never a skip).
 //!
 //! Everything here panics on failure with a message that names what failed: a failure is a bug
 //! in the test or the machine, never input to handle. reload-lib takes this package as a
@@ -22,6 +24,7 @@
 
 pub mod csr;
 mod der;
+pub mod env;
 pub mod envtest;
 pub mod files;
 pub mod http;

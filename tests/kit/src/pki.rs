@@ -11,13 +11,14 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use rcgen::{
-    BasicConstraints, CertificateParams, CertificateRevocationListParams, DnType,
-    ExtendedKeyUsagePurpose, IsCa, Issuer, KeyIdMethod, KeyPair, RevocationReason,
-    RevokedCertParams, SanType,
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    SanType,
 };
 use time::{Duration, OffsetDateTime};
 
 use crate::rename;
+
+mod crl;
 
 /// The next serial number (and CRL number) of this process.
 static SERIAL: AtomicU64 = AtomicU64::new(0x1000_0000);
@@ -85,6 +86,8 @@ pub struct CertSpec {
     pub key: KeyKind,
     /// An existing key (PEM) to certify instead of a fresh one (many certificates, few keys).
     pub reuse_key: Option<String>,
+    /// CRL distribution point URIs (which partitioned CRL covers it: [`Ca::crl_scoped`]).
+    pub crl_distribution_points: Vec<String>,
 }
 
 impl CertSpec {
@@ -102,6 +105,7 @@ impl CertSpec {
             peer: false,
             key: KeyKind::EcdsaP256,
             reuse_key: None,
+            crl_distribution_points: Vec::new(),
         }
     }
 
@@ -195,6 +199,13 @@ impl CertSpec {
         self
     }
 
+    /// Adds a CRL distribution point URI.
+    #[must_use]
+    pub fn crl_distribution_point(mut self, uri: &str) -> CertSpec {
+        self.crl_distribution_points.push(uri.to_owned());
+        self
+    }
+
     fn params(&self, serial: u64) -> (CertificateParams, KeyPair) {
         let key = match &self.reuse_key {
             Some(pem) => KeyPair::from_pem(pem).expect("the reused key is a valid PEM key"),
@@ -222,6 +233,11 @@ impl CertSpec {
         params.serial_number = Some(serial.into());
         params.not_before = self.not_before;
         params.not_after = self.not_after;
+        if !self.crl_distribution_points.is_empty() {
+            params.crl_distribution_points = vec![rcgen::CrlDistributionPoint {
+                uris: self.crl_distribution_points.clone(),
+            }];
+        }
         params.extended_key_usages = if self.peer {
             vec![
                 ExtendedKeyUsagePurpose::ServerAuth,
@@ -467,35 +483,6 @@ impl Ca {
         let issued = self.issue(&CertSpec::client(cn));
         (issued.cert_pem, issued.key_pem)
     }
-
-    /// A CRL (PEM) revoking `serials`, next update in a day.
-    pub fn crl(&self, serials: &[u64]) -> String {
-        self.crl_next_update(serials, Duration::days(1))
-    }
-
-    /// The same CRL in DER.
-    ///
-    /// # Panics
-    /// When rcgen cannot sign the CRL.
-    pub fn crl_der(&self, serials: &[u64]) -> Vec<u8> {
-        crl_params(serials, Duration::days(1))
-            .signed_by(&self.issuer)
-            .expect("signing the CRL")
-            .der()
-            .to_vec()
-    }
-
-    /// A CRL (PEM) whose nextUpdate is `next_update` from now (negative: stale).
-    ///
-    /// # Panics
-    /// When rcgen cannot sign the CRL.
-    pub fn crl_next_update(&self, serials: &[u64], next_update: Duration) -> String {
-        crl_params(serials, next_update)
-            .signed_by(&self.issuer)
-            .expect("signing the CRL")
-            .pem()
-            .expect("encoding the CRL")
-    }
 }
 
 fn ca_params(
@@ -509,28 +496,6 @@ fn ca_params(
     params.not_before = not_before;
     params.not_after = not_after;
     params
-}
-
-fn crl_params(serials: &[u64], next_update: Duration) -> CertificateRevocationListParams {
-    let now = OffsetDateTime::now_utc();
-    // thisUpdate before nextUpdate, also for a stale CRL.
-    let this_update = (now - Duration::minutes(5)).min(now + next_update - Duration::days(1));
-    CertificateRevocationListParams {
-        this_update,
-        next_update: now + next_update,
-        crl_number: next_serial().into(),
-        issuing_distribution_point: None,
-        revoked_certs: serials
-            .iter()
-            .map(|serial| RevokedCertParams {
-                serial_number: (*serial).into(),
-                revocation_time: now - Duration::minutes(1),
-                reason_code: Some(RevocationReason::KeyCompromise),
-                invalidity_date: None,
-            })
-            .collect(),
-        key_identifier_method: KeyIdMethod::Sha256,
-    }
 }
 
 /// Files of one issued certificate.

@@ -186,6 +186,11 @@ impl Child {
         ))
     }
 
+    /// The process id.
+    pub fn id(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Whether the process has exited (reaping it if so).
     pub fn has_exited(&mut self) -> Option<ExitStatus> {
         self.child.try_wait().ok().flatten()
@@ -199,11 +204,15 @@ impl Child {
 
     /// Sends SIGTERM (through `kill(1)`: the workspace forbids `unsafe`) and waits at most
     /// `timeout` for the process to exit; returns its exit status, or `None` if it is still
-    /// running (it is then killed on drop).
+    /// running (it is then killed on drop). A process that already exited (and was reaped, by
+    /// [`Child::has_exited`] say) gets no signal: its pid may be another process's by now.
     ///
     /// # Panics
     /// When `kill` cannot run or fails.
     pub fn terminate(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        if let Ok(Some(status)) = self.child.try_wait() {
+            return Some(status);
+        }
         let sent = Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
             .status()

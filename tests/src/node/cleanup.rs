@@ -8,9 +8,15 @@ use std::process::Command;
 /// The mount points at or under `dir`, deepest first (from `/proc/self/mountinfo`; octal
 /// escapes such as `\040` decoded).
 pub fn mounts_under(dir: &Path) -> Vec<String> {
-    let prefix = dir.display().to_string();
     let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    let mut mounts: Vec<String> = text
+    mounts_under_in(&text, dir)
+}
+
+/// [`mounts_under`] in the mount table `mountinfo` (the text of a `/proc/PID/mountinfo`: another
+/// process's mount namespace).
+pub fn mounts_under_in(mountinfo: &str, dir: &Path) -> Vec<String> {
+    let prefix = dir.display().to_string();
+    let mut mounts: Vec<String> = mountinfo
         .lines()
         .filter_map(|line| line.split(' ').nth(4))
         .map(unescape)

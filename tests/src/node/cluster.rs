@@ -19,7 +19,7 @@
 //!    client files;
 //! 5. the seed apiserver stops. Only etcd runs when the kubelet is started.
 
-use super::tokens::{bound_service_account, token_of};
+use super::tokens::{bound_service_account, token_of, write_container_tokens};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -226,28 +226,7 @@ impl ControlPlane {
             &manifests::dir().join("node/etc/kubernetes/static-pod-resources/kube-apiserver-pod-1"),
             &resources,
         );
-        for container in &pod.spec.as_ref().unwrap().containers {
-            let argv = raw_argv(&pod, &container.name);
-            let Some(config) = manifests::flag(&argv, "kubeconfig") else {
-                continue;
-            };
-            let (_, repo_file) = manifests::node_file(&manifests::pod(), container, config)
-                .unwrap_or_else(|| panic!("{}: {config} is on no hostPath", container.name));
-            let text = std::fs::read_to_string(&repo_file).unwrap();
-            let parsed: serde_json::Value = serde_norway::from_str(&text).unwrap();
-            let token_file = parsed["users"][0]["user"]["tokenFile"]
-                .as_str()
-                .expect("the sidecar's kubeconfig names a token file");
-            let (namespace, account) = manifests::service_account_of_token_file(token_file);
-            let token = token_of(&admin, &namespace, &account).await;
-            let host = resources.join(
-                token_file
-                    .strip_prefix("/etc/kubernetes/static-pod-resources/")
-                    .expect("the token file is in the resource dir"),
-            );
-            std::fs::create_dir_all(host.parent().unwrap()).unwrap();
-            testkit::rename::rename_into_with_mode(&host, token.as_bytes(), 0o600);
-        }
+        write_container_tokens(&admin, &pod, &manifests::pod(), &resources).await;
         let write = |relative: &str, text: &str, mode: u32| {
             let path = resources.join(relative);
             std::fs::create_dir_all(path.parent().unwrap()).unwrap();

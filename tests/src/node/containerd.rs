@@ -86,6 +86,15 @@ impl Containerd {
         containerd
     }
 
+    /// The containerd that another process started with its files in `dir` (`ctr` against
+    /// `dir/containerd.sock`; [`Containerd::stop`] does nothing).
+    pub fn attach(dir: &Path) -> Containerd {
+        Containerd {
+            dir: dir.to_owned(),
+            process: None,
+        }
+    }
+
     /// Its socket.
     pub fn socket(&self) -> PathBuf {
         self.dir.join("containerd.sock")

@@ -47,12 +47,7 @@ pub fn script() -> PathBuf {
 /// # Panics
 /// When the script is missing or fails (with its output), or an image is missing after it.
 pub fn build_and_import(containerd: &Containerd) {
-    // podman refuses a runroot path over 50 characters: a short directory in the temp dir
-    // (one per machine, under the lock; the layers are cached by content).
-    let work = std::env::temp_dir().join("cert-reload-node-images");
-    std::fs::create_dir_all(&work).expect("the images' work directory");
-    let lock = std::fs::File::create(work.join("images.lock")).expect("the images lock");
-    lock.lock().expect("lock target/node-tier/images.lock");
+    let (storage, lock) = shared_storage();
     let started = Instant::now();
     let script = script();
     assert!(
@@ -65,7 +60,7 @@ pub fn build_and_import(containerd: &Containerd) {
         .arg("--containerd")
         .arg(containerd.socket())
         .arg("--storage")
-        .arg(work.join("storage"))
+        .arg(storage)
         .current_dir(crate::envtest::repo_root())
         // The script looks for `<repo>/../shared/*/setup`, absent beside a worktree: the
         // assets this process found.
@@ -116,6 +111,21 @@ pub fn build_and_import(containerd: &Containerd) {
         "images built and imported by scripts/build-images in {} ms",
         started.elapsed().as_millis()
     );
+}
+
+/// The podman storage every node test shares, `$TMPDIR/cert-reload-node-images/storage` (the
+/// script's `--storage`: `root/`, `runroot/`), and its lock, held until the file is dropped.
+/// podman refuses a runroot path over 50 characters: a short directory in the temp dir, one per
+/// machine; the layers in it are cached by content.
+///
+/// # Panics
+/// When the directory cannot be made or locked.
+pub fn shared_storage() -> (PathBuf, std::fs::File) {
+    let work = std::env::temp_dir().join("cert-reload-node-images");
+    std::fs::create_dir_all(&work).expect("the images' work directory");
+    let lock = std::fs::File::create(work.join("images.lock")).expect("the images lock");
+    lock.lock().expect("lock the images' storage");
+    (work.join("storage"), lock)
 }
 
 /// Builds the pause image alone the way `../shared/node/README.md` does (`FROM scratch`,

@@ -60,44 +60,56 @@ impl Drop for LoopbackAddress {
     }
 }
 
-/// The directory with `kubelet` and `pause`: `E2E_NODE_ASSETS`, else what
-/// `<repo root>/../shared/node/setup` prints (run once per process).
+/// The directory with `kubelet` and `pause`: `E2E_NODE_ASSETS` (relative to the repository
+/// root, see [`testkit::env`]), else what `<repo root>/../shared/node/setup` prints (run once
+/// per process).
 ///
 /// # Errors
-/// Why there is none.
+/// Why there is none: `E2E_NODE_ASSETS` unset and no setup script (the node tier skips).
+///
+/// # Panics
+/// When `E2E_NODE_ASSETS` names a path that is not there or lacks a binary, or the setup script
+/// fails: a broken command or machine, never a skip.
 pub fn assets() -> Result<PathBuf, String> {
     static FOUND: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     FOUND.get_or_init(find_assets).clone()
 }
 
 fn find_assets() -> Result<PathBuf, String> {
-    let dir = match std::env::var_os("E2E_NODE_ASSETS").filter(|d| !d.is_empty()) {
-        Some(dir) => PathBuf::from(dir),
+    const VAR: &str = "E2E_NODE_ASSETS";
+    let (dir, from) = match testkit::env::existing(VAR) {
+        Some(dir) => (dir, VAR.to_owned()),
         None => {
             let setup = crate::envtest::repo_root().join("../shared/node/setup");
             if !setup.is_file() {
                 return Err(format!(
-                    "no kubelet: E2E_NODE_ASSETS is unset and {} does not exist",
+                    "no kubelet: {VAR} is unset and {} does not exist",
                     setup.display()
                 ));
             }
             let out = std::process::Command::new(&setup)
                 .output()
-                .map_err(|err| format!("cannot run {}: {err}", setup.display()))?;
-            if !out.status.success() {
-                return Err(format!(
-                    "{} failed: {}",
-                    setup.display(),
-                    String::from_utf8_lossy(&out.stderr).trim()
-                ));
-            }
-            PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+                .unwrap_or_else(|err| panic!("cannot run {}: {err}", setup.display()));
+            assert!(
+                out.status.success(),
+                "{} failed: {}",
+                setup.display(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+            let dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+            (dir, setup.display().to_string())
         }
     };
     for binary in ["kubelet", "pause"] {
-        if !dir.join(binary).is_file() {
-            return Err(format!("{} has no {binary}", dir.display()));
-        }
+        assert!(
+            dir.join(binary).is_file(),
+            "{}",
+            if from == VAR {
+                testkit::env::missing(VAR, &dir, &format!("has no {binary}"))
+            } else {
+                format!("{from} printed {}, which has no {binary}", dir.display())
+            }
+        );
     }
     Ok(dir)
 }
@@ -131,23 +143,41 @@ pub fn skip_reason() -> Option<String> {
 }
 
 /// OpenShift's CRDs and cluster objects (`crds.yaml`, `cluster-objects.sh`):
-/// `E2E_OPENSHIFT_DIR`, else `<repo root>/../shared/openshift`.
+/// `E2E_OPENSHIFT_DIR` (relative to the repository root, see [`testkit::env`]), else
+/// `<repo root>/../shared/openshift`.
 ///
 /// # Errors
-/// When neither holds them (the node tier then skips).
+/// When `E2E_OPENSHIFT_DIR` is unset and `../shared/openshift` does not exist (the node tier
+/// then skips).
+///
+/// # Panics
+/// When `E2E_OPENSHIFT_DIR` names a path that is not there, or either directory lacks a file.
 pub fn openshift_dir() -> Result<PathBuf, String> {
-    let dir = std::env::var_os("E2E_OPENSHIFT_DIR")
-        .filter(|d| !d.is_empty())
-        .map_or_else(
-            || crate::envtest::repo_root().join("../shared/openshift"),
-            PathBuf::from,
-        );
+    const VAR: &str = "E2E_OPENSHIFT_DIR";
+    let named = testkit::env::existing(VAR);
+    let dir = match &named {
+        Some(dir) => dir.clone(),
+        None => {
+            let shared = crate::envtest::repo_root().join("../shared/openshift");
+            if !shared.exists() {
+                return Err(format!(
+                    "no OpenShift cluster objects: {VAR} is unset and {} does not exist",
+                    shared.display()
+                ));
+            }
+            shared
+        }
+    };
     for file in ["crds.yaml", "cluster-objects.sh"] {
         if !dir.join(file).is_file() {
-            return Err(format!(
-                "no OpenShift cluster objects: {} has no {file} (set E2E_OPENSHIFT_DIR)",
-                dir.display()
-            ));
+            let what = format!("has no {file}");
+            panic!(
+                "{}",
+                match named {
+                    Some(_) => testkit::env::missing(VAR, &dir, &what),
+                    None => format!("{} {what}", dir.display()),
+                }
+            );
         }
     }
     Ok(dir)

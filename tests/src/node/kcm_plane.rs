@@ -15,10 +15,12 @@
 //!    old `csr-signer`, expired (in `--cert-dir`, `kubelet-client-current.pem`, and a kubeconfig
 //!    naming it, as the kubelet writes them), and a bootstrap kubeconfig with the long-lived
 //!    token of OpenShift's `openshift-machine-config-operator/node-bootstrapper`;
-//! 4. a token for the opt-in CSR approver (`manifests/rbac/csr-approver.yaml`'s account);
+//! 4. the tokens of the pod's containers that have a kubeconfig (the sidecars, and the kubelet
+//!    CSR approver, [`KCM_APPROVER`], as `manifests/rbac/csr-approver.yaml`'s account), and the
+//!    approver's token as a host file too ([`KcmPlane::approver_command`]);
 //! 5. the kube-scheduler pod's files as the sleep left them ([`SleptScheduler`]).
 
-use super::tokens::{bound_service_account, token_of};
+use super::tokens::{bound_service_account, token_of, write_container_tokens};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -31,7 +33,7 @@ use testkit::pki::{Ca, CertSpec};
 use super::cluster::ControlPlane;
 use super::ks_plane::SleptScheduler;
 use super::kubeconfig::kubeconfig;
-use super::pod::{host_path, raw_argv, rewrite_host_paths};
+use super::pod::{host_path, mount_at_host_path, raw_argv, rewrite_host_paths};
 use super::profile_objects::{KS, URL};
 use super::seed::SeedApiServer;
 use crate::manifests;
@@ -49,6 +51,10 @@ pub const KCM_SERVER: &str = "kube-controller-manager";
 pub const KCM_SYNC: &str = "kube-controller-manager-cert-syncer";
 /// The pod's regeneration sidecar.
 pub const KCM_RECOVERY: &str = "kube-controller-manager-recovery-controller";
+/// The pod's `restart-on-change` sidecar (restarts [`KCM_SERVER`] on a new client certificate).
+pub const KCM_RESTARTER: &str = "kube-controller-manager-cert-restarter";
+/// The pod's kubelet CSR approver (`approve-kubelet-csr`).
+pub const KCM_APPROVER: &str = "kube-controller-manager-csr-approver";
 /// The kubelet's bootstrap identity on OpenShift (its bootstrap kubeconfig's token).
 pub const BOOTSTRAPPER: (&str, &str) = ("openshift-machine-config-operator", "node-bootstrapper");
 /// [`BOOTSTRAPPER`] as a username (`approve-kubelet-csr --bootstrap-user`).
@@ -183,7 +189,11 @@ impl KcmPlane {
     /// When any step fails, naming it.
     pub async fn prepare(plane: &ControlPlane, node: &str) -> KcmPlane {
         let root = &plane.root;
-        let pod = bind_to_loopback(rewrite_host_paths(render("static-pod-kcm"), root));
+        let rendered = render("static-pod-kcm");
+        let pod = mount_at_host_path(
+            bind_to_loopback(rewrite_host_paths(rendered.clone(), root)),
+            "kubelet-pki",
+        );
         let resources = host_path(&pod, "resource-dir");
         let certs = host_path(&pod, "cert-dir");
         let seed_keys = root.join("seed");
@@ -283,17 +293,7 @@ impl KcmPlane {
             &plane.recovery_ca,
             0o644,
         );
-        for (secret, account) in [
-            ("kube-controller-manager-cert-syncer-token", "cert-syncer"),
-            ("cert-recovery-controller-token", "cert-recovery-controller"),
-        ] {
-            let token = token_of(&admin, KCM_NS, account).await;
-            write(
-                &resources.join(format!("secrets/{secret}/token")),
-                &token,
-                0o600,
-            );
-        }
+        write_container_tokens(&admin, &pod, &rendered, &resources).await;
         let approver_token = root.join("etc/kubernetes/kubelet-csr-approver.token");
         write(
             &approver_token,
@@ -354,7 +354,7 @@ impl KcmPlane {
                     not_after - time::Duration::hours(1),
                 ),
         );
-        let kubelet_cert_dir = root.join("var/lib/kubelet/pki");
+        let kubelet_cert_dir = host_path(&pod, "kubelet-pki");
         std::fs::create_dir_all(&kubelet_cert_dir).unwrap();
         let pair = kubelet_cert_dir.join("kubelet-client-2015-01-01-00-00-00.pem");
         write(
@@ -432,8 +432,9 @@ impl KcmPlane {
         self.kubelet_cert_dir.join("kubelet-client-current.pem")
     }
 
-    /// `cert-syncer approve-kubelet-csr` for `node` as a host process, connected like the
-    /// sidecars (`localhost-recovery`, the recovery CA) with its own account's token, accepting
+    /// `cert-syncer approve-kubelet-csr` for `node` as a host process (the pod runs the same
+    /// approver as its container [`KCM_APPROVER`]; this is for a test that runs it outside a
+    /// pod), connected like the sidecars (`localhost-recovery`, the recovery CA) with its own account's token, accepting
     /// the node-bootstrapper as the bootstrap identity.
     pub fn approver_command(&self, node: &str) -> Command {
         let mut command = Command::new(bin_path("cert-syncer"));
@@ -459,6 +460,13 @@ impl KcmPlane {
                 std::env::var("RUST_LOG").unwrap_or("info".into()),
             );
         command
+    }
+
+    /// Turns `restart-on-change` off in the controller manager's and the scheduler's pods
+    /// ([`super::pod::without_restarters`]): the baseline of the whole recovery's benchmark.
+    pub fn without_restarters(&mut self) {
+        self.pod = super::pod::without_restarters(self.pod.clone());
+        self.scheduler.pod = super::pod::without_restarters(self.scheduler.pod.clone());
     }
 
     /// The cert dir file `kind/name/key`.

@@ -7,7 +7,7 @@
 //! [`super::scheduler::SchedulerPod::place`], which places it on a recovered plane with an
 //! empty cert dir).
 
-use super::tokens::token_of;
+use super::tokens::write_container_tokens;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -90,28 +90,7 @@ impl SleptScheduler {
             &plane.recovery_ca,
             0o644,
         );
-        let admin = seed.admin();
-        for container in &pod.spec.as_ref().expect("a pod spec").containers {
-            let argv = raw_argv(&pod, &container.name);
-            let Some(config) = manifests::flag(&argv, "kubeconfig") else {
-                continue;
-            };
-            let (_, repo_file) = manifests::node_file(&rendered, container, config)
-                .unwrap_or_else(|| panic!("{}: {config} is on no hostPath", container.name));
-            let parsed: serde_json::Value =
-                serde_norway::from_str(&std::fs::read_to_string(&repo_file).unwrap()).unwrap();
-            let token_file = parsed["users"][0]["user"]["tokenFile"]
-                .as_str()
-                .expect("the sidecar's kubeconfig names a token file");
-            let (namespace, account) = manifests::service_account_of_token_file(token_file);
-            let token = token_of(&admin, &namespace, &account).await;
-            let host = resources.join(
-                token_file
-                    .strip_prefix("/etc/kubernetes/static-pod-resources/")
-                    .expect("the token file is in the resource dir"),
-            );
-            write(&host, &token, 0o600);
-        }
+        write_container_tokens(&seed.admin(), &pod, &rendered, &resources).await;
 
         // The cert dir as the sync sidecar left it.
         let lists: Vec<String> = raw_argv(&pod, SYNC)

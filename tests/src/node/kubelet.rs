@@ -56,6 +56,11 @@ impl Kubelet {
         }
     }
 
+    /// Its process id (while it runs).
+    pub fn pid(&self) -> Option<u32> {
+        self.process.as_ref().map(|p| p.id())
+    }
+
     /// Whether it still runs.
     pub fn is_running(&mut self) -> bool {
         self.process
@@ -96,6 +101,10 @@ pub struct Node {
     /// Where its processes run and the test reaches them (the machine's own namespaces
     /// unless started with [`Node::start_in`]).
     pub env: NodeEnv,
+    /// What the kubelet was last started with (to start it again, as systemd does).
+    kubelet_options: Option<KubeletOptions>,
+    /// How often [`Node::keep_kubelet_running`] started it again.
+    kubelet_restarts: u32,
 }
 
 impl std::fmt::Debug for Node {
@@ -134,6 +143,8 @@ impl Node {
             containerd,
             kubelet: None,
             env,
+            kubelet_options: None,
+            kubelet_restarts: 0,
         }
     }
 
@@ -177,6 +188,7 @@ impl Node {
             manifests = self.manifests.display(),
             health = self.env.address,
         );
+        self.kubelet_options = Some(options.clone());
         let path = self.dir.join("kubelet.yaml");
         std::fs::write(&path, config).expect("the kubelet's config");
         let mut command = Command::new(assets.join("kubelet"));
@@ -239,6 +251,42 @@ impl Node {
     /// The kubelet, once started.
     pub fn kubelet(&mut self) -> Option<&mut Kubelet> {
         self.kubelet.as_mut()
+    }
+
+    /// Starts the kubelet again, with the options it last started with, if it exited: what
+    /// systemd's `Restart=always` does for `kubelet.service` on a node (the 1.20 kubelet exits,
+    /// for one, after 5 minutes without a valid client certificate while the apiserver
+    /// answers). The pods' containers run on meanwhile. Returns whether it was started again
+    /// (printed, with the end of its log); call it wherever a test waits on the node.
+    ///
+    /// # Panics
+    /// When the kubelet was never started, or does not become healthy again (see
+    /// [`Node::start_kubelet`]).
+    pub fn keep_kubelet_running(&mut self) -> bool {
+        let kubelet = self.kubelet.as_mut().expect("the kubelet was started");
+        if kubelet.is_running() {
+            return false;
+        }
+        let ran_for = kubelet.started.elapsed();
+        eprintln!(
+            "node {}: the kubelet exited after {} ms; started again, as systemd's \
+             Restart=always does:\n{}",
+            self.name,
+            ran_for.as_millis(),
+            self.kubelet_log_tail()
+        );
+        self.kubelet_restarts += 1;
+        let options = self
+            .kubelet_options
+            .clone()
+            .expect("the options of the last start");
+        self.start_kubelet(&options);
+        true
+    }
+
+    /// How often [`Node::keep_kubelet_running`] started the kubelet again.
+    pub fn kubelet_restarts(&self) -> u32 {
+        self.kubelet_restarts
     }
 
     /// The last 40 lines of the kubelet's log.

@@ -12,6 +12,8 @@
 //! - [`images`]: the images of `scripts/build-images` (the README's command), built once and
 //!   imported into each node's containerd;
 //! - [`etcd`]: etcd with TLS serving and client certificates (OpenShift's `etcd-client`);
+//! - [`machine`]: a private machine (mount, network and PID namespaces) for commands written
+//!   for a whole machine, such as the README's walkthrough;
 //! - [`kcm_plane`] and [`ks_plane`]: the kube-controller-manager and kube-scheduler pods as a
 //!   sleep left them, and the kubelet's expired identity with a bootstrap kubeconfig, added to
 //!   the slept [`cluster::ControlPlane`] for the whole recovery (`kubelet_full_recovery.rs`).
@@ -32,6 +34,7 @@ pub mod kcm_plane;
 pub mod ks_plane;
 pub mod kubeconfig;
 pub mod kubelet;
+pub mod machine;
 pub mod plane_clients;
 pub mod pod;
 pub mod ports;

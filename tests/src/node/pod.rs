@@ -136,3 +136,57 @@ pub fn raw_argv(pod: &Pod, name: &str) -> Vec<String> {
         .cloned()
         .collect()
 }
+
+/// The pod without its `restart-on-change` sidecars (containers running `cert-syncer
+/// restart-on-change`) and without the shared PID namespace they need: the servers then take a
+/// new client certificate only at client-go's 5-minute re-read (the benchmark's baseline,
+/// `E2E_NODE_RESTART=off`).
+pub fn without_restarters(mut pod: Pod) -> Pod {
+    if let Some(spec) = pod.spec.as_mut() {
+        spec.containers.retain(|c| {
+            !c.command
+                .iter()
+                .flatten()
+                .any(|arg| arg == "restart-on-change")
+        });
+        spec.share_process_namespace = None;
+    }
+    pod
+}
+
+/// The pod with the hostPath volume `volume` mounted at its host path in every container that
+/// mounts it, and those containers' flags that named a file under the old mount path pointed at
+/// the same file under the new one. For a directory that holds absolute symlinks, such as the
+/// kubelet's `--cert-dir` (`kubelet-client-current.pem` → the dated file, by its absolute path):
+/// the manifest mounts the node's `/var/lib/kubelet/pki` at that same path, and so does a test
+/// whose node keeps it elsewhere ([`rewrite_host_paths`]).
+pub fn mount_at_host_path(mut pod: Pod, volume: &str) -> Pod {
+    let host = host_path(&pod, volume).display().to_string();
+    for container in pod
+        .spec
+        .as_mut()
+        .map(|s| s.containers.iter_mut())
+        .into_iter()
+        .flatten()
+    {
+        let mut moved: Vec<String> = Vec::new();
+        for mount in container
+            .volume_mounts
+            .iter_mut()
+            .flatten()
+            .filter(|m| m.name == volume)
+        {
+            moved.push(std::mem::replace(&mut mount.mount_path, host.clone()));
+        }
+        for arg in container.args.iter_mut().flatten() {
+            for old in &moved {
+                if let Some((flag, path)) = arg.split_once('=')
+                    && let Some(rest) = path.strip_prefix(old.as_str())
+                {
+                    *arg = format!("{flag}={host}{rest}");
+                }
+            }
+        }
+    }
+    pod
+}

@@ -4,7 +4,6 @@
 //! kube-apiserver) in place, and the manifest handed to the kubelet. The cert dir starts empty:
 //! everything the scheduler authenticates with comes through its sidecars.
 
-use super::tokens::token_of;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -26,6 +25,8 @@ pub const SCHEDULER: &str = "kube-scheduler";
 pub const SYNC: &str = "kube-scheduler-cert-syncer";
 /// The `regenerate --profile openshift-kube-scheduler` sidecar.
 pub const RECOVERY: &str = "kube-scheduler-recovery-controller";
+/// The pod's `restart-on-change` sidecar (restarts [`SCHEDULER`] on a new client certificate).
+pub const RESTARTER: &str = "kube-scheduler-cert-restarter";
 /// The client certificate: issued by the kube-apiserver's profile in
 /// `openshift-config-managed`, copied into [`NAMESPACE`], synced into the cert dir.
 pub const CLIENT_CERT: &str = "kube-scheduler-client-cert-key";
@@ -82,28 +83,8 @@ impl SchedulerPod {
             0o644,
         );
         // Each sidecar's token, for the account its kubeconfig's token file belongs to.
-        let admin = woken.plane.admin();
-        for container in &pod.spec.as_ref().expect("a pod spec").containers {
-            let argv = super::pod::raw_argv(&pod, &container.name);
-            let Some(config) = manifests::flag(&argv, "kubeconfig") else {
-                continue;
-            };
-            let (_, repo_file) = manifests::node_file(&rendered, container, config)
-                .unwrap_or_else(|| panic!("{}: {config} is on no hostPath", container.name));
-            let parsed: serde_json::Value =
-                serde_norway::from_str(&std::fs::read_to_string(&repo_file).unwrap()).unwrap();
-            let token_file = parsed["users"][0]["user"]["tokenFile"]
-                .as_str()
-                .expect("the sidecar's kubeconfig names a token file");
-            let (namespace, account) = manifests::service_account_of_token_file(token_file);
-            let token = token_of(&admin, &namespace, &account).await;
-            let host = resources.join(
-                token_file
-                    .strip_prefix("/etc/kubernetes/static-pod-resources/")
-                    .expect("the token file is in the resource dir"),
-            );
-            write(&host, &token, 0o600);
-        }
+        super::tokens::write_container_tokens(&woken.plane.admin(), &pod, &rendered, &resources)
+            .await;
         woken.node.place_manifest(
             "kube-scheduler-pod.yaml",
             &serde_json::to_string_pretty(&pod).expect("the pod serialises"),
@@ -120,9 +101,9 @@ impl SchedulerPod {
         self.certs.join("secrets").join(CLIENT_CERT).join(key)
     }
 
-    /// The logs of the pod's three containers (for failure messages).
+    /// The logs of the pod's containers (for failure messages).
     pub fn logs(node: &Node) -> String {
-        [SCHEDULER, SYNC, RECOVERY]
+        [SCHEDULER, SYNC, RECOVERY, RESTARTER]
             .iter()
             .map(|c| format!("{c}:\n{}\n", node.container_log(POD, c)))
             .collect()

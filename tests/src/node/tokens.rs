@@ -55,3 +55,44 @@ pub async fn token_of(admin: &kube::Client, namespace: &str, account: &str) -> S
         .expect("the token")
         .token
 }
+
+/// Writes, into the pod's resource dir `resources` on the host, the token of every container
+/// of `pod` that has a `--kubeconfig`: the account its kubeconfig's `tokenFile` belongs to (the
+/// token Secret of `manifests/` names it), at that file's place (0600). `rendered` is the pod
+/// as `manifests/` renders it (its hostPaths find the kubeconfig in the repository's node
+/// files).
+///
+/// # Panics
+/// When a kubeconfig is on no hostPath, names no token file outside the resource dir, or the
+/// API refuses a token.
+pub async fn write_container_tokens(
+    admin: &kube::Client,
+    pod: &k8s_openapi::api::core::v1::Pod,
+    rendered: &k8s_openapi::api::core::v1::Pod,
+    resources: &std::path::Path,
+) {
+    use crate::manifests;
+    for container in &pod.spec.as_ref().expect("a pod spec").containers {
+        let argv = super::pod::raw_argv(pod, &container.name);
+        let Some(config) = manifests::flag(&argv, "kubeconfig") else {
+            continue;
+        };
+        let (_, repo_file) = manifests::node_file(rendered, container, config)
+            .unwrap_or_else(|| panic!("{}: {config} is on no hostPath", container.name));
+        let parsed: serde_json::Value =
+            serde_norway::from_str(&std::fs::read_to_string(&repo_file).unwrap()).unwrap();
+        let Some(token_file) = parsed["users"][0]["user"]["tokenFile"].as_str() else {
+            // A client certificate's kubeconfig (the server's own): no token.
+            continue;
+        };
+        let (namespace, account) = manifests::service_account_of_token_file(token_file);
+        let token = token_of(admin, &namespace, &account).await;
+        let host = resources.join(
+            token_file
+                .strip_prefix("/etc/kubernetes/static-pod-resources/")
+                .expect("the token file is in the resource dir"),
+        );
+        std::fs::create_dir_all(host.parent().expect("a parent")).unwrap();
+        testkit::rename::rename_into_with_mode(&host, token.as_bytes(), 0o600);
+    }
+}

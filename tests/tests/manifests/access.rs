@@ -1,5 +1,5 @@
-//! The access lists are the truth: real runs of `cert-syncer sync`, `regenerate` and
-//! `inspect --namespace` against an audited apiserver (`mini-apiserver --audit-log`, and the
+//! The access lists are the truth: real runs of `cert-syncer sync`, `regenerate`,
+//! `inspect --namespace` and `restart-on-change` against an audited apiserver (`mini-apiserver --audit-log`, and the
 //! real kube-apiserver's audit log, where RBAC is enforced: there each run gets exactly its
 //! access list as Roles, and the static pod's sidecars exactly the Roles of `manifests/`), and
 //! every request they made
@@ -78,6 +78,7 @@ both_backends!(
     every_request_of_a_namespace_wide_sync_run_is_in_its_access_list,
     every_request_of_a_regenerate_run_is_in_its_access_list,
     every_request_of_an_inspect_run_is_in_its_access_list,
+    every_request_of_a_restart_on_change_run_is_in_its_access_list,
     the_static_pod_sidecars_make_only_requests_their_rbac_allows,
 );
 
@@ -366,16 +367,8 @@ async fn every_request_of_a_regenerate_run_is_in_its_access_list(backend: Backen
     rename_into(&config, ROTATION.as_bytes());
     let token = tmp.path().join("regenerate-token");
     rename_into(&token, b"regenerate-token");
-    let mut command = Command::new(bin_path("cert-syncer"));
+    let mut command = connected("regenerate", &api, &token);
     command
-        .arg("regenerate")
-        .arg(format!("--server={}", api.url()))
-        .arg("--tls-server-name-override=localhost-recovery")
-        .arg(format!(
-            "--ca-file={}",
-            api.dir.join("recovery-ca.crt").display()
-        ))
-        .arg(format!("--token-file={}", token.display()))
         .arg(format!("--config={}", config.display()))
         .args([
             "--pod-name=regenerate-pod",
@@ -445,16 +438,8 @@ async fn every_request_of_an_inspect_run_is_in_its_access_list(backend: Backend)
         .unwrap();
     let token = tmp.path().join("syncer-token");
     rename_into(&token, b"syncer-token");
-    let mut command = Command::new(bin_path("cert-syncer"));
+    let mut command = connected("inspect", &api, &token);
     command
-        .arg("inspect")
-        .arg(format!("--server={}", api.url()))
-        .arg("--tls-server-name-override=localhost-recovery")
-        .arg(format!(
-            "--ca-file={}",
-            api.dir.join("recovery-ca.crt").display()
-        ))
-        .arg(format!("--token-file={}", token.display()))
         .arg(format!("--namespace={NS}"))
         .arg("--json")
         .env("RUST_LOG", "warn");
@@ -468,6 +453,88 @@ async fn every_request_of_an_inspect_run_is_in_its_access_list(backend: Backend)
         String::from_utf8_lossy(&output.stderr)
     );
     assert_list_is_the_truth(&list, &requests_of(&api, "cert-syncer"));
+}
+
+async fn every_request_of_a_restart_on_change_run_is_in_its_access_list(backend: Backend) {
+    // Its only request: the Event of a withheld restart (a pair whose key does not fit, at the
+    // watched path; no process runs the container's executable, so nothing is signalled).
+    install_crypto_provider();
+    let tmp = tempfile::tempdir().unwrap();
+    let api = audited(backend, tmp.path(), Vec::new(), &[]).await;
+    let token = tmp.path().join("syncer-token");
+    rename_into(&token, b"syncer-token");
+    let pair = tmp.path().join("pair");
+    std::fs::create_dir_all(&pair).unwrap();
+    let ca = Ca::default();
+    let (cert, key) = ca.client_leaf("system:kube-controller-manager");
+    rename_into(&pair.join("tls.crt"), cert.as_bytes());
+    rename_into(&pair.join("tls.key"), key.as_bytes());
+    let mut command = connected("restart-on-change", &api, &token);
+    command
+        .arg(format!(
+            "--container=c=/no-such-dir-{}/server",
+            std::process::id()
+        ))
+        .arg(format!(
+            "--pair=c={},{}",
+            pair.join("tls.crt").display(),
+            pair.join("tls.key").display()
+        ))
+        .arg("--recheck-interval=1s")
+        .arg("--metrics-listen=127.0.0.1:0")
+        .arg("--pod-name=restarter")
+        .arg(format!("--pod-namespace={NS}"))
+        .env("RUST_LOG", "warn,cert_syncer::restart=info");
+    let list = required_access(&cli_of(&command).command).unwrap();
+    grant_on_real(&api, "cert-syncer", &list).await;
+    let restarter = tokio::task::block_in_place(|| ChildProcess::start(command));
+    // The change must come after it read the pair as it was at its start.
+    e2e::wait_until(
+        "the restarter's first look",
+        Duration::from_secs(30),
+        || async {
+            restarter
+                .stderr_text()
+                .contains("restarting the container when its pairs change")
+        },
+    )
+    .await;
+    let (_, other_key) = ca.client_leaf("system:kube-controller-manager");
+    rename_into(&pair.join("tls.key"), other_key.as_bytes());
+    let addr = restarter.addr.to_string();
+    e2e::wait_until("the held restart's Event", Duration::from_secs(30), || {
+        let (addr, api) = (addr.clone(), &api);
+        async move {
+            e2e::metric_sum(
+                &e2e::plain_http_get(&addr, "/metrics").1,
+                "cert_syncer_container_restarts_held_total",
+                &["reason=\"invalid_pair\""],
+            ) == 1.0
+                && api
+                    .audit_records()
+                    .iter()
+                    .any(|r| r.user == "cert-syncer" && r.resource == "events")
+        }
+    })
+    .await;
+    drop(restarter);
+    assert_list_is_the_truth(&list, &requests_of(&api, "cert-syncer"));
+}
+
+/// `cert-syncer SUBCOMMAND` on `api`'s recovery connection with the token file `token` (one
+/// user of the audited apiserver), as `--name=value` flags (what `cli_of` parses back).
+fn connected(subcommand: &str, api: &TestApi, token: &Path) -> Command {
+    let mut command = Command::new(bin_path("cert-syncer"));
+    command
+        .arg(subcommand)
+        .arg(format!("--server={}", api.url()))
+        .arg("--tls-server-name-override=localhost-recovery")
+        .arg(format!(
+            "--ca-file={}",
+            api.dir.join("recovery-ca.crt").display()
+        ))
+        .arg(format!("--token-file={}", token.display()));
+    command
 }
 
 /// `argv` with `--name=VALUE` (or `--name VALUE`) replaced by `--name=value`.
@@ -601,12 +668,9 @@ async fn the_static_pod_sidecars_make_only_requests_their_rbac_allows(backend: B
     let mut regenerate = sidecar(REGENERATE_CONTAINER, &api, tmp.path(), regenerate_token);
     assert_eq!(regenerate.user, regenerate_user);
     // Renew often, so the run shows renewals too. No config.openshift.io objects here: the
-    // hostnames come from flags.
+    // names come from the pod's own flags.
     regenerate.argv.extend(
         [
-            "--service-network-ip=172.30.0.1",
-            "--api-hostname=api.cluster.example.com",
-            "--api-int-hostname=api-int.cluster.example.com",
             "--leader-elect-lease-duration=2s",
             "--leader-elect-renew-deadline=1500ms",
             "--leader-elect-retry-period=200ms",

@@ -29,6 +29,9 @@ struct StaticPod {
     server: &'static str,
     sync: &'static str,
     regenerate: &'static str,
+    /// The `restart-on-change` sidecar, in the pods whose server cannot reload its client
+    /// certificate (never kube-apiserver's).
+    restarter: Option<&'static str>,
 }
 
 /// The kube-apiserver pod (`e2e::manifests::pod`).
@@ -37,6 +40,7 @@ const KAS: StaticPod = StaticPod {
     server: SERVER_CONTAINER,
     sync: SYNC_CONTAINER,
     regenerate: REGENERATE_CONTAINER,
+    restarter: None,
 };
 /// The kube-controller-manager pod (its half of the recovery).
 const KCM: StaticPod = StaticPod {
@@ -44,6 +48,7 @@ const KCM: StaticPod = StaticPod {
     server: "kube-controller-manager",
     sync: "kube-controller-manager-cert-syncer",
     regenerate: "kube-controller-manager-recovery-controller",
+    restarter: Some("kube-controller-manager-cert-restarter"),
 };
 /// The kube-scheduler pod (issue 27, item 1).
 const KS: StaticPod = StaticPod {
@@ -51,6 +56,7 @@ const KS: StaticPod = StaticPod {
     server: "kube-scheduler",
     sync: "kube-scheduler-cert-syncer",
     regenerate: "kube-scheduler-recovery-controller",
+    restarter: Some("kube-scheduler-cert-restarter"),
 };
 const PODS: [StaticPod; 3] = [KAS, KCM, KS];
 
@@ -62,8 +68,11 @@ impl StaticPod {
         manifests::typed(&docs[0], self.file)
     }
 
-    fn sidecars(&self) -> [&'static str; 2] {
+    fn sidecars(&self) -> Vec<&'static str> {
         [self.sync, self.regenerate]
+            .into_iter()
+            .chain(self.restarter)
+            .collect()
     }
 
     /// The hostPath of the pod's volume `name`.
@@ -106,8 +115,9 @@ fn every_object_parses_as_its_kubernetes_type_without_losing_a_field() {
         }
     }
     assert_eq!(kinds.get("Pod"), Some(&3), "{kinds:?}");
-    // Ours (7) and the OpenShift peer's localhost-recovery-client.
-    assert_eq!(kinds.get("ServiceAccount"), Some(&8), "{kinds:?}");
+    // Ours (9: two of them the restarters') and the OpenShift peer's
+    // localhost-recovery-client.
+    assert_eq!(kinds.get("ServiceAccount"), Some(&10), "{kinds:?}");
     assert!(kinds.get("Role").is_some_and(|n| *n >= 2), "{kinds:?}");
 }
 
@@ -550,6 +560,83 @@ fn every_flag_the_pod_passes_exists_in_its_subcommand() {
 }
 
 #[test]
+fn each_restarter_restarts_its_server_for_the_client_certificate_of_its_kubeconfig() {
+    for p in &PODS {
+        let pod = p.load();
+        let spec = pod.spec.as_ref().expect("a pod spec");
+        let Some(restarter) = p.restarter else {
+            // kube-apiserver reloads its files: never restarted, its processes not shared.
+            assert_eq!(spec.share_process_namespace, None, "{}", p.file);
+            assert!(
+                spec.containers
+                    .iter()
+                    .all(|c| !argv(&pod, c).iter().any(|a| a == "restart-on-change")),
+                "{}: no restart-on-change",
+                p.file
+            );
+            continue;
+        };
+        assert_eq!(spec.share_process_namespace, Some(true), "{}", p.file);
+        let (_, cli) = parse_sidecar(&pod, restarter);
+        let Command::RestartOnChange(args) = &cli.command else {
+            panic!("{restarter} must run `restart-on-change`")
+        };
+        assert_eq!(
+            args.pod_namespace.as_deref(),
+            pod.metadata.namespace.as_deref()
+        );
+        // One target: the server, by the executable of its command.
+        let server = argv(&pod, container(&pod, p.server));
+        assert_eq!(
+            args.containers,
+            [format!("{}={}", p.server, server[0])],
+            "{restarter}"
+        );
+        // Its pair: the client certificate and key of the server's kubeconfig, at the same
+        // place in the restarter's mounts as in the server's (the same hostPath).
+        let kubeconfig_path = flag(&server, "kubeconfig")
+            .or_else(|| flag(&server, "authentication-kubeconfig"))
+            .expect("the server's kubeconfig");
+        let (_, repo) = node_file(&pod, container(&pod, p.server), kubeconfig_path)
+            .expect("the server's kubeconfig is a node file");
+        let kubeconfig = Kubeconfig::read_from(&repo).expect("a kubeconfig");
+        let user = kubeconfig.auth_infos[0].auth_info.as_ref().expect("a user");
+        let (cert, key) = (
+            user.client_certificate
+                .as_deref()
+                .expect("a client certificate"),
+            user.client_key.as_deref().expect("a client key"),
+        );
+        assert_eq!(
+            args.pairs,
+            [format!("{}={cert},{key}", p.server)],
+            "{restarter}"
+        );
+        for file in [cert, key] {
+            let in_server = node_file(&pod, container(&pod, p.server), file).map(|f| f.0);
+            let in_restarter = node_file(&pod, container(&pod, restarter), file).map(|f| f.0);
+            assert!(in_server.is_some(), "{file} on a mount of {}", p.server);
+            assert_eq!(in_server, in_restarter, "{file}");
+        }
+        // Signalling needs the server's uid (the kernel's rule without CAP_KILL), and
+        // nothing more: every capability dropped.
+        let uid = |name: &str| {
+            container(&pod, name)
+                .security_context
+                .as_ref()
+                .and_then(|s| s.run_as_user)
+        };
+        assert_eq!(
+            uid(restarter),
+            uid(p.server),
+            "{restarter} runs as {}",
+            p.server
+        );
+        assert!(uid(restarter).is_some());
+    }
+}
+
+#[test]
 fn sidecars_are_small_critical_probed_read_only_and_know_their_pod() {
     for p in &PODS {
         sidecars_of(p);
@@ -980,6 +1067,91 @@ fn the_csr_approver_cluster_role_grants_exactly_what_the_subcommand_needs() {
         assert!(
             required.iter().any(|a| a.allows(&request)),
             "kubelet-csr-approver is granted {verb} {group}/{resource} {object:?}, which it never needs"
+        );
+    }
+}
+
+#[test]
+fn the_csr_approver_runs_in_the_kcm_pod_on_its_node_s_kubelet_certificate() {
+    // Next to the CSR signer it feeds (the enhancement's step 14, then 15), as the sidecars
+    // run: its own account (the ClusterRole checked above), this node's name from the
+    // downward API, the kubelet's certificate directory read-only at the node's own path (the
+    // kubelet's `kubelet-client-current.pem` is an absolute symlink there).
+    let pod = KCM.load();
+    let name = "kube-controller-manager-csr-approver";
+    let c = container(&pod, name);
+    let argv = argv(&pod, c);
+    let env = manifests::environment(&pod, c);
+    let cli = manifests::parse_cert_syncer(&argv, &env)
+        .unwrap_or_else(|err| panic!("{name}: cert-syncer refuses its flags {argv:?}:\n{err}"));
+    let Command::ApproveKubeletCsr(args) = &cli.command else {
+        panic!("{name} must run `approve-kubelet-csr`")
+    };
+    let node_name = c
+        .env
+        .iter()
+        .flatten()
+        .find(|v| v.name == "NODE_NAME")
+        .and_then(|v| v.value_from.as_ref()?.field_ref.as_ref())
+        .map(|f| f.field_path.as_str());
+    assert_eq!(node_name, Some("spec.nodeName"));
+    assert_eq!(
+        args.bootstrap_user,
+        ["system:serviceaccount:openshift-machine-config-operator:node-bootstrapper"]
+    );
+    let cert = args.kubelet_client_cert.display().to_string();
+    let (host, _) = node_file(&pod, c, &cert).expect("the kubelet's certificate on a hostPath");
+    assert_eq!(host, cert, "mounted at the node's own path");
+    let mount = c
+        .volume_mounts
+        .iter()
+        .flatten()
+        .find(|m| cert.starts_with(&format!("{}/", m.mount_path)))
+        .expect("a mount");
+    assert_eq!(
+        mount.read_only,
+        Some(true),
+        "the kubelet's keys are only read"
+    );
+    // Its token is the approver's account's, whose ClusterRole is checked above.
+    let (_, kubeconfig) = sidecar_kubeconfig(&pod, name);
+    let token_file = kubeconfig.auth_infos[0]
+        .auth_info
+        .as_ref()
+        .and_then(|a| a.token_file.clone())
+        .expect("a token file");
+    assert_eq!(
+        manifests::service_account_of_token_file(&token_file),
+        (
+            "openshift-kube-apiserver".to_owned(),
+            "kubelet-csr-approver".to_owned()
+        )
+    );
+    let security = c.security_context.as_ref().expect("securityContext");
+    assert_eq!(security.read_only_root_filesystem, Some(true));
+    assert_eq!(
+        security.capabilities.as_ref().and_then(|c| c.drop.clone()),
+        Some(vec!["ALL".to_owned()])
+    );
+    let listen = flag(&argv, "metrics-listen").expect("--metrics-listen");
+    assert!(listen.starts_with("127.0.0.1:"), "{listen}");
+    for probe in [&c.readiness_probe, &c.liveness_probe] {
+        let get = probe
+            .as_ref()
+            .and_then(|p| p.http_get.as_ref())
+            .expect("a probe");
+        assert_eq!(
+            format!(
+                "{}:{}",
+                get.host.as_deref().unwrap_or_default(),
+                match &get.port {
+                    k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(p) =>
+                        p.to_string(),
+                    k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String(p) =>
+                        p.clone(),
+                }
+            ),
+            listen
         );
     }
 }

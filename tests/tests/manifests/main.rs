@@ -1,6 +1,9 @@
 //! `manifests/` checked as data and run: the objects, the static pod's flags against upstream,
-//! and the access lists against the RBAC shipped.
+//! the access lists against the RBAC shipped, and the alert rules (as data, and in a real
+//! Prometheus).
 
 mod access;
+mod alerts;
 mod as_data;
+mod monitoring;
 mod static_pod_flags;

@@ -2,7 +2,8 @@
 //! `CertConfigMaps` / `CertSecrets`; every certificate file the real kube-apiserver container
 //! names is one that `sync` writes (a key of a required object it mirrors) or a documented file
 //! of the revisioned resource dir; and, where the envtest kube-apiserver is available, that
-//! binary accepts every flag the pod passes it. (tests/tests/manifests/access.rs runs the sidecars with
+//! binary accepts every flag the pod passes it; the regeneration sidecar's service IP is host 1
+//! of kube-apiserver's service range. (tests/tests/manifests/access.rs runs the sidecars with
 //! these flags and checks that the files exist in the cert dir `sync` wrote.)
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -307,6 +308,31 @@ fn kube_apiserver_accepts_every_flag_of_the_pod() {
     let output = run(&wrong);
     assert!(!output.status.success());
     assert!(String::from_utf8_lossy(&output.stderr).contains("tls-sni-cert-keys"));
+}
+
+#[test]
+fn the_regeneration_sidecar_names_the_first_ip_of_kube_apiserver_s_service_range() {
+    // The pod says its service network twice, once per container: a cluster without
+    // networks.config.openshift.io has only these flags, and the two must agree.
+    let pod = manifests::pod();
+    let server = argv(&pod, container(&pod, SERVER_CONTAINER));
+    let range = flag(&server, "service-cluster-ip-range").expect("--service-cluster-ip-range");
+    let (network, prefix) = range.split_once('/').expect("a CIDR");
+    let network: std::net::Ipv4Addr = network.parse().expect("an IPv4 network");
+    let mask = u32::MAX << (32 - prefix.parse::<u32>().expect("a prefix length"));
+    let first = std::net::Ipv4Addr::from((u32::from(network) & mask) + 1);
+    let regenerate = argv(&pod, container(&pod, REGENERATE_CONTAINER));
+    assert_eq!(
+        flag(&regenerate, "service-network-ip"),
+        Some(first.to_string().as_str()),
+        "{REGENERATE_CONTAINER}'s --service-network-ip is host 1 of kube-apiserver's {range}"
+    );
+    for name in ["api-hostname", "api-int-hostname"] {
+        assert!(
+            flag(&regenerate, name).is_some(),
+            "{REGENERATE_CONTAINER} names its --{name}"
+        );
+    }
 }
 
 /// openshift/cluster-kube-scheduler-operator `pkg/operator/starter.go`, `CertConfigMaps` (none)

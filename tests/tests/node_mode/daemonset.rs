@@ -314,7 +314,17 @@ async fn the_shipped_rbac_suffices_on_the_real_apiserver_and_hides_other_config_
         RealApiServer::start_with(&tmp.path().join("apiserver"), &options)
     });
     let admin = api.recovery_client();
-    for namespace in ["cert-syncer-node", "openshift-config-managed"] {
+    // Every namespace the Roles name, `default` too: kube-apiserver creates `default` a moment
+    // after it turns ready, and a Role created before that is refused ("namespaces \"default\"
+    // not found"; 2 runs in 5 failed so). A 409 from that race is fine.
+    let mut namespaces: Vec<&str> = vec!["cert-syncer-node", "openshift-config-managed"];
+    for role in &roles {
+        let namespace = role.metadata.namespace.as_deref().unwrap();
+        if !namespaces.contains(&namespace) {
+            namespaces.push(namespace);
+        }
+    }
+    for namespace in namespaces {
         api.create_namespace(namespace).await;
     }
     for mut role in roles {

@@ -4,8 +4,10 @@
 //! connection; it exits 0 only once a client trusting the synced CA bundle verifies the new
 //! certificate for `localhost`. Run with `--apiserver mini` and `--apiserver real` (a real
 //! kube-apiserver with etcd, which then also serves from the synced files; skipped with a
-//! printed reason when there is none).
+//! printed reason when there is none). Its `--timeline` files: the milestone lines are the steps
+//! it printed, at their times, and `timeline-plot` draws them (as does `--timeline FILE.svg`).
 
+use std::path::Path;
 use std::process::Command;
 
 use e2e::{Backend, bin_path, both_backends};
@@ -21,7 +23,15 @@ async fn expired_serving_certificates_heal_themselves_over_localhost(backend: Ba
             .args(["--apiserver", "real"])
             .env("KUBEBUILDER_ASSETS", e2e::envtest::assets().unwrap()),
     };
+    let (lines, plot) = (
+        dir.path().join("timeline.txt"),
+        dir.path().join("timeline.svg"),
+    );
     let output = command
+        .arg("--timeline")
+        .arg(&lines)
+        .arg("--timeline")
+        .arg(&plot)
         .arg("--bin-dir")
         .arg(bin_path("cert-syncer").parent().unwrap())
         .arg("--dir")
@@ -98,4 +108,57 @@ async fn expired_serving_certificates_heal_themselves_over_localhost(backend: Ba
             .file_type()
             .is_symlink()
     );
+    timeline_files_hold_the_printed_steps(&stdout, &lines, &plot);
+}
+
+/// `--timeline`: the lines file is the steps printed on stdout (`[   12 ms] what`), in order and
+/// at the same times, up to the recovery at least (a sidecar's last log line may still be marked
+/// while the demo stops it); `timeline-plot` draws a row for each, as the demo's own `.svg` does.
+fn timeline_files_hold_the_printed_steps(stdout: &str, lines: &Path, plot: &Path) {
+    use examples::milestones::{self, Milestone};
+    let printed: Vec<(u128, String)> = stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix('['))
+        .filter_map(|l| l.split_once(" ms] "))
+        .map(|(ms, what)| (ms.trim().parse().unwrap(), what.to_owned()))
+        .collect();
+    assert!(printed.len() >= 6, "{stdout}");
+    let runs = milestones::runs(&std::fs::read_to_string(lines).unwrap());
+    assert_eq!(runs.len(), 1, "one run");
+    let written: Vec<(u128, String)> = runs[0]
+        .iter()
+        .map(|m: &Milestone| (m.at.as_millis(), m.name.clone()))
+        .collect();
+    assert!(
+        printed.starts_with(&written) && written.iter().any(|(_, w)| w.ends_with("RECOVERED")),
+        "written:\n{written:#?}\nprinted:\n{printed:#?}"
+    );
+    let drawn = Command::new(bin_path("timeline-plot"))
+        .args(["--title", "recovery-demo"])
+        .arg(lines)
+        .output()
+        .unwrap();
+    assert!(
+        drawn.status.success(),
+        "{}",
+        String::from_utf8_lossy(&drawn.stderr)
+    );
+    let own = std::fs::read_to_string(plot).unwrap();
+    for svg in [String::from_utf8(drawn.stdout).unwrap(), own] {
+        assert!(svg.starts_with("<svg ") && svg.trim_end().ends_with("</svg>"));
+        for (_, what) in &written {
+            let name: String = what
+                .chars()
+                .take(60)
+                .collect::<String>()
+                .replace('&', "&amp;")
+                .replace('<', "&lt;")
+                .replace('>', "&gt;")
+                .replace('"', "&quot;");
+            assert!(
+                svg.contains(&format!("<title>{name}")),
+                "no row for {what:?}"
+            );
+        }
+    }
 }

@@ -166,8 +166,9 @@ fn shared_openshift() -> PathBuf {
 /// The operator binary: `OPENSHIFT_OPERATOR`, else what `../shared/openshift/setup` unpacks;
 /// and `kubectl` for its CRDs and cluster objects.
 fn operator() -> Result<PathBuf, String> {
-    let binary = match std::env::var_os("OPENSHIFT_OPERATOR") {
-        Some(path) => PathBuf::from(path),
+    // Set, it must be there (relative to the repository root): a typo fails, never skips.
+    let binary = match testkit::env::existing("OPENSHIFT_OPERATOR") {
+        Some(path) => path,
         None => {
             let setup = shared_openshift().join("setup");
             if !setup.exists() {
