@@ -1,7 +1,7 @@
 //! Faults, repeated (`e2e::node::ha`): rounds of the whole recovery from the slept state of
 //! `kubelet_full_recovery.rs`, each with one fault injected into node 0 at a random moment of
 //! the recovery (uniform over the length of a first round without fault): SIGKILL of each of
-//! our sidecars (one test each), of kube-apiserver's container, of the kubelet (restarted as
+//! our containers (one test each: the six sidecars, the two restarters, the CSR approver), of kube-apiserver's container, of the kubelet (restarted as
 //! systemd's `Restart=always` does), of containerd (started again at once); the kube-apiserver
 //! cert dir's filesystem (a small tmpfs) full for 10 s. Before each round the tier is put back
 //! to the slept state (etcd members' data, the cert dirs, the kubelet's certificates, every
@@ -136,32 +136,47 @@ async fn rounds_of(fault: Fault) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_kube_apiserver_cert_syncer() {
-    rounds_of(Fault::SIDECARS[0]).await;
+    rounds_of(Fault::OURS[0]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_kube_apiserver_cert_regeneration_controller() {
-    rounds_of(Fault::SIDECARS[1]).await;
+    rounds_of(Fault::OURS[1]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_kube_controller_manager_cert_syncer() {
-    rounds_of(Fault::SIDECARS[2]).await;
+    rounds_of(Fault::OURS[2]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_kube_controller_manager_recovery_controller() {
-    rounds_of(Fault::SIDECARS[3]).await;
+    rounds_of(Fault::OURS[3]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_kube_scheduler_cert_syncer() {
-    rounds_of(Fault::SIDECARS[4]).await;
+    rounds_of(Fault::OURS[4]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_kube_scheduler_recovery_controller() {
-    rounds_of(Fault::SIDECARS[5]).await;
+    rounds_of(Fault::OURS[5]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_kube_controller_manager_cert_restarter() {
+    rounds_of(Fault::OURS[6]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_kube_scheduler_cert_restarter() {
+    rounds_of(Fault::OURS[7]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_kube_controller_manager_csr_approver() {
+    rounds_of(Fault::OURS[8]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

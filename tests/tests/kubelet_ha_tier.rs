@@ -5,7 +5,12 @@
 //! container of the three pods runs on every node; each node's kube-apiserver recovers (serves
 //! `localhost` verified by the current `localhost-serving-ca`); each node's `localhost:6443` is
 //! its own (each kubelet's CSR went through its own node's kube-apiserver, by the audit logs);
-//! dropped, the tier leaves no namespace, process, mount or directory behind. Prints what the
+//! each node's approver, the kube-controller-manager pod's `kube-controller-manager-csr-approver`
+//! container as rendered, approves its own kubelet's CSR, having read the expired certificate on
+//! its own node's disk (`/var/lib/kubelet/pki` in the node's mount namespace), through its own
+//! kube-apiserver as its own account (`manifests/rbac/csr-approver.yaml`); dropped, the tier
+//! leaves no namespace, process, mount or directory behind; what a killed run left (named for a
+//! process that no longer runs) is removed when the next starts, what a live run has is not. Prints what the
 //! nodes cost (CPU, memory) while they recover and `E2E_HA_IDLE_SECS` (20) idle seconds after.
 //! `E2E_HA_HOLD=1` keeps the recovered tier up for a person (how to enter each node and a
 //! kubeconfig per node are printed) until the printed file is removed. Skips (passing, with
@@ -14,12 +19,17 @@
 use std::time::Duration;
 
 use e2e::install_crypto_provider;
-use e2e::node::ha::checks::{assert_one_etcd_cluster, assert_own_localhost, assert_torn_down};
+use e2e::node::ha::checks::{
+    assert_one_etcd_cluster, assert_own_localhost, assert_torn_down, own_approvals,
+};
+use e2e::node::ha::namespaces::{Network, PREFIX, remove_leftovers};
 use e2e::node::ha::tier::Tier;
 use e2e::node::ha::timeline::{Milestone, Watch, node_logs, watch};
 use e2e::node::ha::usage::Sampler;
-use e2e::node::kcm_plane::{KCM_POD, KCM_RECOVERY, KCM_SERVER, KCM_SYNC};
-use e2e::node::scheduler::{POD as SCHEDULER_POD, RECOVERY, SCHEDULER, SYNC};
+use e2e::node::kcm_plane::{
+    KCM_APPROVER, KCM_POD, KCM_RECOVERY, KCM_RESTARTER, KCM_SERVER, KCM_SYNC,
+};
+use e2e::node::scheduler::{POD as SCHEDULER_POD, RECOVERY, RESTARTER, SCHEDULER, SYNC};
 
 const NODES: usize = 3;
 
@@ -69,10 +79,10 @@ async fn three_nodes_run_the_static_pods_over_one_etcd_and_leave_nothing_behind(
             Milestone::ApiserverRunning,
             Milestone::AnswersRecovery,
             Milestone::ServesValidLocalhost,
+            Milestone::CsrApproved,
         ],
         cluster: vec![],
         within: Duration::from_secs(600),
-        host_approvers: false,
     };
     let timeline = match watch(&mut tier, &wanted).await {
         Ok(timeline) => timeline,
@@ -88,17 +98,20 @@ async fn three_nodes_run_the_static_pods_over_one_etcd_and_leave_nothing_behind(
         &tier.names(),
     );
 
-    let pods: [(&str, [&str; 3]); 3] = [
+    let pods: [(&str, &[&str]); 3] = [
         (
             "kube-apiserver",
-            [
+            &[
                 "kube-apiserver",
                 "kube-apiserver-cert-syncer",
                 "kube-apiserver-cert-regeneration-controller",
             ],
         ),
-        (KCM_POD, [KCM_SERVER, KCM_SYNC, KCM_RECOVERY]),
-        (SCHEDULER_POD, [SCHEDULER, SYNC, RECOVERY]),
+        (
+            KCM_POD,
+            &[KCM_SERVER, KCM_SYNC, KCM_RECOVERY, KCM_RESTARTER, KCM_APPROVER],
+        ),
+        (SCHEDULER_POD, &[SCHEDULER, SYNC, RECOVERY, RESTARTER]),
     ];
     for node in &tier.nodes {
         for (pod, containers) in &pods {
@@ -116,7 +129,80 @@ async fn three_nodes_run_the_static_pods_over_one_etcd_and_leave_nothing_behind(
     drop(usage);
 
     assert_own_localhost(&tier).await;
+    let wrong = own_approvals(&tier).await;
+    assert!(wrong.is_empty(), "the approvers: {wrong:#?}");
     hold(&tier).await;
 
     assert_torn_down(tier);
+}
+
+/// What a run killed before its teardown leaves (its bridge with the tier's address, its nodes'
+/// network namespaces, its mount namespaces' files on their private `/run` mount, a tmpfs in its
+/// temporary directory), named for a process that no longer runs, is removed by the next run's
+/// sweep; a live run's (this process's) is left alone.
+#[test]
+fn a_killed_runs_leftovers_are_removed_when_the_next_starts() {
+    e2e::require_ha!();
+    let dead = {
+        let mut child = std::process::Command::new("true").spawn().expect("true runs");
+        child.wait().expect("true exits");
+        child.id()
+    };
+    let tag = format!("{PREFIX}{dead}");
+    // The killed run: its teardown never runs.
+    std::mem::forget(Network::create_for(dead, 2).expect("the dead run's namespaces"));
+    let tmp = tempfile::Builder::new()
+        .prefix(&format!("{tag}-"))
+        .tempdir()
+        .expect("the dead run's directory")
+        .keep();
+    let mounted = tmp.join("certs");
+    std::fs::create_dir_all(&mounted).unwrap();
+    let tmpfs = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=1m", "tmpfs"])
+        .arg(&mounted)
+        .status()
+        .expect("mount runs");
+    assert!(tmpfs.success(), "a tmpfs in the dead run's directory");
+    let live = Network::create(1).expect("this run's namespaces");
+    let live_tag = format!("{PREFIX}{}", std::process::id());
+
+    let removed = remove_leftovers();
+    eprintln!("removed: {removed:#?}");
+
+    // `crha-PID` followed by anything but a digit (`crha-12` is not `crha-123`'s).
+    let named = |text: &str, tag: &str| {
+        text.lines()
+            .filter(|line| {
+                line.match_indices(tag).any(|(at, _)| {
+                    !line[at + tag.len()..]
+                        .chars()
+                        .next()
+                        .is_some_and(|c| c.is_ascii_digit())
+                })
+            })
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    let output = |program: &str, args: &[&str]| {
+        let out = std::process::Command::new(program)
+            .args(args)
+            .output()
+            .expect("runs");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let netns = output("ip", &["netns", "list"]);
+    let links = output("ip", &["-o", "link", "show"]);
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    for (what, text) in [("network namespaces", &netns), ("links", &links), ("mounts", &mounts)] {
+        let left = named(text, &tag);
+        assert!(left.is_empty(), "{what} of the killed run left: {left:#?}");
+        assert!(
+            !named(text, &live_tag).is_empty(),
+            "the live run's {what} were removed:\n{text}"
+        );
+    }
+    assert!(!std::path::Path::new(&format!("/run/{tag}")).exists());
+    assert!(!tmp.exists(), "{} left", tmp.display());
+    drop(live);
 }

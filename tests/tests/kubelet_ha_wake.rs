@@ -1,11 +1,13 @@
 //! Three control-plane nodes wake from the slept state of `kubelet_full_recovery.rs`
 //! (`e2e::node::ha`: three nodes in their own namespaces on this machine, a three-member etcd
-//! over TLS, the three static pods of `manifests/` on each, each node's approver).
+//! over TLS, the three static pods of `manifests/` on each, each node's approver the
+//! kube-controller-manager pod's container).
 //!
 //! - `all_three_wake`: all three wake together (every etcd member lists all three). Every profile object regenerated exactly once
 //!   cluster-wide (each node's kube-apiserver audit log: no certificate written twice, no bundle
 //!   written twice with the same CAs), 0 fights (no object written through two nodes, no 409 on
-//!   one), every node's approver approved only its own kubelet's CSR, once; every milestone on
+//!   one), every node's approver approved only its own kubelet's CSR, once, through its own
+//!   kube-apiserver, naming the expired certificate on its own node's disk; every milestone on
 //!   every node (its kube-apiserver serves `localhost` verified by the current bundle, its CSR
 //!   approved and signed, the new certificate on its disk, node Ready, a pod bound to it by the
 //!   scheduler); each node's `localhost:6443` its own (its kubelet's CSR went through its own
@@ -25,7 +27,7 @@ use std::time::{Duration, Instant};
 use e2e::install_crypto_provider;
 use e2e::node::ha::checks::{
     assert_nothing_half_done, assert_one_etcd_cluster, assert_own_localhost, assert_torn_down,
-    csr_owners, everything, reach,
+    csr_owners, everything, own_approvals, reach,
 };
 use e2e::node::ha::tier::Tier;
 use e2e::node::ha::timeline::{Milestone, Timeline};
@@ -63,6 +65,11 @@ async fn assert_writes(tier: &Tier, via: usize) -> WriteReport {
         "duplicates: {duplicates:#?}\nfights: {fights:#?}\nwrong approvals: {approvals:#?}"
     );
     assert!(report.total() > 0, "the wake regenerated something");
+    let approvers = own_approvals(tier).await;
+    assert!(approvers.is_empty(), "the approvers: {approvers:#?}");
+    eprintln!(
+        "each node's approver (its kube-controller-manager pod's container) approved its own kubelet's CSR only, once, from its own disk"
+    );
     report
 }
 
@@ -85,7 +92,7 @@ async fn wake_all_once() -> Timeline {
     assert_own_localhost(&tier).await;
     assert_writes(&tier, 0).await;
     assert_nothing_half_done(&tier, 0, &all).await;
-    let restarts: Vec<u32> = tier.nodes.iter().map(|n| n.kubelet_restarts).collect();
+    let restarts: Vec<u32> = tier.nodes.iter().map(|n| n.node.kubelet_restarts()).collect();
     eprintln!("kubelet restarts per node: {restarts:?}");
     assert_torn_down(tier);
     timeline

@@ -33,14 +33,13 @@ pub fn within() -> Duration {
     )
 }
 
-/// Every milestone on `nodes`, and the cluster-wide ones, with host-process approvers.
+/// Every milestone on `nodes`, and the cluster-wide ones.
 pub fn everything(nodes: &[usize]) -> Watch {
     Watch {
         nodes: nodes.to_vec(),
         milestones: Milestone::PER_NODE.to_vec(),
         cluster: Milestone::CLUSTER.to_vec(),
         within: within(),
-        host_approvers: true,
     }
 }
 
@@ -238,6 +237,82 @@ pub async fn assert_own_localhost(tier: &Tier) {
             );
         }
     }
+}
+
+/// What is wrong with the approvals of the nodes' approvers (empty: nothing): each node's
+/// kubelet CSR approved by our approver (`approve-kubelet-csr`, the node's
+/// `kube-controller-manager-csr-approver` container), whose message names this node and the
+/// SHA-256 of the expired certificate on this node's own disk (the container read the node's
+/// `/var/lib/kubelet/pki` through the kubelet's link), through this node's kube-apiserver, as
+/// `manifests/rbac/csr-approver.yaml`'s account (its own RBAC).
+pub async fn own_approvals(tier: &Tier) -> Vec<String> {
+    use sha2::Digest;
+    let client = tier.admin(0);
+    let csrs: Api<CertificateSigningRequest> = Api::all(client.clone());
+    let listed = match csrs.list(&ListParams::default()).await {
+        Ok(list) => list.items,
+        Err(err) => return vec![format!("listing the CSRs: {err}")],
+    };
+    let writes = tier.writes();
+    let account = format!(
+        "system:serviceaccount:{KS}:{}",
+        crate::node::kcm_plane::APPROVER_ACCOUNT
+    );
+    let mut wrong = Vec::new();
+    for (index, node) in tier.nodes.iter().enumerate() {
+        let name = &node.env.name;
+        let slept = std::fs::read_to_string(node.root.join(super::node_files::SLEPT_IDENTITY))
+            .expect("the node's slept kubelet certificate");
+        let fingerprint: String = sha2::Sha256::digest(crate::node::scenario::first_der(&slept))
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        let cn = format!("system:node:{name}");
+        let approved: Vec<&CertificateSigningRequest> = listed
+            .iter()
+            .filter(|c| c.spec.signer_name == KUBELET_CLIENT_SIGNER)
+            .filter(|c| requested_cn(c).as_deref() == Some(cn.as_str()))
+            .filter(|c| super::probes::approved_with(c, super::probes::APPROVED_BY_OURS))
+            .collect();
+        let [csr] = approved.as_slice() else {
+            wrong.push(format!(
+                "{name}: {} CSRs approved by our approver, not 1",
+                approved.len()
+            ));
+            continue;
+        };
+        let csr_name = csr.metadata.name.clone().unwrap_or_default();
+        let message = csr
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .into_iter()
+            .flatten()
+            .find(|c| c.type_ == "Approved")
+            .and_then(|c| c.message.clone())
+            .unwrap_or_default();
+        for expected in [
+            format!("on node {name}:"),
+            format!("(sha256:{fingerprint}) is expired"),
+        ] {
+            if !message.contains(&expected) {
+                wrong.push(format!(
+                    "{name}: CSR {csr_name}'s approval does not say {expected:?}: {message}"
+                ));
+            }
+        }
+        let through: Vec<(usize, &str)> = writes
+            .iter()
+            .filter(|w| w.subresource == "approval" && w.name == csr_name && w.succeeded())
+            .map(|w| (w.node, w.user.as_str()))
+            .collect();
+        if through != [(index, account.as_str())] {
+            wrong.push(format!(
+                "{name}: CSR {csr_name} approved through (node, user) {through:?}, not once through its own node by {account}"
+            ));
+        }
+    }
+    wrong
 }
 
 /// Drops the tier and checks that nothing of it is left: no network namespace of this

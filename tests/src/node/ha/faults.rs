@@ -1,5 +1,5 @@
 //! Faults injected into a node of the tier while it recovers: SIGKILL of a container (each of
-//! our sidecars, kube-apiserver), of the kubelet (restarted as systemd's `Restart=always`
+//! ours: sidecars, restarters, the CSR approver; kube-apiserver), of the kubelet (restarted as systemd's `Restart=always`
 //! does, by the timeline's watch), of containerd (started again at once, as systemd would: the
 //! shims and containers outlive it and the new one takes them over), and the kube-apiserver
 //! cert dir's filesystem full for 10 s (a small tmpfs, [`super::tier::TierOptions`], filled by
@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use super::tier::Tier;
-use crate::node::kcm_plane::{KCM_POD, KCM_RECOVERY, KCM_SYNC};
+use crate::node::kcm_plane::{KCM_APPROVER, KCM_POD, KCM_RECOVERY, KCM_RESTARTER, KCM_SYNC};
 use crate::node::profile_objects::POD;
 use crate::node::scheduler;
 
@@ -39,8 +39,8 @@ pub enum Fault {
 }
 
 impl Fault {
-    /// Our sidecars, in their pods.
-    pub const SIDECARS: [Fault; 6] = [
+    /// Our containers, in their pods: the sidecars, the restarters, the CSR approver.
+    pub const OURS: [Fault; 9] = [
         Fault::KillContainer {
             pod: POD,
             container: "kube-apiserver-cert-syncer",
@@ -64,6 +64,18 @@ impl Fault {
         Fault::KillContainer {
             pod: scheduler::POD,
             container: scheduler::RECOVERY,
+        },
+        Fault::KillContainer {
+            pod: KCM_POD,
+            container: KCM_RESTARTER,
+        },
+        Fault::KillContainer {
+            pod: scheduler::POD,
+            container: scheduler::RESTARTER,
+        },
+        Fault::KillContainer {
+            pod: KCM_POD,
+            container: KCM_APPROVER,
         },
     ];
 

@@ -72,7 +72,16 @@ impl Network {
     /// # Errors
     /// The first command that failed (what was made so far is removed on drop).
     pub fn create(count: usize) -> Result<Network, String> {
-        let tag = format!("{PREFIX}{}", std::process::id());
+        Network::create_for(std::process::id(), count)
+    }
+
+    /// [`Network::create`] named for process `pid` (`crha-PID`): the sweep's test makes what a
+    /// killed run of another process leaves with it (and forgets it, as a killed run does).
+    ///
+    /// # Errors
+    /// The first command that failed (what was made so far is removed on drop).
+    pub fn create_for(pid: u32, count: usize) -> Result<Network, String> {
+        let tag = format!("{PREFIX}{pid}");
         let mut network = Network {
             run_dir: PathBuf::from("/run").join(&tag),
             tag,

@@ -10,7 +10,13 @@ use super::namespaces::{NODE_PATHS, Network};
 use crate::node::kcm_plane::KcmPlane;
 
 /// The kubelet's client certificate file as the sleep left it (the name `kcm_plane` gives it).
-const SLEPT_IDENTITY: &str = "var/lib/kubelet/pki/kubelet-client-2015-01-01-00-00-00.pem";
+pub(super) const SLEPT_IDENTITY: &str = "var/lib/kubelet/pki/kubelet-client-2015-01-01-00-00-00.pem";
+
+/// The kubelet's `--cert-dir` on every node, as the node sees it.
+pub const KUBELET_CERT_DIR: &str = "/var/lib/kubelet/pki";
+
+/// The link the kubelet reads its client certificate through.
+const CURRENT: &str = "var/lib/kubelet/pki/kubelet-client-current.pem";
 
 /// Runs `command`; panics naming `what` with its output when it fails.
 pub(super) fn run(command: &mut Command, what: &str) {
@@ -63,6 +69,12 @@ pub(super) fn copy_template(template: &Path, root: &Path, signer: &Ca, name: &st
         format!("{}{}", identity.cert_pem, identity.key_pem).as_bytes(),
         0o600,
     );
+    // The link as the kubelet writes it with `--cert-dir=/var/lib/kubelet/pki`: absolute, the
+    // node's own path (the template's link names the template's path, which no container has).
+    let current = root.join(CURRENT);
+    std::fs::remove_file(&current).expect("the slept kubelet-client-current.pem");
+    std::os::unix::fs::symlink(Path::new("/").join(SLEPT_IDENTITY), &current)
+        .expect("kubelet-client-current.pem");
 }
 
 /// Binds the node's root (at the template's path), `/etc/kubernetes`, `/var/lib/kubelet` and

@@ -56,7 +56,7 @@ impl Tier {
     }
 
     /// Puts every node back to the slept state [`Tier::save_pristine`] kept, as a power cycle
-    /// would find it: approvers and kubelets killed, every container removed, the etcd members
+    /// would find it: the kubelets killed, every container removed, the etcd members
     /// stopped, their data and the files a recovery changes restored, the audit logs emptied,
     /// the members started again. No kubelet runs afterwards ([`Tier::wake`]).
     ///
@@ -65,7 +65,6 @@ impl Tier {
     pub fn reset(&mut self) {
         tokio::task::block_in_place(|| {
             for node in &mut self.nodes {
-                node.approver = None;
                 if let Some(kubelet) = node.node.kubelet() {
                     kubelet.kill();
                 }

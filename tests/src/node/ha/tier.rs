@@ -32,7 +32,9 @@ use k8s_openapi::api::core::v1::Pod;
 use super::audit;
 use super::etcd_cluster;
 use super::namespaces::{self, NODE_PATHS, Network, PREFIX};
-use super::node_files::{bind_node_paths, copy_template, mount_tmpfs_keeping, slept_csr_signer};
+use super::node_files::{
+    KUBELET_CERT_DIR, bind_node_paths, copy_template, mount_tmpfs_keeping, slept_csr_signer,
+};
 use crate::node::cluster::ControlPlane;
 use crate::node::env::NodeEnv;
 use crate::node::etcd::Etcd;
@@ -40,7 +42,6 @@ use crate::node::kcm_plane::{self, KcmPlane};
 use crate::node::pod::{STATIC_POD_DIR, render_pod_from};
 use crate::node::scheduler::render_scheduler_pod;
 use crate::node::{KubeletOptions, Node, images};
-use crate::process::ChildProcess;
 
 /// How the tier is built.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,12 +82,8 @@ pub struct TierNode {
     pub node: Node,
     /// Its etcd member (node 0's is the plane's, [`ControlPlane::etcd`]).
     pub etcd: Option<Etcd>,
-    /// Its CSR approver while it runs as a host process in the node's namespaces.
-    pub approver: Option<ChildProcess>,
     /// When its kubelet was last started ([`Tier::wake`]).
     pub started: Option<Instant>,
-    /// How often the test restarted its kubelet after it exited (systemd's `Restart=always`).
-    pub kubelet_restarts: u32,
 }
 
 impl std::fmt::Debug for TierNode {
@@ -199,7 +196,7 @@ impl Tier {
         let nodes = tokio::task::block_in_place(|| start_runtimes(nodes, &node_dir, &mut members));
         let kubelet = KubeletOptions {
             kubeconfig: Some(kcm.kubelet_kubeconfig.clone()),
-            extra_args: kcm.kubelet_args(),
+            extra_args: node_kubelet_args(&kcm),
             ..KubeletOptions::default()
         };
         let tier = Tier {
@@ -246,37 +243,14 @@ impl Tier {
         });
     }
 
-    /// Restarts the kubelet of node `index` if it exited (as systemd's `Restart=always`
-    /// does); whether it did.
+    /// Restarts the kubelet of node `index` if it exited, as systemd's `Restart=always` does
+    /// ([`Node::keep_kubelet_running`]); whether it did. A node not woken is left alone.
     pub fn keep_kubelet(&mut self, index: usize) -> bool {
-        let node = &mut self.nodes[index];
-        let Some(kubelet) = node.node.kubelet() else {
-            return false;
-        };
-        if kubelet.is_running() {
+        let node = &mut self.nodes[index].node;
+        if node.kubelet().is_none() {
             return false;
         }
-        kubelet.kill();
-        node.kubelet_restarts += 1;
-        eprintln!(
-            "{}: the kubelet exited; restarted, as systemd's Restart=always does:\n{}",
-            node.env.name,
-            node.node.kubelet_log_tail()
-        );
-        let mut options = self.kubelet.clone();
-        options.node_ip = Some(node.env.address);
-        tokio::task::block_in_place(|| {
-            node.node.start_kubelet(&options);
-        });
-        true
-    }
-
-    /// Starts node `index`'s CSR approver (`cert-syncer approve-kubelet-csr --node-name NAME`)
-    /// as a host process in the node's namespaces: it talks to the node's own kube-apiserver.
-    pub fn start_approver(&mut self, index: usize) {
-        let node = &mut self.nodes[index];
-        let command = node.env.enter(self.kcm.approver_command(&node.env.name));
-        node.approver = Some(tokio::task::block_in_place(|| ChildProcess::start(command)));
+        tokio::task::block_in_place(|| node.keep_kubelet_running())
     }
 
     /// Node `index`'s kube-apiserver, as the test reaches it (`https://ADDRESS:6443`).
@@ -408,7 +382,7 @@ impl Tier {
     }
 
     /// Node `index` loses power: every process in its namespaces (kubelet, containerd, shims,
-    /// containers, etcd member, approver) SIGKILLed at once; the handles are reaped.
+    /// containers, etcd member) SIGKILLed at once; the handles are reaped.
     pub fn power_off(&mut self, index: usize) {
         self.network.power_off(index);
         let node = &mut self.nodes[index];
@@ -416,17 +390,13 @@ impl Tier {
             kubelet.kill();
         }
         node.node.containerd.kill();
-        if let Some(mut approver) = node.approver.take() {
-            approver.kill();
-        }
         self.etcd(index).kill();
     }
 
-    /// Stops every node's processes in order (approvers, kubelets, containers, containerd, etcd
-    /// members), then tears the namespaces down. Runs on drop; calling it earlier is harmless.
+    /// Stops every node's processes in order (kubelets, containers, containerd, etcd members),
+    /// then tears the namespaces down. Runs on drop; calling it earlier is harmless.
     pub fn tear_down(&mut self) {
         for node in &mut self.nodes {
-            node.approver = None;
             node.node.clean_up();
             if let Some(etcd) = node.etcd.as_mut() {
                 etcd.kill();
@@ -446,6 +416,24 @@ impl Drop for Tier {
     fn drop(&mut self) {
         self.tear_down();
     }
+}
+
+/// The kubelet's flags after the sleep ([`KcmPlane::kubelet_args`]) with its certificate
+/// directory where a node keeps it, `--cert-dir=/var/lib/kubelet/pki` (the node's own, in its
+/// mount namespace): the kube-controller-manager pod's approver container mounts that
+/// directory at the same path, so the links the kubelet writes there (absolute, under its
+/// `--cert-dir`) resolve in the container too.
+fn node_kubelet_args(kcm: &KcmPlane) -> Vec<String> {
+    kcm.kubelet_args()
+        .into_iter()
+        .map(|arg| {
+            if arg.starts_with("--cert-dir=") {
+                format!("--cert-dir={KUBELET_CERT_DIR}")
+            } else {
+                arg
+            }
+        })
+        .collect()
 }
 
 /// The three static pods, as `kubectl kustomize` renders them; the kube-apiserver's with its
@@ -508,9 +496,7 @@ fn start_runtimes(
             env,
             root,
             node,
-            approver: None,
             started: None,
-            kubelet_restarts: 0,
         });
     }
     started

@@ -1,7 +1,7 @@
 //! The wake's milestones, per node and cluster-wide, each recorded when first seen to hold:
 //! [`watch`] looks at every pending milestone at once (rounds about 200 ms apart) until all held or
-//! the time is up, keeping the woken kubelets running (systemd's `Restart=always`) and starting
-//! each node's approver once its kube-apiserver answers, as an operator's node does.
+//! the time is up, keeping the woken kubelets running (systemd's `Restart=always`). Each node's
+//! approver is the kube-controller-manager pod's container, as rendered.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -25,7 +25,8 @@ pub enum Milestone {
     AnswersRecovery,
     /// It serves `localhost` with a certificate the current `localhost-serving-ca` verifies.
     ServesValidLocalhost,
-    /// The node's kubelet CSR approved by our approver.
+    /// The node's kubelet CSR approved by our approver (the node's
+    /// `kube-controller-manager-csr-approver` container).
     CsrApproved,
     /// The node's CSR signed (a certificate issued).
     CsrSigned,
@@ -205,8 +206,6 @@ pub struct Watch {
     pub cluster: Vec<Milestone>,
     /// How long all may take from the first kubelet start.
     pub within: Duration,
-    /// Start each node's approver as a host process once its kube-apiserver answers.
-    pub host_approvers: bool,
 }
 
 /// Watches until every milestone of `watch` held (returns the timeline) or the time is up
@@ -248,15 +247,6 @@ pub async fn watch_with(
         on_tick(tier, first.elapsed());
         for &index in &watch.nodes {
             tier.keep_kubelet(index);
-            if watch.host_approvers
-                && tier.nodes[index].approver.is_none()
-                && (timeline
-                    .at(Milestone::AnswersRecovery, Some(index))
-                    .is_some()
-                    || tier.answers_recovery(index).await)
-            {
-                tier.start_approver(index);
-            }
         }
         // Every pending look at once (a look may wait seconds for a kube-apiserver that is
         // starting): each milestone's time is when its own look answered.
@@ -314,9 +304,15 @@ pub fn node_logs(tier: &Tier, index: usize) -> String {
         (KCM_POD, KCM_SERVER),
         (KCM_POD, crate::node::kcm_plane::KCM_SYNC),
         (KCM_POD, crate::node::kcm_plane::KCM_RECOVERY),
+        (KCM_POD, crate::node::kcm_plane::KCM_RESTARTER),
+        (KCM_POD, crate::node::kcm_plane::KCM_APPROVER),
         (
             crate::node::scheduler::POD,
             crate::node::scheduler::SCHEDULER,
+        ),
+        (
+            crate::node::scheduler::POD,
+            crate::node::scheduler::RESTARTER,
         ),
     ];
     let mut text = format!(
@@ -329,9 +325,6 @@ pub fn node_logs(tier: &Tier, index: usize) -> String {
             "--- {pod}/{container}:\n{}\n",
             node.container_log(pod, container)
         ));
-    }
-    if let Some(approver) = &tier.nodes[index].approver {
-        text.push_str(&format!("--- approver:\n{}\n", approver.tail(20)));
     }
     text
 }
