@@ -109,7 +109,13 @@ async fn three_nodes_run_the_static_pods_over_one_etcd_and_leave_nothing_behind(
         ),
         (
             KCM_POD,
-            &[KCM_SERVER, KCM_SYNC, KCM_RECOVERY, KCM_RESTARTER, KCM_APPROVER],
+            &[
+                KCM_SERVER,
+                KCM_SYNC,
+                KCM_RECOVERY,
+                KCM_RESTARTER,
+                KCM_APPROVER,
+            ],
         ),
         (SCHEDULER_POD, &[SCHEDULER, SYNC, RECOVERY, RESTARTER]),
     ];
@@ -144,7 +150,9 @@ async fn three_nodes_run_the_static_pods_over_one_etcd_and_leave_nothing_behind(
 fn a_killed_runs_leftovers_are_removed_when_the_next_starts() {
     e2e::require_ha!();
     let dead = {
-        let mut child = std::process::Command::new("true").spawn().expect("true runs");
+        let mut child = std::process::Command::new("true")
+            .spawn()
+            .expect("true runs");
         child.wait().expect("true exits");
         child.id()
     };
@@ -194,7 +202,11 @@ fn a_killed_runs_leftovers_are_removed_when_the_next_starts() {
     let netns = output("ip", &["netns", "list"]);
     let links = output("ip", &["-o", "link", "show"]);
     let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    for (what, text) in [("network namespaces", &netns), ("links", &links), ("mounts", &mounts)] {
+    for (what, text) in [
+        ("network namespaces", &netns),
+        ("links", &links),
+        ("mounts", &mounts),
+    ] {
         let left = named(text, &tag);
         assert!(left.is_empty(), "{what} of the killed run left: {left:#?}");
         assert!(

@@ -92,7 +92,11 @@ async fn wake_all_once() -> Timeline {
     assert_own_localhost(&tier).await;
     assert_writes(&tier, 0).await;
     assert_nothing_half_done(&tier, 0, &all).await;
-    let restarts: Vec<u32> = tier.nodes.iter().map(|n| n.node.kubelet_restarts()).collect();
+    let restarts: Vec<u32> = tier
+        .nodes
+        .iter()
+        .map(|n| n.node.kubelet_restarts())
+        .collect();
     eprintln!("kubelet restarts per node: {restarts:?}");
     assert_torn_down(tier);
     timeline

@@ -10,7 +10,8 @@ use super::namespaces::{NODE_PATHS, Network};
 use crate::node::kcm_plane::KcmPlane;
 
 /// The kubelet's client certificate file as the sleep left it (the name `kcm_plane` gives it).
-pub(super) const SLEPT_IDENTITY: &str = "var/lib/kubelet/pki/kubelet-client-2015-01-01-00-00-00.pem";
+pub(super) const SLEPT_IDENTITY: &str =
+    "var/lib/kubelet/pki/kubelet-client-2015-01-01-00-00-00.pem";
 
 /// The kubelet's `--cert-dir` on every node, as the node sees it.
 pub const KUBELET_CERT_DIR: &str = "/var/lib/kubelet/pki";
