@@ -14,6 +14,10 @@
 //! twice with the same CAs, no 409): prints rounds survived / rounds run, and fails on any lost
 //! round.
 //!
+//! `every_fault_in_turn` runs them all on one tier, a round of each in turn (one preparation
+//! and one round without fault for all: the fault table's run), stopping after the cycle in
+//! which `E2E_HA_FAULT_BUDGET_SECS` (if set) ran out.
+//!
 //! `E2E_HA_FAULT_ROUNDS` (default 1; ≥ 20 for BENCHMARKS.md, with `--profile long`),
 //! `E2E_HA_FAULT_NODES` (default 1: one node is enough for these faults; 3 for the three-node
 //! shape), `E2E_HA_FAULT_SEED` (the random moments; printed). Skips (passing, with
@@ -52,16 +56,80 @@ async fn judge(tier: &Tier, nodes: &[usize]) -> Vec<String> {
     wrong
 }
 
-async fn rounds_of(fault: Fault) {
+/// One fault's rounds: run, and the lost ones with what was wrong.
+struct Tally {
+    fault: Fault,
+    run: u64,
+    lost: Vec<(u64, Vec<String>)>,
+}
+
+impl Tally {
+    fn line(&self, nodes: usize) -> String {
+        format!(
+            "{} on node {FAULTED} of {nodes}: {} / {} rounds survived",
+            self.fault.name(),
+            self.run - self.lost.len() as u64,
+            self.run
+        )
+    }
+}
+
+/// One round with `fault` at `at` after the kubelets' start: `None` when the recovery was
+/// over before that moment (the round does not count), else what went wrong (empty: nothing).
+async fn one_round(
+    tier: &mut Tier,
+    all: &[usize],
+    fault: Fault,
+    at: Duration,
+    label: &str,
+) -> Option<Vec<String>> {
+    tier.reset();
+    tier.wake(all);
+    let mut injected: Option<Injected> = None;
+    let result = watch_with(tier, &everything(all), |tier, elapsed| {
+        if injected.is_none() && elapsed >= at {
+            injected = inject(tier, FAULTED, fault);
+            if let Some(done) = &injected {
+                eprintln!("{label}: +{} ms: {}", elapsed.as_millis(), done.what);
+            }
+        }
+    })
+    .await;
+    let Some(injected) = injected else {
+        eprintln!(
+            "{label}: recovered before the fault's moment (+{} ms): not counted",
+            at.as_millis()
+        );
+        return None;
+    };
+    injected.finish();
+    Some(match result {
+        Ok(_) => judge(tier, all).await,
+        Err((_, missing)) => missing
+            .iter()
+            .map(|m| format!("not reached: {m}"))
+            .collect(),
+    })
+}
+
+/// `E2E_HA_FAULT_ROUNDS` rounds of each of `faults` on one tier, in turn (a cycle is one round
+/// of each), stopping early once `E2E_HA_FAULT_BUDGET_SECS` (if set) has passed at the end of
+/// a cycle; prints rounds survived / rounds run per fault, fails on any lost round.
+async fn rounds_of(faults: &[Fault]) {
     e2e::require_ha!();
     install_crypto_provider();
     let nodes = usize::try_from(env_number("E2E_HA_FAULT_NODES", 1)).expect("a node count");
     let rounds = env_number("E2E_HA_FAULT_ROUNDS", 1);
+    let budget = std::env::var("E2E_HA_FAULT_BUDGET_SECS")
+        .ok()
+        .map(|v| Duration::from_secs(v.parse().expect("E2E_HA_FAULT_BUDGET_SECS is a number")));
     let seed = env_number("E2E_HA_FAULT_SEED", fastrand::u64(..));
     let mut rng = fastrand::Rng::with_seed(seed);
     let options = TierOptions {
         nodes,
-        cert_dir_tmpfs: (fault == Fault::CertDirFull).then_some(CERT_DIR_TMPFS),
+        cert_dir_tmpfs: faults
+            .contains(&Fault::CertDirFull)
+            .then_some(CERT_DIR_TMPFS),
     };
     let began = Instant::now();
     let mut tier = Tier::prepare_with(options).await;
@@ -75,126 +143,145 @@ async fn rounds_of(fault: Fault) {
     let wrong = judge(&tier, &all).await;
     assert!(wrong.is_empty(), "the round without a fault: {wrong:#?}");
     eprintln!(
-        "{}: {nodes} node(s), {rounds} round(s), seed {seed}; a recovery without fault takes {} ms",
-        fault.name(),
+        "{} fault(s), {nodes} node(s), {rounds} round(s) each, seed {seed}; a recovery without fault takes {} ms",
+        faults.len(),
         length.as_millis()
     );
 
-    let mut lost = Vec::new();
-    let mut run = 0;
-    while run < rounds {
-        tier.reset();
-        let at = Duration::from_millis(rng.u64(0..length.as_millis() as u64 * 9 / 10));
-        tier.wake(&all);
-        let mut injected: Option<Injected> = None;
-        let result = watch_with(&mut tier, &everything(&all), |tier, elapsed| {
-            if injected.is_none() && elapsed >= at {
-                injected = inject(tier, FAULTED, fault);
-                if let Some(done) = &injected {
-                    eprintln!(
-                        "round {}: +{} ms: {}",
-                        run + 1,
-                        elapsed.as_millis(),
-                        done.what
-                    );
-                }
-            }
+    let mut tallies: Vec<Tally> = faults
+        .iter()
+        .map(|&fault| Tally {
+            fault,
+            run: 0,
+            lost: Vec::new(),
         })
-        .await;
-        let Some(injected) = injected else {
+        .collect();
+    for cycle in 0..rounds {
+        if budget.is_some_and(|b| began.elapsed() >= b) {
             eprintln!(
-                "round {}: recovered before the fault's moment (+{} ms): not counted",
-                run + 1,
-                at.as_millis()
+                "the time budget ({budget:?}) is spent after {cycle} cycle(s) of {rounds}: stopping"
             );
-            continue;
-        };
-        injected.finish();
-        run += 1;
-        let wrong = match result {
-            Ok(_) => judge(&tier, &all).await,
-            Err((_, missing)) => missing
-                .iter()
-                .map(|m| format!("not reached: {m}"))
-                .collect(),
-        };
-        if wrong.is_empty() {
-            eprintln!("round {run}: recovered, nothing half done, no duplicate");
-        } else {
-            eprintln!("round {run}: LOST:\n  {}", wrong.join("\n  "));
-            lost.push((run, wrong));
+            break;
+        }
+        for tally in &mut tallies {
+            let label = format!("{} round {}", tally.fault.name(), tally.run + 1);
+            let round_began = Instant::now();
+            let wrong = loop {
+                let at = Duration::from_millis(rng.u64(0..length.as_millis() as u64 * 9 / 10));
+                if let Some(wrong) = one_round(&mut tier, &all, tally.fault, at, &label).await {
+                    break wrong;
+                }
+            };
+            tally.run += 1;
+            if wrong.is_empty() {
+                eprintln!(
+                    "{label}: recovered, nothing half done, no duplicate ({} ms)",
+                    round_began.elapsed().as_millis()
+                );
+            } else {
+                eprintln!("{label}: LOST:\n  {}", wrong.join("\n  "));
+                tally.lost.push((tally.run, wrong));
+            }
+        }
+        eprintln!(
+            "after cycle {} ({} s):",
+            cycle + 1,
+            began.elapsed().as_secs()
+        );
+        for tally in &tallies {
+            eprintln!("  {}", tally.line(nodes));
         }
     }
     eprintln!(
-        "fault table: {} on node {FAULTED} of {nodes}: {} / {rounds} rounds survived (seed {seed}, {} s)",
-        fault.name(),
-        rounds - lost.len() as u64,
+        "fault table (seed {seed}, {} s):",
         began.elapsed().as_secs()
     );
+    for tally in &tallies {
+        eprintln!("fault table: {}", tally.line(nodes));
+    }
+    let lost: Vec<(String, &Vec<(u64, Vec<String>)>)> = tallies
+        .iter()
+        .filter(|t| !t.lost.is_empty())
+        .map(|t| (t.fault.name(), &t.lost))
+        .collect();
     assert!(lost.is_empty(), "lost rounds: {lost:#?}");
+}
+
+/// Every fault below in turn on one tier (one preparation, one round without fault): the fault
+/// table's run (`E2E_HA_FAULT_ROUNDS` cycles, `E2E_HA_FAULT_BUDGET_SECS`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_fault_in_turn() {
+    let mut faults = Fault::OURS.to_vec();
+    faults.extend([
+        Fault::KUBE_APISERVER,
+        Fault::KillKubelet,
+        Fault::KillContainerd,
+        Fault::CertDirFull,
+    ]);
+    rounds_of(&faults).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_kube_apiserver_cert_syncer() {
-    rounds_of(Fault::OURS[0]).await;
+    rounds_of(&[Fault::OURS[0]]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_kube_apiserver_cert_regeneration_controller() {
-    rounds_of(Fault::OURS[1]).await;
+    rounds_of(&[Fault::OURS[1]]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_kube_controller_manager_cert_syncer() {
-    rounds_of(Fault::OURS[2]).await;
+    rounds_of(&[Fault::OURS[2]]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_kube_controller_manager_recovery_controller() {
-    rounds_of(Fault::OURS[3]).await;
+    rounds_of(&[Fault::OURS[3]]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_kube_scheduler_cert_syncer() {
-    rounds_of(Fault::OURS[4]).await;
+    rounds_of(&[Fault::OURS[4]]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_kube_scheduler_recovery_controller() {
-    rounds_of(Fault::OURS[5]).await;
+    rounds_of(&[Fault::OURS[5]]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_kube_controller_manager_cert_restarter() {
-    rounds_of(Fault::OURS[6]).await;
+    rounds_of(&[Fault::OURS[6]]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_kube_scheduler_cert_restarter() {
-    rounds_of(Fault::OURS[7]).await;
+    rounds_of(&[Fault::OURS[7]]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_kube_controller_manager_csr_approver() {
-    rounds_of(Fault::OURS[8]).await;
+    rounds_of(&[Fault::OURS[8]]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_kube_apiserver() {
-    rounds_of(Fault::KUBE_APISERVER).await;
+    rounds_of(&[Fault::KUBE_APISERVER]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_kubelet() {
-    rounds_of(Fault::KillKubelet).await;
+    rounds_of(&[Fault::KillKubelet]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_containerd() {
-    rounds_of(Fault::KillContainerd).await;
+    rounds_of(&[Fault::KillContainerd]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cert_dir_full_for_ten_seconds() {
-    rounds_of(Fault::CertDirFull).await;
+    rounds_of(&[Fault::CertDirFull]).await;
 }
