@@ -199,12 +199,19 @@ async fn rounds_of(faults: &[Fault]) {
     for tally in &tallies {
         eprintln!("fault table: {}", tally.line(nodes));
     }
-    let lost: Vec<(String, &Vec<(u64, Vec<String>)>)> = tallies
+    let lost: Vec<String> = tallies
         .iter()
-        .filter(|t| !t.lost.is_empty())
-        .map(|t| (t.fault.name(), &t.lost))
+        .flat_map(|t| {
+            t.lost.iter().map(move |(round, wrong)| {
+                format!(
+                    "{} round {round}:\n  {}",
+                    t.fault.name(),
+                    wrong.join("\n  ")
+                )
+            })
+        })
         .collect();
-    assert!(lost.is_empty(), "lost rounds: {lost:#?}");
+    assert!(lost.is_empty(), "lost rounds:\n{}", lost.join("\n"));
 }
 
 /// Every fault below in turn on one tier (one preparation, one round without fault): the fault
