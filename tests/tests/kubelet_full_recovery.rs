@@ -47,6 +47,7 @@ use e2e::node::kcm_plane::{
     BOOTSTRAP_USER, KCM_APPROVER, KCM_NS, KCM_POD, KCM_RECOVERY, KCM_RESTARTER, KCM_SERVER,
     KCM_SYNC, KcmPlane,
 };
+use e2e::node::pod::workload;
 use e2e::node::scenario::{WakeOptions, Woken, first_der, not_after, now};
 use e2e::node::scheduler::{
     NAMESPACE as SCHEDULER_NS, POD as SCHEDULER_POD, RESTARTER as SCHEDULER_RESTARTER, SCHEDULER,
@@ -180,26 +181,6 @@ where
         }
         None
     })
-}
-
-/// A host-network pod (no CNI on the node) that tolerates the node's taints, for the scheduler.
-fn workload(name: &str) -> Pod {
-    serde_json::from_value(serde_json::json!({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {
-            "hostNetwork": true,
-            "automountServiceAccountToken": false,
-            "tolerations": [{"operator": "Exists"}],
-            "containers": [{
-                "name": "pause",
-                "image": "localhost/pause:3.4.1",
-                "imagePullPolicy": "Never",
-            }],
-        },
-    }))
-    .expect("a pod")
 }
 
 /// A kubelet client CSR created by the bootstrap identity.
@@ -429,7 +410,7 @@ async fn recover_once(restart: bool) -> Vec<Option<Duration>> {
             async move {
                 if let Ok(None) = pods.get_opt("after-the-sleep").await {
                     let _ = pods
-                        .create(&PostParams::default(), &workload("after-the-sleep"))
+                        .create(&PostParams::default(), &workload("after-the-sleep", None))
                         .await;
                     return false;
                 }

@@ -24,7 +24,7 @@ pub const KUBELET_CLIENT_SIGNER: &str = "kubernetes.io/kube-apiserver-client-kub
 /// `AutoApproved`).
 pub const APPROVED_BY_OURS: &str = "AutoApprovedExpiredNodeClientCert";
 
-/// A TLS handshake with `addr` for `name` verified with `ca_pem`, within [`LOOK`].
+/// A TLS handshake with `addr` for `name` verified with `ca_pem`, within 5 s.
 pub async fn verified(addr: SocketAddr, name: &str, ca_pem: &str) -> bool {
     if !ca_pem.contains("BEGIN CERTIFICATE") {
         return false;
@@ -65,28 +65,6 @@ pub fn approved_with(csr: &CertificateSigningRequest, reason: &str) -> bool {
                 .iter()
                 .any(|c| c.type_ == "Approved" && c.reason.as_deref() == Some(reason))
         })
-}
-
-/// A host-network pod (no CNI on the nodes) for node `node` (`nodeSelector` on its hostname
-/// label: the scheduler binds it), tolerating every taint.
-pub fn workload(name: &str, node: &str) -> Pod {
-    serde_json::from_value(serde_json::json!({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {
-            "hostNetwork": true,
-            "automountServiceAccountToken": false,
-            "nodeSelector": {"kubernetes.io/hostname": node},
-            "tolerations": [{"operator": "Exists"}],
-            "containers": [{
-                "name": "pause",
-                "image": crate::node::containerd::PAUSE_IMAGE,
-                "imagePullPolicy": "Never",
-            }],
-        },
-    }))
-    .expect("a pod")
 }
 
 impl Tier {
@@ -174,7 +152,10 @@ impl Tier {
             Ok(Ok(None)) => {
                 let _ = tokio::time::timeout(
                     LOOK,
-                    pods.create(&PostParams::default(), &workload(&name, node)),
+                    pods.create(
+                        &PostParams::default(),
+                        &crate::node::pod::workload(&name, Some(node)),
+                    ),
                 )
                 .await;
                 false
