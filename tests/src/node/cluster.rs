@@ -40,7 +40,7 @@ use super::pod::{
 use super::profile_objects::{ADMIN_ACCOUNT, BUNDLES, CM, KS, OP, profile_secrets};
 use super::seed::SeedApiServer;
 use crate::manifests::{self, SERVER_CONTAINER, SYNC_CONTAINER};
-use crate::process::{ChildProcess, bin_path};
+use crate::process::{ChildProcess, bin_path, run_checked};
 
 /// The slept control plane's files and etcd (see the module docs).
 pub struct ControlPlane {
@@ -86,20 +86,6 @@ fn meta(namespace: &str, name: &str) -> ObjectMeta {
 
 fn bytes(text: &str) -> ByteString {
     ByteString(text.as_bytes().to_vec())
-}
-
-fn run(command: &mut Command, what: &str) -> String {
-    let out = command
-        .output()
-        .unwrap_or_else(|err| panic!("{what}: {err}"));
-    assert!(
-        out.status.success(),
-        "{what} failed ({}):\n{}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 impl ControlPlane {
@@ -184,7 +170,7 @@ impl ControlPlane {
                 .args(args);
             command
         };
-        run(
+        run_checked(
             &mut kubectl(&[
                 "apply",
                 "-f",
@@ -200,17 +186,17 @@ impl ControlPlane {
                 .map(|_| ())
         });
         assert!(served.is_some(), "OpenShift's CRDs were not served");
-        run(
+        run_checked(
             Command::new(shared.join("cluster-objects.sh")).arg(seed.kubeconfig()),
             "cluster-objects.sh",
         );
-        run(
+        run_checked(
             &mut kubectl(&["apply", "-k", &manifests::dir().display().to_string()]),
             "kubectl apply -k manifests/",
         );
         let pod_cluster = manifests::dir().join(pod_dir).join("cluster");
         if pod_cluster.join("kustomization.yaml").is_file() {
-            run(
+            run_checked(
                 &mut kubectl(&["apply", "-k", &pod_cluster.display().to_string()]),
                 &format!("kubectl apply -k manifests/{pod_dir}/cluster"),
             );
@@ -346,7 +332,9 @@ impl ControlPlane {
                 .args(["--profile", "openshift-kube-apiserver", "--once"])
                 .args(extra)
                 .env("RUST_LOG", "warn");
-            tokio::task::block_in_place(|| run(&mut command, "cert-syncer regenerate --once"));
+            tokio::task::block_in_place(|| {
+                run_checked(&mut command, "cert-syncer regenerate --once")
+            });
         };
         regenerate(&[]);
         let recovery = [

@@ -8,6 +8,7 @@ use testkit::pki::{Ca, CertSpec};
 
 use super::namespaces::{NODE_PATHS, Network};
 use crate::node::kcm_plane::KcmPlane;
+use crate::process::run_checked;
 
 /// The kubelet's client certificate file as the sleep left it (the name `kcm_plane` gives it).
 pub(super) const SLEPT_IDENTITY: &str =
@@ -18,20 +19,6 @@ pub const KUBELET_CERT_DIR: &str = "/var/lib/kubelet/pki";
 
 /// The link the kubelet reads its client certificate through.
 const CURRENT: &str = "var/lib/kubelet/pki/kubelet-client-current.pem";
-
-/// Runs `command`; panics naming `what` with its output when it fails.
-pub(super) fn run(command: &mut Command, what: &str) {
-    let out = command
-        .output()
-        .unwrap_or_else(|err| panic!("{what}: {err}"));
-    assert!(
-        out.status.success(),
-        "{what} failed ({}):\n{}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
 
 /// The slept `csr-signer` (its files in the controller manager's cert dir).
 pub(super) fn slept_csr_signer(kcm: &KcmPlane) -> Ca {
@@ -94,7 +81,7 @@ pub(super) fn bind_node_paths(network: &Network, index: usize, template: &Path, 
 
 /// `cp -a FROM/. TO` (modes, owners, links kept).
 pub(super) fn copy_contents(from: &Path, to: &Path) {
-    run(
+    run_checked(
         Command::new("cp")
             .arg("-a")
             .arg(format!("{}/.", from.display()))
@@ -125,7 +112,7 @@ pub(super) fn mount_tmpfs_keeping(dir: &Path, size: u64) {
     let aside = dir.with_extension("before-tmpfs");
     std::fs::rename(dir, &aside).expect("the cert dir moved aside");
     std::fs::create_dir_all(dir).expect("the mount point");
-    run(
+    run_checked(
         Command::new("mount")
             .args(["-t", "tmpfs", "-o"])
             .arg(format!("size={size},mode=0755"))
