@@ -48,7 +48,7 @@ use e2e::node::kcm_plane::{
     KCM_SYNC, KcmPlane,
 };
 use e2e::node::pod::workload;
-use e2e::node::scenario::{WakeOptions, Woken, first_der, not_after, now};
+use e2e::node::scenario::{WakeOptions, Woken, first_der, is_ready, not_after, now};
 use e2e::node::scheduler::{
     NAMESPACE as SCHEDULER_NS, POD as SCHEDULER_POD, RESTARTER as SCHEDULER_RESTARTER, SCHEDULER,
 };
@@ -392,15 +392,7 @@ async fn recover_once(restart: bool) -> Vec<Option<Duration>> {
         let (nodes, name): (Api<KubeNode>, String) = (Api::all(admin.clone()), node_name.clone());
         watch(started, move || {
             let (nodes, name) = (nodes.clone(), name.clone());
-            async move {
-                matches!(nodes.get_opt(&name).await, Ok(Some(n)) if n
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.conditions.as_ref())
-                    .into_iter()
-                    .flatten()
-                    .any(|c| c.type_ == "Ready" && c.status == "True"))
-            }
+            async move { matches!(nodes.get_opt(&name).await, Ok(Some(n)) if is_ready(&n)) }
         })
     };
     let bound = {

@@ -132,13 +132,7 @@ impl Tier {
     pub async fn node_ready(&self, index: usize, client: &kube::Client) -> bool {
         let nodes: Api<KubeNode> = Api::all(client.clone());
         let name = &self.nodes[index].env.name;
-        matches!(tokio::time::timeout(LOOK, nodes.get_opt(name)).await, Ok(Ok(Some(n))) if n
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .into_iter()
-            .flatten()
-            .any(|c| c.type_ == "Ready" && c.status == "True"))
+        matches!(tokio::time::timeout(LOOK, nodes.get_opt(name)).await, Ok(Ok(Some(n))) if crate::node::scenario::is_ready(&n))
     }
 
     /// A pod for node `index` bound to it by the scheduler (the pod `after-the-sleep-NAME` is
