@@ -1,8 +1,9 @@
 //! The three-node tier's network and mounts: a bridge on the machine carrying a documentation
 //! range (198.51.100.0/24, RFC 5737: never routed), and per node a network namespace joined to
 //! it by a veth pair (its own loopback, so `localhost:6443` is its own kube-apiserver) and a
-//! mount namespace of its own (`unshare --mount=FILE --propagation private`, kept alive by that
-//! file), where the node's directories are bound onto `/etc/kubernetes`, `/var/lib/kubelet`,
+//! mount namespace of its own (`unshare --mount=FILE --propagation slave`, kept alive by that
+//! file: the machine's mounts are private here, so nothing propagates either way but what the
+//! tier shares itself, [`share_with_nodes`]), where the node's directories are bound onto `/etc/kubernetes`, `/var/lib/kubelet`,
 //! `/var/log` and the harness's root path before containerd starts.
 //!
 //! Everything is named `crha-PID…` (`PID`: the test process): dropped, the [`Network`] kills
@@ -24,6 +25,20 @@ pub const PREFIX: &str = "crha-";
 
 /// The machine's address on the test's bridge (the test reaches the nodes from it).
 pub const HOST_ADDRESS: Ipv4Addr = Ipv4Addr::new(198, 51, 100, 1);
+
+/// Makes `dir` (the tier's directory, before the nodes' namespaces are made) a shared mount
+/// (bound onto itself), so that what the test mounts below it later on the machine (a cert
+/// dir's tmpfs) appears in every node's mount namespace too, at the same path and in the node's
+/// binds of it (a node's namespace is a slave: its own mounts, containerd's and the kubelet's,
+/// never come back to the machine). Undone by unmounting `dir`.
+///
+/// # Errors
+/// When `mount` fails.
+pub fn share_with_nodes(dir: &Path) -> Result<(), String> {
+    let dir = dir.display().to_string();
+    run("mount", &["--bind", &dir, &dir])?;
+    run("mount", &["--make-shared", &dir])
+}
 
 /// Node `index`'s address on the bridge: 198.51.100.11, .12, .13.
 pub fn node_address(index: usize) -> Ipv4Addr {
@@ -145,7 +160,7 @@ impl Network {
             &[
                 &format!("--mount={}", mount.display()),
                 "--propagation",
-                "private",
+                "slave",
                 "true",
             ],
         )

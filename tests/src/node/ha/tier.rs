@@ -145,6 +145,7 @@ impl Tier {
             .prefix(&format!("{PREFIX}{}-", std::process::id()))
             .tempdir()
             .expect("a temp dir");
+        namespaces::share_with_nodes(tmp.path()).unwrap_or_else(|err| panic!("{err}"));
         let network = Network::create(count).unwrap_or_else(|err| panic!("{err}"));
         let node_dir = |index: usize| tmp.path().join(format!("nodes/{index}"));
         let envs: Vec<NodeEnv> = (0..count)
@@ -404,7 +405,7 @@ impl Tier {
         }
         self.plane.etcd.kill();
         self.network.tear_down();
-        // The cert dirs' tmpfs mounts (on the machine's own mounts).
+        // The cert dirs' tmpfs mounts and the tier directory's shared bind (the machine's own).
         let left = crate::node::cleanup::unmount_under(self.tmp.path());
         if !left.is_empty() {
             eprintln!("still mounted after the tier's teardown: {left:?}");
