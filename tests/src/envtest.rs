@@ -19,17 +19,15 @@
 //! | `etcd/`, `etcd.log`, `kube-apiserver.log` | etcd's data, the two logs |
 //! | `audit-policy.yaml`, `audit.log` | with [`RealOptions::audit`]: every request at `Metadata` level |
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use rustls_pki_types::ServerName;
-
 pub use crate::apiserver::{ADMIN_TOKEN, VIEWER_TOKEN};
 use crate::process::ChildProcess;
+pub use crate::tls::{blocking_get, blocking_post};
 use testkit::files::rename_into;
 use testkit::pki::Ca;
 
@@ -556,41 +554,4 @@ fn apiserver_command(
     let mut command = testkit::envtest::kube_apiserver_command(assets, &files, etcd_port, port);
     command.args(extra);
     command
-}
-
-/// One blocking HTTP/1.1 `GET` over a fresh TLS connection (for readiness checks outside an
-/// async runtime); an empty `token` sends none. Returns (status, body).
-///
-/// # Errors
-/// Connection and handshake failures.
-pub fn blocking_get(
-    addr: SocketAddr,
-    server_name: &str,
-    config: std::sync::Arc<rustls::ClientConfig>,
-    path: &str,
-    token: &str,
-) -> std::io::Result<(u16, String)> {
-    let tcp = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
-    tcp.set_read_timeout(Some(Duration::from_secs(10)))?;
-    tcp.set_write_timeout(Some(Duration::from_secs(10)))?;
-    let name = ServerName::try_from(server_name.to_owned()).map_err(std::io::Error::other)?;
-    let connection = rustls::ClientConnection::new(config, name).map_err(std::io::Error::other)?;
-    let mut tls = rustls::StreamOwned::new(connection, tcp);
-    let auth = if token.is_empty() {
-        String::new()
-    } else {
-        format!("Authorization: Bearer {token}\r\n")
-    };
-    tls.write_all(
-        format!("GET {path} HTTP/1.1\r\nHost: {server_name}\r\n{auth}Connection: close\r\n\r\n")
-            .as_bytes(),
-    )?;
-    let mut response = Vec::new();
-    match tls.read_to_end(&mut response) {
-        Ok(_) => {}
-        // Go closes without close_notify at times; what arrived is the response.
-        Err(err) if err.kind() == std::io::ErrorKind::UnexpectedEof && !response.is_empty() => {}
-        Err(err) => return Err(err),
-    }
-    Ok(testkit::http::RawResponse::parse(&response).status_and_body())
 }

@@ -147,3 +147,22 @@ impl Drop for ChildProcess {
         self.leaks.assert_none();
     }
 }
+
+/// Runs `command` to its end; panics naming `what`, with its status and output, when it fails.
+/// Returns its output.
+///
+/// # Panics
+/// When it cannot start or exits unsuccessfully.
+pub fn run_checked(command: &mut Command, what: &str) -> std::process::Output {
+    let out = command
+        .output()
+        .unwrap_or_else(|err| panic!("{what}: {err}"));
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}

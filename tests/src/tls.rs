@@ -1,8 +1,10 @@
 //! Client-side TLS helpers: handshakes that report the served certificate, and plain HTTPS
 //! requests without a client library.
 
-use std::net::SocketAddr;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
+use std::time::Duration;
 
 use rustls_pki_types::ServerName;
 
@@ -122,5 +124,76 @@ pub async fn https_get(
     .await?;
     let mut response = Vec::new();
     let _ = tls.read_to_end(&mut response).await;
+    Ok(testkit::http::RawResponse::parse(&response).status_and_body())
+}
+
+/// One blocking HTTP/1.1 `GET` over a fresh TLS connection (for readiness checks outside an
+/// async runtime); an empty `token` sends none. Returns (status, body).
+///
+/// # Errors
+/// Connection and handshake failures.
+pub fn blocking_get(
+    addr: SocketAddr,
+    server_name: &str,
+    config: std::sync::Arc<rustls::ClientConfig>,
+    path: &str,
+    token: &str,
+) -> std::io::Result<(u16, String)> {
+    blocking_request(addr, server_name, config, ("GET", path, ""), token)
+}
+
+/// [`blocking_get`] with a JSON body: `POST path` (etcd's gRPC gateway, `/v3/...`).
+///
+/// # Errors
+/// Connection and handshake failures.
+pub fn blocking_post(
+    addr: SocketAddr,
+    server_name: &str,
+    config: std::sync::Arc<rustls::ClientConfig>,
+    path: &str,
+    body: &str,
+) -> std::io::Result<(u16, String)> {
+    blocking_request(addr, server_name, config, ("POST", path, body), "")
+}
+
+fn blocking_request(
+    addr: SocketAddr,
+    server_name: &str,
+    config: std::sync::Arc<rustls::ClientConfig>,
+    (method, path, body): (&str, &str, &str),
+    token: &str,
+) -> std::io::Result<(u16, String)> {
+    let tcp = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
+    tcp.set_read_timeout(Some(Duration::from_secs(10)))?;
+    tcp.set_write_timeout(Some(Duration::from_secs(10)))?;
+    let name = ServerName::try_from(server_name.to_owned()).map_err(std::io::Error::other)?;
+    let connection = rustls::ClientConnection::new(config, name).map_err(std::io::Error::other)?;
+    let mut tls = rustls::StreamOwned::new(connection, tcp);
+    let auth = if token.is_empty() {
+        String::new()
+    } else {
+        format!("Authorization: Bearer {token}\r\n")
+    };
+    let content = if body.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "Content-Type: application/json\r\nContent-Length: {}\r\n",
+            body.len()
+        )
+    };
+    tls.write_all(
+        format!(
+            "{method} {path} HTTP/1.1\r\nHost: {server_name}\r\n{auth}{content}Connection: close\r\n\r\n{body}"
+        )
+        .as_bytes(),
+    )?;
+    let mut response = Vec::new();
+    match tls.read_to_end(&mut response) {
+        Ok(_) => {}
+        // Go closes without close_notify at times; what arrived is the response.
+        Err(err) if err.kind() == std::io::ErrorKind::UnexpectedEof && !response.is_empty() => {}
+        Err(err) => return Err(err),
+    }
     Ok(testkit::http::RawResponse::parse(&response).status_and_body())
 }

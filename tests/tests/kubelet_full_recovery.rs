@@ -47,7 +47,8 @@ use e2e::node::kcm_plane::{
     BOOTSTRAP_USER, KCM_APPROVER, KCM_NS, KCM_POD, KCM_RECOVERY, KCM_RESTARTER, KCM_SERVER,
     KCM_SYNC, KcmPlane,
 };
-use e2e::node::scenario::{WakeOptions, Woken, first_der, not_after, now};
+use e2e::node::pod::workload;
+use e2e::node::scenario::{WakeOptions, Woken, first_der, is_ready, not_after, now};
 use e2e::node::scheduler::{
     NAMESPACE as SCHEDULER_NS, POD as SCHEDULER_POD, RESTARTER as SCHEDULER_RESTARTER, SCHEDULER,
 };
@@ -180,26 +181,6 @@ where
         }
         None
     })
-}
-
-/// A host-network pod (no CNI on the node) that tolerates the node's taints, for the scheduler.
-fn workload(name: &str) -> Pod {
-    serde_json::from_value(serde_json::json!({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {
-            "hostNetwork": true,
-            "automountServiceAccountToken": false,
-            "tolerations": [{"operator": "Exists"}],
-            "containers": [{
-                "name": "pause",
-                "image": "localhost/pause:3.4.1",
-                "imagePullPolicy": "Never",
-            }],
-        },
-    }))
-    .expect("a pod")
 }
 
 /// A kubelet client CSR created by the bootstrap identity.
@@ -411,15 +392,7 @@ async fn recover_once(restart: bool) -> Vec<Option<Duration>> {
         let (nodes, name): (Api<KubeNode>, String) = (Api::all(admin.clone()), node_name.clone());
         watch(started, move || {
             let (nodes, name) = (nodes.clone(), name.clone());
-            async move {
-                matches!(nodes.get_opt(&name).await, Ok(Some(n)) if n
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.conditions.as_ref())
-                    .into_iter()
-                    .flatten()
-                    .any(|c| c.type_ == "Ready" && c.status == "True"))
-            }
+            async move { matches!(nodes.get_opt(&name).await, Ok(Some(n)) if is_ready(&n)) }
         })
     };
     let bound = {
@@ -429,7 +402,7 @@ async fn recover_once(restart: bool) -> Vec<Option<Duration>> {
             async move {
                 if let Ok(None) = pods.get_opt("after-the-sleep").await {
                     let _ = pods
-                        .create(&PostParams::default(), &workload("after-the-sleep"))
+                        .create(&PostParams::default(), &workload("after-the-sleep", None))
                         .await;
                     return false;
                 }

@@ -15,6 +15,7 @@ use std::os::unix::fs::MetadataExt;
 use std::time::{Duration, Instant};
 
 use e2e::install_crypto_provider;
+use e2e::node::pod::workload;
 use e2e::node::profile_objects::{CM, OP};
 use e2e::node::scenario::{WakeOptions, Woken, first_der, not_after, now};
 use e2e::node::scheduler::{CLIENT_CERT, NAMESPACE, POD, SCHEDULER, SchedulerPod};
@@ -81,29 +82,9 @@ where
     }
 }
 
-/// A host-network pod (no CNI on the node) that tolerates the node's taints, for the scheduler.
-fn workload(name: &str) -> Pod {
-    serde_json::from_value(serde_json::json!({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {
-            "hostNetwork": true,
-            "automountServiceAccountToken": false,
-            "tolerations": [{"operator": "Exists"}],
-            "containers": [{
-                "name": "pause",
-                "image": "localhost/pause:3.4.1",
-                "imagePullPolicy": "Never",
-            }],
-        },
-    }))
-    .expect("a pod")
-}
-
 /// Creates `name` in `default` and waits until the scheduler has bound it to the node.
 async fn bind(woken: &Woken, pods: &Api<Pod>, name: &str) {
-    pods.create(&PostParams::default(), &workload(name))
+    pods.create(&PostParams::default(), &workload(name, None))
         .await
         .unwrap_or_else(|err| panic!("create pod {name}: {err}"));
     let node = woken.node.name.clone();

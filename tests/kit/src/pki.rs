@@ -79,6 +79,9 @@ pub struct CertSpec {
     pub serial: Option<u64>,
     /// Extended key usage: client auth (`true`) or server auth.
     pub client: bool,
+    /// Both server and client auth, whatever `client` says: a peer certificate (etcd's
+    /// `--peer-cert-file` serves peers and is presented to them).
+    pub peer: bool,
     /// The key algorithm of a fresh key.
     pub key: KeyKind,
     /// An existing key (PEM) to certify instead of a fresh one (many certificates, few keys).
@@ -99,6 +102,7 @@ impl CertSpec {
             not_after: now + Duration::days(1),
             serial: None,
             client: false,
+            peer: false,
             key: KeyKind::EcdsaP256,
             reuse_key: None,
             crl_distribution_points: Vec::new(),
@@ -111,6 +115,15 @@ impl CertSpec {
             common_name: cn.to_owned(),
             client: true,
             ..CertSpec::server(&[])
+        }
+    }
+
+    /// A peer certificate for `sans` (CN = the first): server and client auth, valid from an
+    /// hour ago for a day.
+    pub fn peer(sans: &[&str]) -> CertSpec {
+        CertSpec {
+            peer: true,
+            ..CertSpec::server(sans)
         }
     }
 
@@ -225,11 +238,16 @@ impl CertSpec {
                 uris: self.crl_distribution_points.clone(),
             }];
         }
-        params.extended_key_usages = vec![if self.client {
-            ExtendedKeyUsagePurpose::ClientAuth
+        params.extended_key_usages = if self.peer {
+            vec![
+                ExtendedKeyUsagePurpose::ServerAuth,
+                ExtendedKeyUsagePurpose::ClientAuth,
+            ]
+        } else if self.client {
+            vec![ExtendedKeyUsagePurpose::ClientAuth]
         } else {
-            ExtendedKeyUsagePurpose::ServerAuth
-        }];
+            vec![ExtendedKeyUsagePurpose::ServerAuth]
+        };
         (params, key)
     }
 }

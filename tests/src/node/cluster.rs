@@ -40,7 +40,7 @@ use super::pod::{
 use super::profile_objects::{ADMIN_ACCOUNT, BUNDLES, CM, KS, OP, profile_secrets};
 use super::seed::SeedApiServer;
 use crate::manifests::{self, SERVER_CONTAINER, SYNC_CONTAINER};
-use crate::process::{ChildProcess, bin_path};
+use crate::process::{ChildProcess, bin_path, run_checked};
 
 /// The slept control plane's files and etcd (see the module docs).
 pub struct ControlPlane {
@@ -88,20 +88,6 @@ fn bytes(text: &str) -> ByteString {
     ByteString(text.as_bytes().to_vec())
 }
 
-fn run(command: &mut Command, what: &str) -> String {
-    let out = command
-        .output()
-        .unwrap_or_else(|err| panic!("{what}: {err}"));
-    assert!(
-        out.status.success(),
-        "{what} failed ({}):\n{}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
 impl ControlPlane {
     /// Builds the slept state under `root` for node `node` (see the module docs). Blocking
     /// parts run in `block_in_place`: call it on a multi-thread runtime.
@@ -121,6 +107,21 @@ impl ControlPlane {
     /// # Panics
     /// When any step fails, naming it.
     pub async fn prepare_pod(root: &Path, node: &str, pod_dir: &str) -> ControlPlane {
+        let etcd = tokio::task::block_in_place(|| Etcd::start(&root.join("var/lib/etcd")));
+        Self::prepare_pod_on(root, node, pod_dir, etcd).await
+    }
+
+    /// [`ControlPlane::prepare_pod`] on a running `etcd` (one member of the three-node tier's
+    /// cluster, reached at its [`Etcd::url`]); the plane keeps it.
+    ///
+    /// # Panics
+    /// When any step fails, naming it.
+    pub async fn prepare_pod_on(
+        root: &Path,
+        node: &str,
+        pod_dir: &str,
+        etcd: Etcd,
+    ) -> ControlPlane {
         let pod = bind_apiserver_to_loopback(pin_host_ip(rewrite_host_paths(
             render_pod_from(pod_dir),
             root,
@@ -128,7 +129,6 @@ impl ControlPlane {
         let resources = host_path(&pod, "resource-dir");
         let certs = host_path(&pod, "cert-dir");
         let server_argv = raw_argv(&pod, SERVER_CONTAINER);
-        let etcd = tokio::task::block_in_place(|| Etcd::start(&root.join("var/lib/etcd")));
 
         // The pod's service-account key: the seed apiserver signs the tokens with it.
         let seed_dir = root.join("seed");
@@ -170,7 +170,7 @@ impl ControlPlane {
                 .args(args);
             command
         };
-        run(
+        run_checked(
             &mut kubectl(&[
                 "apply",
                 "-f",
@@ -186,17 +186,17 @@ impl ControlPlane {
                 .map(|_| ())
         });
         assert!(served.is_some(), "OpenShift's CRDs were not served");
-        run(
+        run_checked(
             Command::new(shared.join("cluster-objects.sh")).arg(seed.kubeconfig()),
             "cluster-objects.sh",
         );
-        run(
+        run_checked(
             &mut kubectl(&["apply", "-k", &manifests::dir().display().to_string()]),
             "kubectl apply -k manifests/",
         );
         let pod_cluster = manifests::dir().join(pod_dir).join("cluster");
         if pod_cluster.join("kustomization.yaml").is_file() {
-            run(
+            run_checked(
                 &mut kubectl(&["apply", "-k", &pod_cluster.display().to_string()]),
                 &format!("kubectl apply -k manifests/{pod_dir}/cluster"),
             );
@@ -332,7 +332,9 @@ impl ControlPlane {
                 .args(["--profile", "openshift-kube-apiserver", "--once"])
                 .args(extra)
                 .env("RUST_LOG", "warn");
-            tokio::task::block_in_place(|| run(&mut command, "cert-syncer regenerate --once"));
+            tokio::task::block_in_place(|| {
+                run_checked(&mut command, "cert-syncer regenerate --once")
+            });
         };
         regenerate(&[]);
         let recovery = [

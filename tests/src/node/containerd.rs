@@ -36,6 +36,16 @@ impl Containerd {
     /// # Panics
     /// When it does not answer within 30 s (the message has its log).
     pub fn start(dir: &Path) -> Containerd {
+        Containerd::start_in(dir, &super::env::NodeEnv::host())
+    }
+
+    /// [`Containerd::start`] in the namespaces of `env` (its containers inherit them: a
+    /// host-network pod gets the node's network namespace, its `hostPath`s the node's mounts).
+    /// `ctr` reaches it from anywhere through its socket.
+    ///
+    /// # Panics
+    /// When it does not answer within 30 s (the message has its log).
+    pub fn start_in(dir: &Path, env: &super::env::NodeEnv) -> Containerd {
         std::fs::create_dir_all(dir).expect("the containerd directory");
         let config = format!(
             "version = 2\n\
@@ -56,7 +66,7 @@ impl Containerd {
         let mut command = Command::new("containerd");
         command.arg("--config").arg(dir.join("config.toml"));
         let process = ChildProcess::spawn_logged(
-            command,
+            env.enter(command),
             &dir.join("containerd.log"),
             SocketAddr::from(([127, 0, 0, 1], 0)),
         )
@@ -162,6 +172,14 @@ impl Containerd {
                 (out.status.success() || text.contains("not found")).then_some(())
             });
             let _ = self.ctr(&["containers", "delete", id]);
+        }
+    }
+
+    /// SIGKILL (a crash): the shims and containers keep running, as they do on a node; a new
+    /// [`Containerd::start_in`] on the same directory takes them over.
+    pub fn kill(&mut self) {
+        if let Some(mut process) = self.process.take() {
+            process.kill();
         }
     }
 

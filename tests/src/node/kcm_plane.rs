@@ -37,7 +37,7 @@ use super::pod::{host_path, mount_at_host_path, raw_argv, rewrite_host_paths};
 use super::profile_objects::{KS, URL};
 use super::seed::SeedApiServer;
 use crate::manifests;
-use crate::process::{ChildProcess, bin_path};
+use crate::process::{ChildProcess, bin_path, run_checked};
 
 /// The kube-controller-manager's namespace.
 pub const KCM_NS: &str = "openshift-kube-controller-manager";
@@ -93,19 +93,6 @@ fn meta(namespace: Option<&str>, name: &str) -> ObjectMeta {
         namespace: namespace.map(str::to_owned),
         ..ObjectMeta::default()
     }
-}
-
-fn run(command: &mut Command, what: &str) {
-    let out = command
-        .output()
-        .unwrap_or_else(|err| panic!("{what}: {err}"));
-    assert!(
-        out.status.success(),
-        "{what} failed ({}):\n{}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 /// `kubectl kustomize manifests/<dir>`: a static pod as a user renders it.
@@ -246,7 +233,7 @@ impl KcmPlane {
             .args(["--now", &long_ago])
             .env("RUST_LOG", "warn");
         tokio::task::block_in_place(|| {
-            run(
+            run_checked(
                 &mut regenerate,
                 "regenerate --profile openshift-kube-controller-manager --once",
             );

@@ -7,6 +7,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use super::containerd::Containerd;
+use super::env::NodeEnv;
 use super::ports::{KUBELET_HEALTHZ_PORT, KUBELET_PORT};
 use crate::process::ChildProcess;
 
@@ -66,6 +67,13 @@ impl Kubelet {
             .as_mut()
             .is_some_and(|p| p.has_exited().is_none())
     }
+
+    /// SIGKILL (a crash, or the node losing power); harmless when it already exited.
+    pub fn kill(&mut self) {
+        if let Some(mut process) = self.process.take() {
+            process.kill();
+        }
+    }
 }
 
 impl Drop for Kubelet {
@@ -74,11 +82,7 @@ impl Drop for Kubelet {
     }
 }
 
-/// The node's name in this test process (`node-PID`): its mirror pods and log directories are
-/// told apart from other runs' by it.
-pub fn node_name() -> String {
-    format!("node-{}", std::process::id())
-}
+pub use super::env::node_name;
 
 /// A node: containerd with the images imported, and (once started) a kubelet. Everything it
 /// started or mounted is gone after drop, also when the test panicked.
@@ -94,6 +98,9 @@ pub struct Node {
     /// Its containerd.
     pub containerd: Containerd,
     kubelet: Option<Kubelet>,
+    /// Where its processes run and the test reaches them (the machine's own namespaces
+    /// unless started with [`Node::start_in`]).
+    pub env: NodeEnv,
     /// What the kubelet was last started with (to start it again, as systemd does).
     kubelet_options: Option<KubeletOptions>,
     /// How often [`Node::keep_kubelet_running`] started it again.
@@ -115,18 +122,27 @@ impl Node {
     /// # Panics
     /// When containerd does not start or an import fails.
     pub fn start(dir: &Path, images: &[PathBuf]) -> Node {
+        Node::start_in(dir, images, NodeEnv::host())
+    }
+
+    /// [`Node::start`] in `env` (its namespaces, name and address; the three-node tier).
+    ///
+    /// # Panics
+    /// When containerd does not start or an import fails.
+    pub fn start_in(dir: &Path, images: &[PathBuf], env: NodeEnv) -> Node {
         let manifests = dir.join("manifests");
         std::fs::create_dir_all(&manifests).expect("the static pod directory");
-        let containerd = Containerd::start(&dir.join("containerd"));
+        let containerd = Containerd::start_in(&dir.join("containerd"), &env);
         for archive in images {
             containerd.import(archive);
         }
         Node {
-            name: node_name(),
+            name: env.name.clone(),
             dir: dir.to_owned(),
             manifests,
             containerd,
             kubelet: None,
+            env,
             kubelet_options: None,
             kubelet_restarts: 0,
         }
@@ -152,7 +168,7 @@ impl Node {
              staticPodPath: {manifests}\n\
              address: {node_ip}\n\
              port: {KUBELET_PORT}\n\
-             healthzBindAddress: 127.0.0.1\n\
+             healthzBindAddress: {health}\n\
              healthzPort: {KUBELET_HEALTHZ_PORT}\n\
              readOnlyPort: 0\n\
              failSwapOn: false\n\
@@ -170,6 +186,7 @@ impl Node {
              authentication: {{anonymous: {{enabled: false}}, webhook: {{enabled: false}}{x509}}}\n\
              authorization: {{mode: AlwaysAllow}}\n",
             manifests = self.manifests.display(),
+            health = self.env.address,
         );
         self.kubelet_options = Some(options.clone());
         let path = self.dir.join("kubelet.yaml");
@@ -184,7 +201,12 @@ impl Node {
                 self.containerd.socket().display()
             ))
             .arg("--root-dir")
-            .arg(self.dir.join("kubelet"))
+            .arg(
+                self.env
+                    .kubelet_root_dir
+                    .clone()
+                    .unwrap_or_else(|| self.dir.join("kubelet")),
+            )
             .args(["--hostname-override", &self.name])
             .args(["--node-ip", &node_ip.to_string()])
             .args(["--v", "2"]);
@@ -194,7 +216,7 @@ impl Node {
         command.args(&options.extra_args);
         let started = Instant::now();
         let process = ChildProcess::spawn_logged(
-            command,
+            self.env.enter(command),
             &self.dir.join("kubelet.log"),
             SocketAddr::from((node_ip, KUBELET_PORT)),
         )
@@ -207,16 +229,15 @@ impl Node {
             if !kubelet.is_running() {
                 return Some(false);
             }
-            let got =
-                std::net::TcpStream::connect((std::net::Ipv4Addr::LOCALHOST, KUBELET_HEALTHZ_PORT))
-                    .and_then(|mut tcp| {
-                        use std::io::{Read, Write};
-                        tcp.set_read_timeout(Some(Duration::from_secs(2)))?;
-                        tcp.write_all(b"GET /healthz HTTP/1.0\r\n\r\n")?;
-                        let mut text = String::new();
-                        tcp.read_to_string(&mut text)?;
-                        Ok(text)
-                    });
+            let got = std::net::TcpStream::connect((self.env.address, KUBELET_HEALTHZ_PORT))
+                .and_then(|mut tcp| {
+                    use std::io::{Read, Write};
+                    tcp.set_read_timeout(Some(Duration::from_secs(2)))?;
+                    tcp.write_all(b"GET /healthz HTTP/1.0\r\n\r\n")?;
+                    let mut text = String::new();
+                    tcp.read_to_string(&mut text)?;
+                    Ok(text)
+                });
             matches!(got, Ok(text) if text.ends_with("ok")).then_some(true)
         });
         assert!(
@@ -358,7 +379,7 @@ impl Node {
     /// The last 30 lines of the log of the container `back` lives before the newest.
     fn container_log_back(&self, pod: &str, container: &str, back: usize) -> String {
         let marker = format!("_{pod}-{}_", self.name);
-        let Ok(entries) = std::fs::read_dir("/var/log/pods") else {
+        let Ok(entries) = std::fs::read_dir(&self.env.pod_logs) else {
             return String::new();
         };
         let mut text = String::new();

@@ -190,3 +190,27 @@ pub fn mount_at_host_path(mut pod: Pod, volume: &str) -> Pod {
     }
     pod
 }
+
+/// A host-network pod (no CNI on the nodes) running pause, tolerating every taint, for the
+/// scheduler to bind: to `node` when given (`nodeSelector` on its hostname label), else to any.
+pub fn workload(name: &str, node: Option<&str>) -> Pod {
+    let mut pod = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "hostNetwork": true,
+            "automountServiceAccountToken": false,
+            "tolerations": [{"operator": "Exists"}],
+            "containers": [{
+                "name": "pause",
+                "image": super::containerd::PAUSE_IMAGE,
+                "imagePullPolicy": "Never",
+            }],
+        },
+    });
+    if let Some(node) = node {
+        pod["spec"]["nodeSelector"] = serde_json::json!({"kubernetes.io/hostname": node});
+    }
+    serde_json::from_value(pod).expect("a pod")
+}

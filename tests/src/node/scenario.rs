@@ -248,13 +248,7 @@ impl Woken {
             let (nodes, pods, name, mirror) =
                 (nodes.clone(), pods.clone(), name.clone(), mirror.clone());
             async move {
-                let ready = matches!(nodes.get_opt(&name).await, Ok(Some(n)) if n
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.conditions.clone())
-                    .unwrap_or_default()
-                    .iter()
-                    .any(|c| c.type_ == "Ready" && c.status == "True"));
+                let ready = matches!(nodes.get_opt(&name).await, Ok(Some(n)) if is_ready(&n));
                 ready && matches!(pods.get_opt(&mirror).await, Ok(Some(_)))
             }
         })
@@ -313,4 +307,14 @@ impl Woken {
     pub fn certs(&self) -> &Path {
         &self.plane.certs
     }
+}
+
+/// Whether `node`'s `Ready` condition is `True`.
+pub fn is_ready(node: &KubeNode) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .any(|c| c.type_ == "Ready" && c.status == "True")
 }
