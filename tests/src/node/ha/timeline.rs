@@ -268,8 +268,10 @@ pub async fn watch_with(
                 Some(at) => {
                     timeline.times.insert((milestone, node), at);
                     let who = node.map_or("cluster".to_owned(), |i| tier.nodes[i].env.name.clone());
+                    // `examples::milestones`' format, the series the node: `timeline-plot`
+                    // draws a run's output as it is.
                     eprintln!(
-                        "milestone +{:>6} ms {who}: {}",
+                        "milestone {who} +{:>6} ms: {}",
                         at.as_millis(),
                         milestone.name()
                     );
